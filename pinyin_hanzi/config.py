@@ -1,0 +1,223 @@
+"""Experiment configuration: one dataclass per section, loaded from YAML, validated on load.
+
+A config file has the sections ``data``, ``model``, ``train`` and ``decode``; any key may be overridden on
+the command line with ``section.key=value`` (the value is parsed as YAML and checked against the field's
+type). Unknown sections or keys, wrong types and invalid values raise :class:`ConfigError` with a one-line
+message that names the key and the file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from pinyin_hanzi.errors import ConfigError
+
+
+@dataclass
+class DataConfig:
+    corpus: str = "pd1998"  # "pd1998" (embedded default) or a path to a .txt / .tsv file
+    name: str = ""  # prepared-data folder name; defaults to the corpus name
+    prepared_dir: str = "data/prepared"
+    raw_dir: str = "data/raw"
+    max_len: int = 32  # longest example, in syllables; longer clauses are cut into pieces
+    valid_per_mille: int = 10  # share of examples (by text hash) held out for validation
+    test_per_mille: int = 20  # ... and for testing
+    min_char_count: int = 1  # rarer target characters map to <unk>
+
+
+@dataclass
+class ModelConfig:
+    d_model: int = 256
+    n_heads: int = 4
+    n_encoder_layers: int = 3
+    n_decoder_layers: int = 3
+    d_ff: int = 1024
+    dropout: float = 0.1
+    norm: str = "pre"  # "pre" (LayerNorm before each sublayer) or "post" (the original paper)
+    tie_output: bool = True  # output projection shares the target embedding's weights
+    max_positions: int = 512
+
+
+@dataclass
+class TrainConfig:
+    name: str = "run"  # runs/<name>/ and checkpoints/<name>/
+    seed: int = 1234
+    device: str = "auto"  # auto (cuda > mps > cpu), cpu, cuda, mps
+    threads: int = 0  # CPU threads for torch; 0 = number of cores
+    max_steps: int = 10000
+    max_minutes: float = 0.0  # stop (and checkpoint) after this much wall time; 0 = no limit
+    batch_tokens: int = 4096  # target tokens per batch, padding included
+    lr: float = 1e-3
+    warmup_steps: int = 300
+    min_lr_ratio: float = 0.05  # cosine decay ends at lr * min_lr_ratio
+    weight_decay: float = 0.01
+    beta1: float = 0.9
+    beta2: float = 0.98
+    label_smoothing: float = 0.1
+    loss: str = "full"  # "full" softmax over all hanzi, or "candidates": over the syllable's candidates only
+    grad_clip: float = 1.0
+    log_every: int = 20
+    eval_every: int = 500
+    eval_sentences: int = 400  # validation clauses decoded (constrained greedy) at each evaluation
+    checkpoint_dir: str = "checkpoints"
+    runs_dir: str = "runs"
+    compile: bool = False  # torch.compile the model
+
+
+@dataclass
+class DecodeConfig:
+    constrained: bool = True  # only characters whose reading matches the syllable may be chosen
+    batch_sentences: int = 256
+
+
+@dataclass
+class Config:
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    decode: DecodeConfig = field(default_factory=DecodeConfig)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def _validate(config: Config, where: str) -> None:
+    def check(ok: bool, key: str, expected: str) -> None:
+        if not ok:
+            section, name = key.split(".")
+            value = getattr(getattr(config, section), name)
+            raise ConfigError(f"{where}: {key}={value!r} is invalid: expected {expected}")
+
+    d, m, t, dec = config.data, config.model, config.train, config.decode
+    check(bool(d.corpus), "data.corpus", "'pd1998' or a path to a .txt/.tsv file")
+    check(d.max_len >= 2, "data.max_len", "an integer >= 2")
+    check(0 < d.valid_per_mille < 1000, "data.valid_per_mille", "an integer in 1..999")
+    check(0 < d.test_per_mille < 1000, "data.test_per_mille", "an integer in 1..999")
+    check(d.valid_per_mille + d.test_per_mille < 1000, "data.test_per_mille", "valid + test < 1000")
+    check(d.min_char_count >= 1, "data.min_char_count", "an integer >= 1")
+    for key in ("d_model", "n_heads", "n_encoder_layers", "n_decoder_layers", "d_ff", "max_positions"):
+        check(getattr(m, key) > 0, f"model.{key}", "a positive integer")
+    check(m.d_model % m.n_heads == 0, "model.n_heads", f"a divisor of model.d_model ({m.d_model})")
+    check(0.0 <= m.dropout < 1.0, "model.dropout", "a number in [0, 1)")
+    check(m.norm in ("pre", "post"), "model.norm", "'pre' or 'post'")
+    check(m.max_positions >= d.max_len, "model.max_positions", f">= data.max_len ({d.max_len})")
+    check(bool(t.name) and "/" not in t.name, "train.name", "a non-empty name without '/'")
+    check(t.device in ("auto", "cpu", "cuda", "mps"), "train.device", "auto, cpu, cuda or mps")
+    check(t.threads >= 0, "train.threads", "an integer >= 0")
+    check(t.max_steps > 0, "train.max_steps", "a positive integer")
+    check(t.max_minutes >= 0, "train.max_minutes", "a number >= 0 (0 = no limit)")
+    check(t.batch_tokens >= d.max_len, "train.batch_tokens", f">= data.max_len ({d.max_len})")
+    check(t.lr > 0, "train.lr", "a positive number")
+    check(t.warmup_steps >= 0, "train.warmup_steps", "an integer >= 0")
+    check(0.0 <= t.min_lr_ratio <= 1.0, "train.min_lr_ratio", "a number in [0, 1]")
+    check(t.weight_decay >= 0, "train.weight_decay", "a number >= 0")
+    check(0.0 <= t.beta1 < 1.0, "train.beta1", "a number in [0, 1)")
+    check(0.0 <= t.beta2 < 1.0, "train.beta2", "a number in [0, 1)")
+    check(0.0 <= t.label_smoothing < 1.0, "train.label_smoothing", "a number in [0, 1)")
+    check(t.loss in ("full", "candidates"), "train.loss", "'full' or 'candidates'")
+    check(t.grad_clip >= 0, "train.grad_clip", "a number >= 0 (0 = no clipping)")
+    check(t.log_every > 0, "train.log_every", "a positive integer")
+    check(t.eval_every > 0, "train.eval_every", "a positive integer")
+    check(t.eval_sentences > 0, "train.eval_sentences", "a positive integer")
+    check(dec.batch_sentences > 0, "decode.batch_sentences", "a positive integer")
+
+
+def _coerce(value, annotation, key: str, where: str):
+    """Return ``value`` as the field's type, or raise ConfigError naming the key."""
+    expected = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}[annotation]
+    if annotation is bool:
+        ok = isinstance(value, bool)
+    elif annotation is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif annotation is float:
+        if isinstance(value, str):  # YAML 1.1 reads 3e-4 (no dot) as a string
+            try:
+                value = float(value)
+            except ValueError:
+                pass
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        value = float(value) if ok else value
+    else:
+        ok = isinstance(value, str)
+    if not ok:
+        raise ConfigError(f"{where}: {key}={value!r} has the wrong type: expected {expected}")
+    return value
+
+
+def _apply(config: Config, section: str, key: str, value, where: str) -> None:
+    sections = {f.name for f in dataclasses.fields(Config)}
+    if section not in sections:
+        raise ConfigError(f"{where}: unknown section {section!r} (expected one of {', '.join(sorted(sections))})")
+    target = getattr(config, section)
+    hints = typing.get_type_hints(type(target))
+    if key not in hints:
+        raise ConfigError(f"{where}: unknown key {section}.{key} (expected one of {', '.join(hints)})")
+    setattr(target, key, _coerce(value, hints[key], f"{section}.{key}", where))
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
+    """Read a YAML config (or start from the defaults) and apply ``section.key=value`` overrides.
+
+    Raises ConfigError (one line, naming the key and file) for a missing or unparsable file, an unknown
+    section or key, a value of the wrong type, or an invalid value.
+    """
+    config = Config()
+    where = str(path) if path is not None else "<defaults>"
+    if path is not None:
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise ConfigError(f"config file not found: {path}") from None
+        except (OSError, UnicodeDecodeError) as error:
+            raise ConfigError(f"cannot read config file {path}: {error}") from None
+        try:
+            raw = yaml.safe_load(text) or {}
+        except yaml.YAMLError as error:
+            mark = getattr(error, "problem_mark", None)
+            at = f" (line {mark.line + 1})" if mark is not None else ""
+            raise ConfigError(f"{path}: not valid YAML{at}") from None
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{path}: expected a mapping of sections (data, model, train, decode)")
+        for section, values in raw.items():
+            if not isinstance(values, dict):
+                if not hasattr(config, str(section)):
+                    _apply(config, str(section), "", None, where)  # raises "unknown section"
+                raise ConfigError(f"{path}: section {section!r} must be a mapping of key: value")
+            for key, value in values.items():
+                _apply(config, str(section), str(key), value, where)
+    for override in overrides:
+        dotted, sep, text_value = override.partition("=")
+        section, dot, key = dotted.strip().partition(".")
+        if not sep or not dot or not key:
+            raise ConfigError(f"override {override!r}: expected section.key=value, e.g. train.lr=3e-4")
+        try:
+            value = yaml.safe_load(text_value) if text_value.strip() else ""
+        except yaml.YAMLError:
+            value = text_value
+        hints = typing.get_type_hints(type(getattr(config, section, Config())))
+        if hints.get(key) is str and not isinstance(value, str):
+            value = text_value  # "name=123" is still a name
+        _apply(config, section, key, value, "command line")
+    _validate(config, where if not overrides else f"{where} + command line")
+    return config
+
+
+def config_from_dict(raw: dict, where: str = "checkpoint") -> Config:
+    """Rebuild a Config from ``Config.to_dict()`` output (as stored in checkpoints), validating it."""
+    config = Config()
+    for section, values in raw.items():
+        if not isinstance(values, dict):
+            raise ConfigError(f"{where}: section {section!r} is not a mapping")
+        for key, value in values.items():
+            _apply(config, section, key, value, where)
+    _validate(config, where)
+    return config
+
+
+def save_config(config: Config, path: str | Path) -> None:
+    Path(path).write_text(yaml.safe_dump(config.to_dict(), sort_keys=False, allow_unicode=True), encoding="utf-8")

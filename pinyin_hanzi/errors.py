@@ -1,0 +1,17 @@
+"""Errors a user can cause. The command-line scripts print them as one line and exit non-zero."""
+
+
+class PinyinHanziError(Exception):
+    """Base class: a problem with the user's input, config, data or files, not a bug."""
+
+
+class ConfigError(PinyinHanziError):
+    """A config file or override is missing, malformed, unknown or invalid."""
+
+
+class DataError(PinyinHanziError):
+    """A corpus cannot be fetched, read or converted."""
+
+
+class CheckpointError(PinyinHanziError):
+    """A checkpoint is missing, unreadable, or does not fit this code."""
