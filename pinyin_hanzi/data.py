@@ -1,0 +1,141 @@
+"""Vocabularies, examples as id tensors, and length-grouped batches with a token budget."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from dataclasses import dataclass
+from typing import Iterable, Iterator, Sequence
+
+import torch
+
+from pinyin_hanzi.corpus import Example
+
+PAD, BOS, EOS, UNK = "<pad>", "<s>", "</s>", "<unk>"
+SPECIALS = (PAD, BOS, EOS, UNK)
+PAD_ID, BOS_ID, EOS_ID, UNK_ID = range(4)  # fixed ids, the same in both vocabularies
+
+
+class Vocab:
+    """Token <-> id. The four special tokens always have ids 0-3."""
+
+    def __init__(self, tokens: Sequence[str]):
+        if tuple(tokens[: len(SPECIALS)]) != SPECIALS:
+            raise ValueError(f"a vocabulary must start with {SPECIALS}")
+        self.tokens = list(tokens)
+        self.ids = {token: index for index, token in enumerate(self.tokens)}
+        if len(self.ids) != len(self.tokens):
+            raise ValueError("a vocabulary must not repeat a token")
+
+    @classmethod
+    def build(cls, sequences: Iterable[Iterable[str]], min_count: int = 1) -> "Vocab":
+        """Tokens seen at least ``min_count`` times, most frequent first (ties by code point)."""
+        counts = Counter(token for sequence in sequences for token in sequence)
+        kept = sorted((t for t, c in counts.items() if c >= min_count and t not in SPECIALS),
+                      key=lambda t: (-counts[t], t))
+        return cls(list(SPECIALS) + kept)
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def __contains__(self, token: str) -> bool:
+        return token in self.ids
+
+    def encode(self, tokens: Iterable[str]) -> list[int]:
+        return [self.ids.get(token, UNK_ID) for token in tokens]
+
+    def decode(self, ids: Iterable[int]) -> list[str]:
+        return [self.tokens[index] for index in ids]
+
+
+def build_vocabs(train: Sequence[Example], min_char_count: int = 1) -> tuple[Vocab, Vocab]:
+    """(pinyin vocabulary, hanzi vocabulary), from the training split only."""
+    return (Vocab.build(example.tokens for example in train),
+            Vocab.build((example.hanzi for example in train), min_count=min_char_count))
+
+
+@dataclass
+class EncodedExample:
+    source: list[int]  # pinyin token ids, one per target character
+    target: list[int]  # hanzi ids
+
+
+def encode_examples(examples: Sequence[Example], pinyin_vocab: Vocab, hanzi_vocab: Vocab) -> list[EncodedExample]:
+    return [EncodedExample(pinyin_vocab.encode(e.tokens), hanzi_vocab.encode(e.hanzi)) for e in examples]
+
+
+@dataclass
+class Batch:
+    source: torch.Tensor  # (b, s) pinyin ids, PAD_ID after the end
+    target: torch.Tensor  # (b, t) hanzi ids, PAD_ID after the end; t == s (one character per token)
+
+    @property
+    def n_target_tokens(self) -> int:
+        return int((self.target != PAD_ID).sum())
+
+    def to(self, device: torch.device) -> "Batch":
+        return Batch(self.source.to(device, non_blocking=True), self.target.to(device, non_blocking=True))
+
+
+def pad(sequences: Sequence[Sequence[int]]) -> torch.Tensor:
+    """(b, max length) long tensor, right-padded with PAD_ID."""
+    out = torch.full((len(sequences), max(len(s) for s in sequences)), PAD_ID, dtype=torch.long)
+    for row, sequence in enumerate(sequences):
+        out[row, : len(sequence)] = torch.tensor(sequence, dtype=torch.long)
+    return out
+
+
+def collate(examples: Sequence[EncodedExample]) -> Batch:
+    return Batch(pad([e.source for e in examples]), pad([e.target for e in examples]))
+
+
+def token_budget_batches(lengths: Sequence[int], batch_tokens: int, seed: int, epoch: int) -> list[list[int]]:
+    """Index lists that group examples of similar length so that (rows x longest) <= batch_tokens.
+
+    Examples are shuffled, sorted by length (so ties stay shuffled), cut into batches, and the batches
+    shuffled: a different order every epoch, the same for the same (seed, epoch).
+    """
+    generator = random.Random(seed * 100_003 + epoch)
+    order = list(range(len(lengths)))
+    generator.shuffle(order)
+    order.sort(key=lambda index: lengths[index])
+    batches, current, longest = [], [], 0
+    for index in order:
+        longest_if_added = max(longest, lengths[index])
+        if current and longest_if_added * (len(current) + 1) > batch_tokens:
+            batches.append(current)
+            current, longest_if_added = [], lengths[index]
+        current.append(index)
+        longest = longest_if_added
+    if current:
+        batches.append(current)
+    generator.shuffle(batches)
+    return batches
+
+
+class BatchStream:
+    """Endless batches over the training set, epoch after epoch; its position can be saved and restored
+    (``state_dict``) so that a resumed run sees exactly the batches the uninterrupted run would have."""
+
+    def __init__(self, examples: Sequence[EncodedExample], batch_tokens: int, seed: int):
+        self.examples = examples
+        self.lengths = [len(e.target) for e in examples]
+        self.batch_tokens, self.seed = batch_tokens, seed
+        self.epoch, self.position = 0, 0
+        self._batches = token_budget_batches(self.lengths, batch_tokens, seed, self.epoch)
+
+    def state_dict(self) -> dict:
+        return {"epoch": self.epoch, "position": self.position}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.epoch, self.position = int(state["epoch"]), int(state["position"])
+        self._batches = token_budget_batches(self.lengths, self.batch_tokens, self.seed, self.epoch)
+
+    def __iter__(self) -> Iterator[Batch]:
+        while True:
+            if self.position >= len(self._batches):
+                self.epoch, self.position = self.epoch + 1, 0
+                self._batches = token_budget_batches(self.lengths, self.batch_tokens, self.seed, self.epoch)
+            indices = self._batches[self.position]
+            self.position += 1
+            yield collate([self.examples[index] for index in indices])

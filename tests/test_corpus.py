@@ -1,0 +1,74 @@
+import json
+
+import pytest
+
+from pinyin_hanzi.config import DataConfig
+from pinyin_hanzi.corpus import chunk, prepare, read_examples, split_clauses, split_of
+from pinyin_hanzi.errors import DataError
+
+
+def _config(tmp_path, corpus, **overrides):
+    values = dict(corpus=str(corpus), prepared_dir=str(tmp_path / "prepared"), raw_dir=str(tmp_path / "raw"),
+                  max_len=8, valid_per_mille=200, test_per_mille=200)
+    values.update(overrides)
+    return DataConfig(**values)
+
+
+def test_split_is_deterministic_and_independent_of_the_rest_of_the_corpus():
+    config = DataConfig(valid_per_mille=100, test_per_mille=200)
+    texts = [f"第{i}句话" for i in range(2000)]
+    first = {text: split_of(text, config) for text in texts}
+    assert {text: split_of(text, config) for text in reversed(texts)} == first
+    counts = {split: sum(1 for s in first.values() if s == split) for split in ("train", "valid", "test")}
+    assert 120 < counts["valid"] < 280 and 300 < counts["test"] < 500  # roughly the configured shares
+
+
+def test_clauses_keep_their_punctuation_and_long_ones_are_cut():
+    assert split_clauses("你好，世界！我们走吧。") == ["你好，", "世界！", "我们走吧。"]
+    pieces = chunk(list("abcdefghij"), "ABCDEFGHIJ", 4)
+    assert [p.hanzi for p in pieces] == ["ABCD", "EFGH", "IJ"]
+    assert all(len(p.tokens) == len(p.hanzi) for p in pieces)
+
+
+def test_prepare_text_corpus_writes_aligned_splits_and_stats(tmp_path):
+    corpus = tmp_path / "c.txt"
+    lines = [f"我们在第{i}个城市见面，你好吗？" for i in range(60)] + ["", "hello world", "我们在第1个城市见面，你好吗？"]
+    corpus.write_text("\n".join(lines), encoding="utf-8")
+    out = prepare(_config(tmp_path, corpus))
+    stats = json.loads((out / "stats.json").read_text(encoding="utf-8"))
+    assert stats["skipped"]["empty line"] == 1
+    assert stats["skipped"]["clause without hanzi"] == 1
+    assert stats["skipped"]["duplicate example"] > 0  # the repeated sentence and its shared clauses
+    assert sum(stats["examples"].values()) > 0
+    for split in ("train", "valid", "test"):
+        for example in read_examples(out / f"{split}.tsv"):
+            assert len(example.tokens) == len(example.hanzi) <= 8
+    # Reused when nothing changed; rebuilt when the config changes.
+    mtime = (out / "train.tsv").stat().st_mtime_ns
+    assert prepare(_config(tmp_path, corpus)) == out and (out / "train.tsv").stat().st_mtime_ns == mtime
+
+
+def test_tsv_corpus_and_bad_lines(tmp_path):
+    corpus = tmp_path / "pairs.tsv"
+    good = [f"ni{i % 5 + 1} hao ， {i % 10}\t你好，{i % 10}" for i in range(40)]
+    good = [f"wo men qu bei jing ba {i}\t我们去北京吧{i}" for i in range(10)] + good
+    bad = ["no tab here", "ni hao\t你好吗", "ma ma\t你好"]
+    corpus.write_text("\n".join(good + bad), encoding="utf-8")
+    out = prepare(_config(tmp_path, corpus, max_len=16))
+    stats = json.loads((out / "stats.json").read_text(encoding="utf-8"))
+    assert stats["skipped"] == {"tsv line without a tab": 1, "tsv pinyin/hanzi lengths differ": 1,
+                                "tsv pinyin does not match hanzi": 1, "duplicate example": 30}
+
+
+def test_non_utf8_corpus_is_a_clear_error(tmp_path):
+    corpus = tmp_path / "gbk.txt"
+    corpus.write_bytes("你好，世界。".encode("gbk"))
+    with pytest.raises(DataError, match="not UTF-8"):
+        prepare(_config(tmp_path, corpus))
+
+
+def test_missing_corpus_and_wrong_suffix(tmp_path):
+    with pytest.raises(DataError, match="not found"):
+        prepare(_config(tmp_path, tmp_path / "nope.txt"))
+    with pytest.raises(DataError, match=".txt or .tsv"):
+        prepare(_config(tmp_path, tmp_path / "corpus.csv"))
