@@ -1,0 +1,230 @@
+"""The encoder-decoder Transformer ("Attention Is All You Need"), written out module by module.
+
+Axis legend used in shape comments:
+    b batch   s source length (pinyin tokens)   t target length (hanzi)   h heads
+    d model width   k head width (d / h)   f feed-forward width   v vocabulary size
+
+Mask convention (one, everywhere): a boolean tensor that is True where attention is ALLOWED, broadcast
+against the (b, h, query, key) score matrix, as ``F.scaled_dot_product_attention`` expects.
+- padding mask  (b, 1, 1, s): source keys that are real tokens, for encoder self- and cross-attention;
+- look-ahead mask: decoder position i may see targets 0..i only (``is_causal=True``, no tensor needed);
+- cross-attention mask: the padding mask of the source, applied to decoder queries.
+Padded target positions need no mask of their own: under the look-ahead mask a real position never sees
+a later (padded) one, and the loss ignores outputs at padded positions.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from einops import rearrange
+from torch import nn
+
+from pinyin_hanzi.config import ModelConfig
+from pinyin_hanzi.data import BOS_ID, PAD_ID
+
+Cache = list[dict[str, dict[str, torch.Tensor]]]  # per decoder layer: {"self": {k, v}, "cross": {k, v}}
+
+
+def shift_right(target: torch.Tensor) -> torch.Tensor:
+    """Decoder input for teacher forcing: ``<s>`` + target[:-1]. (b, t) -> (b, t).
+
+    The only place where the target is shifted: position i of the decoder sees characters < i and is
+    trained to output character i.
+    """
+    bos = torch.full_like(target[:, :1], BOS_ID)
+    return torch.cat([bos, target[:, :-1]], dim=1)
+
+
+def sinusoidal_table(max_positions: int, d_model: int) -> torch.Tensor:
+    """(max_positions, d): PE[pos, 2i] = sin(pos / 10000^(2i/d)), PE[pos, 2i+1] = cos(same)."""
+    position = torch.arange(max_positions, dtype=torch.float32)[:, None]
+    frequency = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model))
+    table = torch.zeros(max_positions, d_model)
+    table[:, 0::2] = torch.sin(position * frequency)
+    table[:, 1::2] = torch.cos(position * frequency[: d_model // 2])
+    return table
+
+
+class Embedding(nn.Module):
+    """Token embedding x sqrt(d) + sinusoidal positional encoding, then dropout."""
+
+    def __init__(self, *, vocab_size: int, d_model: int, max_positions: int, dropout: float):
+        super().__init__()
+        self.tokens = nn.Embedding(vocab_size, d_model, padding_idx=PAD_ID)
+        nn.init.normal_(self.tokens.weight, std=d_model**-0.5)  # so that x sqrt(d) has unit scale
+        with torch.no_grad():
+            self.tokens.weight[PAD_ID].zero_()
+        self.register_buffer("positions", sinusoidal_table(max_positions, d_model), persistent=False)
+        self.scale = math.sqrt(d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, ids: torch.Tensor, start: int = 0) -> torch.Tensor:
+        """(b, t) ids, first position ``start`` -> (b, t, d)."""
+        length = ids.shape[1]
+        if start + length > self.positions.shape[0]:
+            raise ValueError(f"sequence of {start + length} positions exceeds max_positions={self.positions.shape[0]}")
+        return self.dropout(self.tokens(ids) * self.scale + self.positions[start : start + length])
+
+
+class MultiHeadAttention(nn.Module):
+    """Scaled dot-product attention over h heads. Self-attention when ``memory`` is None, otherwise
+    cross-attention from ``x`` (queries) to ``memory`` (keys and values)."""
+
+    def __init__(self, *, d_model: int, n_heads: int, dropout: float):
+        super().__init__()
+        self.n_heads, self.dropout = n_heads, dropout
+        self.query = nn.Linear(d_model, d_model)
+        self.key_value = nn.Linear(d_model, 2 * d_model)
+        self.out = nn.Linear(d_model, d_model)
+
+    def _keys_values(self, source: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        # (b, s, 2d) -> two (b, h, s, k)
+        keys, values = rearrange(self.key_value(source), "b s (two h k) -> two b h s k", two=2, h=self.n_heads)
+        return keys, values
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        memory: torch.Tensor | None = None,
+        *,
+        mask: torch.Tensor | None = None,
+        causal: bool = False,
+        cache: dict[str, torch.Tensor] | None = None,
+    ) -> torch.Tensor:
+        """x (b, t, d) -> (b, t, d). ``cache`` (incremental decoding): self-attention appends this step's
+        keys/values to it; cross-attention projects the memory once and reuses it."""
+        query = rearrange(self.query(x), "b t (h k) -> b h t k", h=self.n_heads)
+        if memory is None:
+            keys, values = self._keys_values(x)
+            if cache is not None:
+                if "k" in cache:  # earlier positions, (b, h, t_before, k)
+                    keys, values = torch.cat([cache["k"], keys], dim=2), torch.cat([cache["v"], values], dim=2)
+                cache["k"], cache["v"] = keys, values
+        elif cache is not None and "k" in cache:
+            keys, values = cache["k"], cache["v"]
+        else:
+            keys, values = self._keys_values(memory)
+            if cache is not None:
+                cache["k"], cache["v"] = keys, values
+        # (b, h, t, k) attending over (b, h, s, k); mask broadcasts to (b, h, t, s)
+        attended = F.scaled_dot_product_attention(
+            query, keys, values, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0, is_causal=causal
+        )
+        return self.out(rearrange(attended, "b h t k -> b t (h k)"))
+
+
+class FeedForward(nn.Module):
+    """Position-wise feed-forward: Linear(d -> f), ReLU, dropout, Linear(f -> d)."""
+
+    def __init__(self, *, d_model: int, d_ff: int, dropout: float):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(d_model, d_ff), nn.ReLU(), nn.Dropout(dropout), nn.Linear(d_ff, d_model))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+class Sublayer(nn.Module):
+    """Residual connection + LayerNorm around one sublayer: pre-norm x + f(LN(x)), or post-norm LN(x + f(x))."""
+
+    def __init__(self, *, d_model: int, dropout: float, pre_norm: bool):
+        super().__init__()
+        self.norm, self.dropout, self.pre_norm = nn.LayerNorm(d_model), nn.Dropout(dropout), pre_norm
+
+    def forward(self, x: torch.Tensor, function) -> torch.Tensor:
+        if self.pre_norm:
+            return x + self.dropout(function(self.norm(x)))
+        return self.norm(x + self.dropout(function(x)))
+
+
+class EncoderLayer(nn.Module):
+    def __init__(self, *, d_model: int, n_heads: int, d_ff: int, dropout: float, pre_norm: bool):
+        super().__init__()
+        self.self_attention = MultiHeadAttention(d_model=d_model, n_heads=n_heads, dropout=dropout)
+        self.feed_forward = FeedForward(d_model=d_model, d_ff=d_ff, dropout=dropout)
+        self.sublayers = nn.ModuleList(Sublayer(d_model=d_model, dropout=dropout, pre_norm=pre_norm) for _ in range(2))
+
+    def forward(self, x: torch.Tensor, padding_mask: torch.Tensor) -> torch.Tensor:
+        """x (b, s, d), padding_mask (b, 1, 1, s) -> (b, s, d)."""
+        x = self.sublayers[0](x, lambda y: self.self_attention(y, mask=padding_mask))
+        return self.sublayers[1](x, self.feed_forward)
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, *, d_model: int, n_heads: int, d_ff: int, dropout: float, pre_norm: bool):
+        super().__init__()
+        self.self_attention = MultiHeadAttention(d_model=d_model, n_heads=n_heads, dropout=dropout)
+        self.cross_attention = MultiHeadAttention(d_model=d_model, n_heads=n_heads, dropout=dropout)
+        self.feed_forward = FeedForward(d_model=d_model, d_ff=d_ff, dropout=dropout)
+        self.sublayers = nn.ModuleList(Sublayer(d_model=d_model, dropout=dropout, pre_norm=pre_norm) for _ in range(3))
+
+    def forward(self, x, memory, cross_mask, cache: dict | None = None) -> torch.Tensor:
+        """x (b, t, d), memory (b, s, d), cross_mask (b, 1, 1, s) -> (b, t, d).
+
+        Without a cache, x is the whole shifted target and the look-ahead mask applies; with one, x is the
+        newest position alone and attends to the cached earlier positions (all of which it may see)."""
+        self_cache = cache["self"] if cache is not None else None
+        cross_cache = cache["cross"] if cache is not None else None
+        x = self.sublayers[0](x, lambda y: self.self_attention(y, causal=cache is None, cache=self_cache))
+        x = self.sublayers[1](x, lambda y: self.cross_attention(y, memory, mask=cross_mask, cache=cross_cache))
+        return self.sublayers[2](x, self.feed_forward)
+
+
+class Transformer(nn.Module):
+    """Pinyin encoder + autoregressive hanzi decoder. ``encode`` -> ``decode`` -> logits over hanzi."""
+
+    def __init__(self, config: ModelConfig, *, source_vocab_size: int, target_vocab_size: int):
+        super().__init__()
+        self.config = config
+        c, pre_norm = config, config.norm == "pre"
+        layer_args = dict(d_model=c.d_model, n_heads=c.n_heads, d_ff=c.d_ff, dropout=c.dropout, pre_norm=pre_norm)
+        embed_args = dict(d_model=c.d_model, max_positions=c.max_positions, dropout=c.dropout)
+        self.source_embedding = Embedding(vocab_size=source_vocab_size, **embed_args)
+        self.target_embedding = Embedding(vocab_size=target_vocab_size, **embed_args)
+        self.encoder_layers = nn.ModuleList(EncoderLayer(**layer_args) for _ in range(c.n_encoder_layers))
+        self.decoder_layers = nn.ModuleList(DecoderLayer(**layer_args) for _ in range(c.n_decoder_layers))
+        # Pre-norm stacks end with a LayerNorm (post-norm layers already end with one).
+        self.encoder_norm = nn.LayerNorm(c.d_model) if pre_norm else nn.Identity()
+        self.decoder_norm = nn.LayerNorm(c.d_model) if pre_norm else nn.Identity()
+        self.output = nn.Linear(c.d_model, target_vocab_size, bias=False)
+        for name, parameter in self.named_parameters():
+            if parameter.dim() == 2 and "embedding" not in name:
+                nn.init.xavier_uniform_(parameter)
+        if c.tie_output:
+            self.output.weight = self.target_embedding.tokens.weight
+
+    def encode(self, source: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """source (b, s) ids -> memory (b, s, d) and the padding mask (b, 1, 1, s), True at real tokens."""
+        padding_mask = (source != PAD_ID)[:, None, None, :]
+        x = self.source_embedding(source)
+        for layer in self.encoder_layers:
+            x = layer(x, padding_mask)
+        return self.encoder_norm(x), padding_mask
+
+    def decode(
+        self,
+        target_input: torch.Tensor,
+        memory: torch.Tensor,
+        padding_mask: torch.Tensor,
+        cache: Cache | None = None,
+        start: int = 0,
+    ) -> torch.Tensor:
+        """target_input (b, t) ids (already shifted), memory (b, s, d) -> logits (b, t, v).
+
+        With ``cache`` (from :meth:`new_cache`), ``target_input`` holds only the positions from ``start``
+        on, and keys/values of earlier positions come from the cache instead of being recomputed."""
+        x = self.target_embedding(target_input, start=start)
+        for index, layer in enumerate(self.decoder_layers):
+            x = layer(x, memory, padding_mask, cache[index] if cache is not None else None)
+        return self.output(self.decoder_norm(x))
+
+    def new_cache(self) -> Cache:
+        return [{"self": {}, "cross": {}} for _ in self.decoder_layers]
+
+    def forward(self, source: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        """Teacher-forced logits: source (b, s), target (b, t) -> (b, t, v); position i predicts target[:, i]."""
+        memory, padding_mask = self.encode(source)
+        return self.decode(shift_right(target), memory, padding_mask)

@@ -1,0 +1,85 @@
+import pytest
+import torch
+
+from pinyin_hanzi.config import ModelConfig
+from pinyin_hanzi.data import BOS_ID, PAD_ID
+from pinyin_hanzi.model import Transformer, shift_right, sinusoidal_table
+
+SOURCE_VOCAB, TARGET_VOCAB = 30, 40
+
+
+def _model(**overrides) -> Transformer:
+    torch.manual_seed(0)
+    config = ModelConfig(d_model=32, n_heads=4, n_encoder_layers=2, n_decoder_layers=2, d_ff=64, dropout=0.0,
+                         max_positions=64, **overrides)
+    return Transformer(config, source_vocab_size=SOURCE_VOCAB, target_vocab_size=TARGET_VOCAB).eval()
+
+
+def _ids(batch, length, vocab, seed=1):
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randint(4, vocab, (batch, length), generator=generator)
+
+
+def test_shift_right_puts_bos_first_and_drops_the_last_target():
+    target = torch.tensor([[5, 6, 7], [8, 9, PAD_ID]])
+    assert shift_right(target).tolist() == [[BOS_ID, 5, 6], [BOS_ID, 8, 9]]
+
+
+def test_sinusoidal_table_values():
+    table = sinusoidal_table(10, 8)
+    assert torch.allclose(table[0, 0::2], torch.zeros(4)) and torch.allclose(table[0, 1::2], torch.ones(4))
+    assert torch.isclose(table[3, 0], torch.sin(torch.tensor(3.0)))
+    assert torch.isclose(table[3, 3], torch.cos(torch.tensor(3.0 / 10000 ** (2 / 8))))
+
+
+@pytest.mark.parametrize("norm", ["pre", "post"])
+def test_look_ahead_mask_future_targets_do_not_change_earlier_outputs(norm):
+    model = _model(norm=norm)
+    source, target = _ids(2, 7, SOURCE_VOCAB), _ids(2, 7, TARGET_VOCAB, seed=2)
+    changed = target.clone()
+    changed[:, 4:] = _ids(2, 3, TARGET_VOCAB, seed=3)
+    with torch.no_grad():
+        before, after = model(source, target), model(source, changed)
+    # Decoder input at position i is target[i-1], so outputs 0..4 see only target[:4].
+    assert torch.allclose(before[:, :5], after[:, :5], atol=1e-5)
+    assert not torch.allclose(before[:, 5:], after[:, 5:], atol=1e-3)
+
+
+@pytest.mark.parametrize("norm", ["pre", "post"])
+def test_extra_padding_does_not_change_outputs(norm):
+    model = _model(norm=norm)
+    source, target = _ids(1, 5, SOURCE_VOCAB), _ids(1, 5, TARGET_VOCAB, seed=2)
+    padded_source = torch.cat([source, torch.full((1, 6), PAD_ID)], dim=1)
+    padded_target = torch.cat([target, torch.full((1, 6), PAD_ID)], dim=1)
+    with torch.no_grad():
+        plain, padded = model(source, target), model(padded_source, padded_target)
+    assert torch.allclose(plain, padded[:, :5], atol=1e-5)
+    # and the source padding mask is what makes it so: real source tokens change the output
+    noisy_source = padded_source.clone()
+    noisy_source[:, 5:] = 7
+    with torch.no_grad():
+        assert not torch.allclose(plain, model(noisy_source, padded_target)[:, :5], atol=1e-3)
+
+
+def test_incremental_decoding_with_cache_equals_full_decoding():
+    model = _model()
+    source, target = _ids(3, 6, SOURCE_VOCAB), _ids(3, 6, TARGET_VOCAB, seed=2)
+    with torch.no_grad():
+        full = model(source, target)
+        memory, mask = model.encode(source)
+        cache, decoder_input, steps = model.new_cache(), shift_right(target), []
+        for position in range(6):
+            steps.append(model.decode(decoder_input[:, position : position + 1], memory, mask, cache, start=position))
+    assert torch.allclose(full, torch.cat(steps, dim=1), atol=1e-5)
+
+
+def test_output_projection_is_tied_to_the_target_embedding_when_configured():
+    tied, untied = _model(tie_output=True), _model(tie_output=False)
+    assert tied.output.weight.data_ptr() == tied.target_embedding.tokens.weight.data_ptr()
+    assert untied.output.weight.data_ptr() != untied.target_embedding.tokens.weight.data_ptr()
+    assert sum(p.numel() for p in untied.parameters()) - sum(p.numel() for p in tied.parameters()) == 32 * TARGET_VOCAB
+
+
+def test_too_long_input_is_a_clear_error():
+    with pytest.raises(ValueError, match="max_positions"):
+        _model()(_ids(1, 65, SOURCE_VOCAB), _ids(1, 65, TARGET_VOCAB))
