@@ -1,0 +1,34 @@
+"""Conversion metrics: character accuracy, character error rate (CER) and exact-sentence rate."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+
+def edit_distance(hypothesis: str, reference: str) -> int:
+    """Levenshtein distance (substitutions, insertions, deletions all cost 1)."""
+    previous = list(range(len(reference) + 1))
+    for i, hyp_char in enumerate(hypothesis, start=1):
+        current = [i]
+        for j, ref_char in enumerate(reference, start=1):
+            current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (hyp_char != ref_char)))
+        previous = current
+    return previous[-1]
+
+
+def conversion_scores(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, float]:
+    """char_accuracy: reference characters matched at the same position (outputs are aligned one character
+    per syllable); cer: edit distance / reference characters; exact: share of identical sentences."""
+    if len(hypotheses) != len(references):
+        raise ValueError(f"{len(hypotheses)} hypotheses for {len(references)} references")
+    chars = sum(len(reference) for reference in references)
+    matched = sum(sum(h == r for h, r in zip(hyp, ref)) for hyp, ref in zip(hypotheses, references))
+    errors = sum(edit_distance(hyp, ref) for hyp, ref in zip(hypotheses, references))
+    exact = sum(hyp == ref for hyp, ref in zip(hypotheses, references))
+    return {
+        "char_accuracy": matched / max(chars, 1),
+        "cer": errors / max(chars, 1),
+        "exact": exact / max(len(references), 1),
+        "sentences": len(references),
+        "characters": chars,
+    }
