@@ -1,0 +1,73 @@
+"""Self-contained checkpoints: format version, config, both vocabularies, model/optimizer/scheduler state,
+step, best validation score, data position and RNG state. ``translate.py`` needs nothing else.
+
+Written to a temporary file and renamed into place, so a crash never leaves a half-written checkpoint;
+read with ``torch.load(weights_only=True)``, so loading one never runs pickled code.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import zipfile
+from pathlib import Path
+
+import torch
+
+from pinyin_hanzi.config import Config, config_from_dict
+from pinyin_hanzi.data import Vocab
+from pinyin_hanzi.errors import CheckpointError, ConfigError
+from pinyin_hanzi.model import Transformer
+
+FORMAT_VERSION = 1
+REQUIRED_KEYS = ("format_version", "config", "pinyin_vocab", "hanzi_vocab", "model", "step")
+
+
+def save_checkpoint(path: str | Path, state: dict) -> None:
+    """Atomically write ``state`` (plain containers and tensors) to ``path``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(path.name + ".tmp")
+    torch.save({"format_version": FORMAT_VERSION, **state}, temporary)
+    os.replace(temporary, path)
+
+
+def load_checkpoint(path: str | Path) -> dict:
+    """The checkpoint's state dict; CheckpointError (one line) if it is missing, unreadable, truncated,
+    corrupt, not one of ours, or of another format version."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint not found: {path}")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except (RuntimeError, EOFError, pickle.UnpicklingError, zipfile.BadZipFile, ValueError, OSError) as error:
+        reason = str(error).strip().splitlines()[0][:120] if str(error).strip() else type(error).__name__
+        raise CheckpointError(f"cannot read checkpoint {path}: truncated, corrupt or not a checkpoint ({reason})") from None
+    if not isinstance(state, dict) or any(key not in state for key in REQUIRED_KEYS):
+        raise CheckpointError(f"{path} is not a pinyin_hanzi checkpoint (missing keys)")
+    if state["format_version"] != FORMAT_VERSION:
+        raise CheckpointError(f"{path} has checkpoint format {state['format_version']}, this code reads {FORMAT_VERSION}")
+    return state
+
+
+def model_from_checkpoint(state: dict, where: str = "checkpoint") -> tuple[Transformer, Vocab, Vocab, Config]:
+    """Rebuild (model, pinyin vocabulary, hanzi vocabulary, config) from a loaded checkpoint."""
+    try:
+        config = config_from_dict(state["config"], where=where)
+        pinyin_vocab, hanzi_vocab = Vocab(state["pinyin_vocab"]), Vocab(state["hanzi_vocab"])
+    except (ConfigError, ValueError, TypeError) as error:
+        raise CheckpointError(f"{where}: config or vocabularies do not fit this code: {error}") from None
+    model = Transformer(config.model, source_vocab_size=len(pinyin_vocab), target_vocab_size=len(hanzi_vocab))
+    try:
+        model.load_state_dict({name: tensor.float() for name, tensor in state["model"].items()})
+    except RuntimeError as error:
+        details = [line.strip() for line in str(error).splitlines()[1:] if line.strip()]
+        first = (details[0] if details else str(error).strip())[:160]
+        raise CheckpointError(f"{where}: weights do not fit the model its config describes ({first})") from None
+    return model, pinyin_vocab, hanzi_vocab, config
+
+
+def newest_checkpoint(root: str | Path = "checkpoints", name: str = "best.pt") -> Path | None:
+    """The most recently written ``<root>/*/best.pt``, or None."""
+    found = [path for path in Path(root).glob(f"*/{name}") if path.is_file()]
+    return max(found, key=lambda path: path.stat().st_mtime) if found else None

@@ -1,0 +1,78 @@
+"""Shared fixtures: a tiny corpus written by the tests, its config, and one tiny model trained on it once
+per test session (a few seconds on a CPU). Nothing here touches the network or files outside tmp dirs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+TINY_SENTENCES = [
+    "你好，世界！",
+    "我们去北京吧。",
+    "今天天气很好。",
+    "银行在长安街上。",
+    "他长大了，想当医生。",
+    "我爱北京天安门。",
+    "2024年我们学习Python。",
+    "妈妈买了三斤苹果。",
+    "请问火车站怎么走？",
+    "这本书很有意思。",
+    "我们明天早上八点见。",
+    "她喜欢唱歌和跳舞。",
+    "学生们在教室里读书。",
+    "中国人民很勤劳。",
+    "春天来了，花都开了。",
+    "你吃饭了吗？",
+    "谢谢你的帮助。",
+    "上海是一个大城市。",
+    "他每天骑自行车上班。",
+    "我想喝一杯茶。",
+]
+
+
+def tiny_config_dict(tmp: Path, corpus: Path, **train_overrides) -> dict:
+    train = {
+        "name": "tiny", "seed": 7, "device": "cpu", "threads": 1, "max_steps": 220, "batch_tokens": 160,
+        "lr": 3e-3, "warmup_steps": 20, "min_lr_ratio": 0.1, "weight_decay": 0.0, "label_smoothing": 0.0,
+        "log_every": 10, "eval_every": 110, "eval_sentences": 20,
+        "checkpoint_dir": str(tmp / "checkpoints"), "runs_dir": str(tmp / "runs"),
+    }
+    train.update(train_overrides)
+    return {
+        "data": {"corpus": str(corpus), "prepared_dir": str(tmp / "prepared"), "raw_dir": str(tmp / "raw"),
+                 "max_len": 16, "valid_per_mille": 150, "test_per_mille": 150},
+        "model": {"d_model": 64, "n_heads": 4, "n_encoder_layers": 2, "n_decoder_layers": 2, "d_ff": 128,
+                  "dropout": 0.0, "max_positions": 64},
+        "train": train,
+        "decode": {"batch_sentences": 64},
+    }
+
+
+def write_config(path: Path, config: dict) -> Path:
+    path.write_text(yaml.safe_dump(config, allow_unicode=True), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_corpus(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("corpus") / "tiny.txt"
+    path.write_text("\n".join(TINY_SENTENCES) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="session")
+def trained(tmp_path_factory, tiny_corpus):
+    """(workdir, config path, best checkpoint path) of a tiny model trained to memorise the tiny corpus."""
+    from pinyin_hanzi.config import load_config
+    from pinyin_hanzi.training import train
+
+    torch.set_num_threads(1)
+    tmp = tmp_path_factory.mktemp("trained")
+    config_path = write_config(tmp / "tiny.yaml", tiny_config_dict(tmp, tiny_corpus))
+    best = train(load_config(config_path), log=lambda message: None)
+    return tmp, config_path, best

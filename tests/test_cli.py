@@ -1,0 +1,87 @@
+"""End-to-end: the real train.py and translate.py scripts, run as a user would."""
+
+import json
+import subprocess
+import sys
+
+from conftest import ROOT, tiny_config_dict, write_config
+
+
+def run(*args, stdin=None, cwd=ROOT):
+    return subprocess.run([sys.executable, *map(str, args)], input=stdin, capture_output=True, text=True, cwd=cwd,
+                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"})
+
+
+def _one_line_error(result, *fragments):
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert "Traceback" not in result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0]
+
+
+def test_translate_one_shot(trained):
+    _, _, best = trained
+    result = run(ROOT / "translate.py", "--checkpoint", best, "ni hao")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "你好\n"
+    assert run(ROOT / "translate.py", "--checkpoint", best, "wo", "men", "qu", "bei", "jing", "ba").stdout == "我们去北京吧\n"
+
+
+def test_translate_file_mode_one_output_line_per_input_line(trained, tmp_path):
+    tmp, _, best = trained
+    from pinyin_hanzi.corpus import read_examples
+
+    from pinyin_hanzi.pinyin import is_hanzi
+
+    examples = read_examples(tmp / "prepared" / "tiny" / "train.tsv")
+    seen = [e for e in examples if all(is_hanzi(c) or c in "，。！？" for c in e.hanzi)][:3]
+    assert len(seen) == 3
+    lines = [" ".join(seen[0].tokens), "", " ".join(seen[1].tokens), "   ", "'".join(seen[2].tokens)]
+    expected = [seen[0].hanzi, "", seen[1].hanzi, "", seen[2].hanzi]  # the last one typed xi'an-style
+    source = tmp_path / "in.txt"
+    source.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    result = run(ROOT / "translate.py", "--checkpoint", best, "--input", source)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split("\n")[:-1] == expected
+    from_stdin = run(ROOT / "translate.py", "--checkpoint", best, "--input", "-", "--batch-size", "2",
+                     stdin="\n".join(lines) + "\n")
+    assert from_stdin.stdout == result.stdout
+
+
+def test_translate_evaluate_reports_scores(trained):
+    tmp, _, best = trained
+    result = run(ROOT / "translate.py", "--checkpoint", best, "--evaluate", tmp / "prepared" / "tiny" / "train.tsv")
+    assert result.returncode == 0, result.stderr
+    scores = json.loads(result.stdout.strip().splitlines()[-1])
+    assert scores["char_accuracy"] == 1.0 and scores["exact"] == 1.0 and scores["cer"] == 0.0
+    assert "character accuracy 100.00%" in result.stdout
+
+
+def test_translate_errors_are_one_line(trained, tmp_path):
+    _, _, best = trained
+    _one_line_error(run(ROOT / "translate.py", "--checkpoint", best, "--input", tmp_path / "missing.txt"), "not found")
+    _one_line_error(run(ROOT / "translate.py", "--checkpoint", tmp_path / "none.pt", "ni hao"), "checkpoint not found")
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"ni hao\n\xff\xfe\n")
+    _one_line_error(run(ROOT / "translate.py", "--checkpoint", best, "--input", bad), "line 2 is not valid UTF-8")
+    _one_line_error(run(ROOT / "translate.py", "ni hao", cwd=tmp_path), "no checkpoint found")
+    usage = run(ROOT / "translate.py", "--checkpoint", best)
+    assert usage.returncode == 2 and "exactly one" in usage.stderr
+
+
+def test_train_errors_are_one_line(tmp_path, tiny_corpus):
+    _one_line_error(run(ROOT / "train.py", "--config", tmp_path / "missing.yaml"), "config file not found")
+    config = write_config(tmp_path / "c.yaml", tiny_config_dict(tmp_path, tiny_corpus))
+    _one_line_error(run(ROOT / "train.py", "--config", config, "model.n_heads=5"), "model.n_heads=5", str(config))
+    _one_line_error(run(ROOT / "train.py", "--config", config, "data.corpus=" + str(tmp_path / "none.txt")),
+                    "corpus file not found")
+
+
+def test_train_cli_prepare_only_writes_stats(tmp_path, tiny_corpus):
+    config = write_config(tmp_path / "c.yaml", tiny_config_dict(tmp_path, tiny_corpus))
+    result = run(ROOT / "train.py", "--config", config, "--prepare-only")
+    assert result.returncode == 0, result.stderr
+    stats = json.loads(result.stdout)
+    assert stats["examples"]["train"] > 0 and (tmp_path / "prepared" / "tiny" / "test.tsv").is_file()

@@ -1,0 +1,93 @@
+import math
+import shutil
+
+import pytest
+import torch
+
+import pinyin_hanzi.training as training
+from pinyin_hanzi.checkpoint import load_checkpoint
+from pinyin_hanzi.config import TrainConfig, load_config
+from pinyin_hanzi.corpus import read_examples
+from pinyin_hanzi.errors import CheckpointError
+from pinyin_hanzi.training import lr_at, train
+
+from conftest import tiny_config_dict, write_config
+
+
+def test_lr_warms_up_then_decays_to_the_floor():
+    config = TrainConfig(lr=1e-3, warmup_steps=10, max_steps=110, min_lr_ratio=0.1)
+    assert lr_at(0, config) == pytest.approx(1e-4)
+    assert lr_at(9, config) == pytest.approx(1e-3)
+    assert lr_at(60, config) == pytest.approx(1e-4 + 0.9e-3 * 0.5)
+    assert lr_at(110, config) == pytest.approx(1e-4) and lr_at(500, config) == pytest.approx(1e-4)
+    values = [lr_at(step, config) for step in range(10, 111)]
+    assert all(a >= b for a, b in zip(values, values[1:]))
+
+
+def test_tiny_model_memorises_the_tiny_corpus(trained):
+    tmp, config_path, best = trained
+    from pinyin_hanzi.cli import load_converter
+    from pinyin_hanzi.metrics import conversion_scores
+
+    converter, _ = load_converter(str(best))
+    examples = read_examples(tmp / "prepared" / "tiny" / "train.tsv")
+    outputs = converter.convert_tokens([e.tokens for e in examples])
+    assert outputs == [e.hanzi for e in examples]
+    assert load_checkpoint(best)["best_accuracy"] > 0.5
+    # and it learned something beyond the constraint: unconstrained greedy is right most of the time too
+    unconstrained = converter.convert_tokens([e.tokens for e in examples], constrained=False)
+    assert conversion_scores(unconstrained, [e.hanzi for e in examples])["char_accuracy"] > 0.9
+    assert (tmp / "runs" / "tiny" / "config.yaml").is_file()
+    assert list((tmp / "runs" / "tiny").glob("events.out.tfevents.*"))
+
+
+def test_resume_continues_exactly_like_an_uninterrupted_run(tmp_path, tiny_corpus, monkeypatch):
+    torch.set_num_threads(1)
+    settings = dict(max_steps=24, eval_every=12, log_every=4, batch_tokens=64)
+    straight = load_config(write_config(tmp_path / "a.yaml", tiny_config_dict(tmp_path / "a", tiny_corpus, **settings)))
+    config_b = tiny_config_dict(tmp_path / "b", tiny_corpus, **settings)
+    config_b["model"]["dropout"] = 0.1  # dropout draws random numbers: their state must be restored too
+    straight.model.dropout = 0.1
+    resumed = load_config(write_config(tmp_path / "b.yaml", config_b))
+
+    # Keep the step-12 checkpoint of the straight run, as a crash right after it would have left it.
+    original_save = training.save_checkpoint
+
+    def save_and_keep(path, state):
+        original_save(path, state)
+        if state["step"] == 12 and path.name == "last.pt":
+            shutil.copy(path, tmp_path / "step12.pt")
+
+    monkeypatch.setattr(training, "save_checkpoint", save_and_keep)
+    train(straight, log=lambda message: None)
+    monkeypatch.setattr(training, "save_checkpoint", original_save)
+
+    (tmp_path / "b" / "checkpoints" / "tiny").mkdir(parents=True)
+    shutil.copy(tmp_path / "step12.pt", tmp_path / "b" / "checkpoints" / "tiny" / "last.pt")
+    messages = []
+    train(resumed, resume=True, log=messages.append)
+    assert any("resumed" in m and "step 12" in m for m in messages)
+
+    a = load_checkpoint(tmp_path / "a" / "checkpoints" / "tiny" / "last.pt")
+    b = load_checkpoint(tmp_path / "b" / "checkpoints" / "tiny" / "last.pt")
+    assert a["step"] == b["step"] == 24
+    for name, tensor in a["model"].items():
+        assert torch.equal(tensor, b["model"][name]), name
+    assert a["valid_char_accuracy"] == b["valid_char_accuracy"]
+
+
+def test_resume_refuses_a_different_model(tmp_path, tiny_corpus, trained):
+    tmp, config_path, _ = trained
+    config = load_config(config_path, ["model.d_ff=256"])
+    with pytest.raises(CheckpointError, match=r"model\.d_ff is 256 now but 128"):
+        train(config, resume=True, log=lambda message: None)
+    fresh = load_config(write_config(tmp_path / "c.yaml", tiny_config_dict(tmp_path, tiny_corpus)))
+    with pytest.raises(CheckpointError, match="checkpoint not found"):
+        train(fresh, resume=True, log=lambda message: None)
+
+
+def test_loss_is_normalised_per_target_token():
+    logits = torch.zeros(2, 3, 5)
+    target = torch.tensor([[4, 4, 4], [4, 0, 0]])  # 4 real tokens, 2 padding
+    loss, n_tokens = training.loss_fn(logits, target, 0.0)
+    assert n_tokens == 4 and float(loss) == pytest.approx(math.log(5))

@@ -1,0 +1,9 @@
+#!/usr/bin/env python3
+"""Convert pinyin into hanzi: python translate.py "ni hao"  |  --input FILE  |  --evaluate test"""
+
+import sys
+
+from pinyin_hanzi.cli import translate_main
+
+if __name__ == "__main__":
+    sys.exit(translate_main())
