@@ -12,10 +12,14 @@ from __future__ import annotations
 import functools
 import re
 import unicodedata
+from dataclasses import dataclass
 
 from pypinyin import Style, lazy_pinyin
-from pypinyin.contrib.tone_convert import to_normal
+from pypinyin.contrib.tone_convert import to_normal, to_tone3
 from pypinyin.pinyin_dict import pinyin_dict
+
+# A clause ends after one of these (training examples are clauses; long input is cut after them).
+CLAUSE_PUNCTUATION = "。！？；，、：!?;,"
 
 # CJK Unified Ideographs and their extensions (the characters pypinyin has readings for).
 _HANZI_RANGES = (
@@ -66,7 +70,7 @@ def syllable_table() -> dict[str, tuple[str, ...]]:
             syllable = _toneless(reading)
             if syllable.isascii() and syllable.isalpha():
                 table.setdefault(syllable, []).append(char)
-    return {syllable: tuple(chars) for syllable, chars in table.items()}
+    return {syllable: tuple(dict.fromkeys(chars)) for syllable, chars in table.items()}  # once per syllable
 
 
 @functools.lru_cache(maxsize=1)
@@ -102,42 +106,138 @@ def hanzi_to_tokens(text: str | list[str]) -> list[str] | None:
     return tokens
 
 
-_TONE_DIGIT = re.compile(r"^([a-zv]+)[1-5]$")
+# Letters a user may type inside pinyin: ASCII, ü, and vowels (and ḿ ń ň ǹ) carrying tone marks.
+TONE_MARKS = {mark: (base, tone) for base, marks in {
+    "a": "āáǎà", "e": "ēéěè", "i": "īíǐì", "o": "ōóǒò", "u": "ūúǔù", "v": "ǖǘǚǜ", "n": "\u0144\u0148\u01f9", "m": "\u1e3f"}.items()
+    for mark, tone in zip(marks, (1, 2, 3, 4) if base != "n" else (2, 3, 4)) if base != "m" or tone == 2}
+_LETTER = "A-Za-zÜüV" + "".join(TONE_MARKS) + "".join(TONE_MARKS).upper()
+_PIECE = re.compile(f"([{_LETTER}]+)([0-5]?)|(.)", re.S)
+# Interjection syllables a longer letter run is never split into (``fangan`` is not fa-ng-an); typed on
+# their own they count.
+_NOT_INSIDE_RUNS = frozenset({"m", "n", "ng", "hm", "hng"})
 
 
-def _segment_letters(run: str) -> list[str] | None:
-    """Split a run of letters into syllables, preferring the fewest syllables (so ``xian`` stays one);
-    None if no split exists. A stop-gap until model-scored segmentation."""
-    best: list[list[str] | None] = [None] * (len(run) + 1)
-    best[0] = []
-    for end in range(1, len(run) + 1):
+@functools.lru_cache(maxsize=1)
+def toned_syllable_table() -> dict[str, tuple[str, ...]]:
+    """Toned syllable (``zhong1``; neutral tone 5) -> characters with that exact reading."""
+    table: dict[str, list[str]] = {}
+    for code, readings_text in pinyin_dict.items():
+        for reading in readings_text.split(","):
+            key = to_tone3(reading, v_to_u=False, neutral_tone_with_five=True).lower()
+            if key[:-1].isascii() and key[:-1].isalpha():
+                table.setdefault(key, []).append(chr(code))
+    return {key: tuple(dict.fromkeys(chars)) for key, chars in table.items()}
+
+
+Option = tuple[tuple[str, str], ...]  # one way to read a piece of input: (model token, constraint key) pairs
+
+
+@dataclass(frozen=True)
+class Piece:
+    """A stretch of typed input with its alternative readings, best guess first. A pass-through character
+    has one reading; a letter run may have several segmentations (``xian``: xian / xi'an)."""
+
+    options: tuple[Option, ...]
+    scores: tuple[float, ...] = (0.0,)  # prior log-score of each option (see ``parse_pieces``)
+
+
+def fewest_syllables(previous: str, syllable: str) -> float:
+    """The default segmentation score: -1 per syllable, so that fewer syllables rank first."""
+    return -1.0
+
+
+LITERAL = "="  # constraint key prefix of a character typed to pass through as itself (not a syllable)
+
+
+def literal_key(char: str) -> str:
+    return LITERAL + char
+
+
+def is_literal_key(key: str) -> bool:
+    return len(key) == 2 and key[0] == LITERAL
+
+
+def _literal(char: str) -> Piece:
+    return Piece((((char, literal_key(char)),),))
+
+
+def _split_run(letters: str, tones: list[int | None], limit: int, score) -> tuple[list[Option], list[float]]:
+    """Up to ``limit`` segmentations of a run of pinyin letters into syllables, best ``score`` first (a
+    function of (previous syllable, syllable); "<s>" starts the run), with each syllable's tone (from a
+    tone mark on one of its letters). k-best dynamic programming with back-pointers, so a run of thousands
+    of syllables is split in linear time."""
+    n = len(letters)
+    # best[end]: up to `limit` entries (score, start, rank at start, last syllable), best first
+    best: list[list[tuple[float, int, int, str]]] = [[] for _ in range(n + 1)]
+    best[0] = [(0.0, -1, -1, "<s>")]
+    for end in range(1, n + 1):
+        found = []
         for start in range(max(0, end - 6), end):
-            prefix = best[start]
-            if prefix is not None and run[start:end] in syllables():
-                candidate = prefix + [run[start:end]]
-                if best[end] is None or len(candidate) < len(best[end]):
-                    best[end] = candidate
-    return best[len(run)]
+            piece = letters[start:end]
+            if best[start] and piece in syllables() and (piece not in _NOT_INSIDE_RUNS or (start == 0 and end == n)):
+                found.extend((total + score(last, piece), start, rank, piece)
+                             for rank, (total, _, _, last) in enumerate(best[start]))
+        best[end] = sorted(found, key=lambda entry: -entry[0])[:limit]
+    options = []
+    for top in range(len(best[n])):
+        spans, end, rank = [], n, top
+        while end > 0:
+            _, start, rank, _ = best[end][rank]
+            spans.append((start, end))
+            end = start
+        option = []
+        for start, end in reversed(spans):
+            tone = next((t for t in tones[start:end] if t is not None), None)
+            syllable = letters[start:end]
+            option.append((syllable, syllable if tone is None else f"{syllable}{tone}"))
+        options.append(tuple(option))
+    return options, [entry[0] for entry in best[n]]
+
+
+def parse_pieces(text: str, limit: int = 4, score=fewest_syllables) -> list[Piece]:
+    """What a user typed, as pieces: syllables separated by spaces or apostrophes (``ni hao``, ``xi'an``) or
+    run together (``nihao``), optional tone digits (``ni3``) or tone marks (``nǐ``), ``v``/``ü``/``u:`` for
+    ü, any case, full-width letters. A letter run that is no pinyin (``Python``), punctuation, digits,
+    hanzi and emoji pass through one character per piece. Letter runs keep their ``limit`` best
+    segmentations by ``score`` (by default the fewest syllables; the Converter passes a syllable bigram
+    model's log-probability)."""
+    text = re.sub(r"(?<=[nlNL])[uU]:", "v", ascii_letters_digits(text))
+    pieces: list[Piece] = []
+    for chunk in re.split(r"[\s']+", text):
+        for match in _PIECE.finditer(chunk):
+            run, digit, other = match.groups()
+            if other is not None:
+                pieces.append(_literal(other))
+                continue
+            letters, tones = [], []
+            for char in run.lower().replace("ü", "v"):
+                base, tone = TONE_MARKS.get(char, (char, None))
+                letters.append(base)
+                tones.append(tone)
+            options, scores = _split_run("".join(letters), tones, limit, score)
+            if digit and options:
+                tone = 5 if digit in "05" else int(digit)
+                options = [option[:-1] + ((option[-1][0], f"{option[-1][0]}{tone}"),) for option in options]
+            if options:
+                pieces.append(Piece(tuple(options), tuple(scores)))
+            else:  # not pinyin: every character passes through as typed
+                pieces.extend(_literal(char) for char in run + digit)
+    return pieces
+
+
+def alternatives(pieces: list[Piece], limit: int = 4) -> list[Option]:
+    """Up to ``limit`` whole-input readings, best total piece score first."""
+    combined: list[tuple[float, Option]] = [(0.0, ())]
+    for piece in pieces:
+        if len(piece.options) == 1:
+            combined = [(total, reading + piece.options[0]) for total, reading in combined]
+            continue
+        extended = [(total + score, reading + option) for total, reading in combined
+                    for option, score in zip(piece.options, piece.scores)]
+        combined = sorted(extended, key=lambda entry: -entry[0])[:limit]
+    return [reading for _, reading in combined]
 
 
 def parse_pinyin(text: str) -> list[str]:
-    """Tokens of a line a user typed: syllables separated by spaces or apostrophes (``ni hao``, ``xi'an``),
-    with optional tone digits (ignored for now), ``ü``/``u:`` for ``v``; a letter run that is not one
-    syllable is split into syllables if it can be (``nihao``); anything else (punctuation, digits, hanzi,
-    Latin words that are not pinyin) passes through one character per token."""
-    text = ascii_letters_digits(text)
-    tokens: list[str] = []
-    for piece in re.split(r"[\s']+", text):
-        if not piece:
-            continue
-        for run in re.findall(r"[A-Za-zÜüVv:]+[1-5]?|[^A-Za-zÜü:]", piece):
-            word = run.lower().replace("ü", "v").replace("u:", "v")
-            match = _TONE_DIGIT.match(word)
-            if match:
-                word = match.group(1)
-            if word in syllables():
-                tokens.append(word)
-                continue
-            split = _segment_letters(word) if word.isalpha() else None
-            tokens.extend(split if split else list(run))
-    return tokens
+    """The model tokens of the best-guess reading of typed input (see :func:`parse_pieces`)."""
+    return [token for token, _ in alternatives(parse_pieces(text), limit=1)[0]]
