@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from pinyin_hanzi.config import Config, config_from_dict
-from pinyin_hanzi.data import Vocab
+from pinyin_hanzi.vocab import Vocab
 from pinyin_hanzi.errors import CheckpointError, ConfigError
 from pinyin_hanzi.model import Transformer
 

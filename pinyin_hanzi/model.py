@@ -23,7 +23,7 @@ from einops import rearrange
 from torch import nn
 
 from pinyin_hanzi.config import ModelConfig
-from pinyin_hanzi.data import BOS_ID, PAD_ID
+from pinyin_hanzi.vocab import BOS_ID, PAD_ID
 
 Cache = list[dict[str, dict[str, torch.Tensor]]]  # per decoder layer: {"self": {k, v}, "cross": {k, v}}
 

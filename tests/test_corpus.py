@@ -43,6 +43,13 @@ def test_prepare_text_corpus_writes_aligned_splits_and_stats(tmp_path):
     for split in ("train", "valid", "test"):
         for example in read_examples(out / f"{split}.tsv"):
             assert len(example.tokens) == len(example.hanzi) <= 8
+    # Vocabularies come from the training split alone, and their sizes are reported.
+    from pinyin_hanzi.vocab import SPECIALS, load_vocab
+
+    train_chars = {c for e in read_examples(out / "train.tsv") for c in e.hanzi}
+    hanzi_vocab = load_vocab(out / "hanzi_vocab.txt")
+    assert set(hanzi_vocab.tokens[len(SPECIALS):]) == train_chars
+    assert stats["vocab"] == {"pinyin": len(load_vocab(out / "pinyin_vocab.txt")), "hanzi": len(hanzi_vocab)}
     # Reused when nothing changed; rebuilt when the config changes.
     mtime = (out / "train.tsv").stat().st_mtime_ns
     assert prepare(_config(tmp_path, corpus)) == out and (out / "train.tsv").stat().st_mtime_ns == mtime

@@ -1,8 +1,8 @@
 import pytest
 
 from pinyin_hanzi.corpus import Example
-from pinyin_hanzi.data import (BOS_ID, EOS_ID, PAD_ID, SPECIALS, UNK_ID, BatchStream, Vocab, build_vocabs, collate,
-                               encode_examples, token_budget_batches)
+from pinyin_hanzi.data import BatchStream, collate, encode_examples, token_budget_batches
+from pinyin_hanzi.vocab import BOS_ID, EOS_ID, PAD_ID, SPECIALS, UNK_ID, Vocab, build_vocabs, load_vocab, save_vocab
 
 
 def _example(text):
@@ -64,3 +64,9 @@ def test_collate_pads_right_and_batch_stream_restores_its_position():
     restored = BatchStream(examples, batch_tokens=12, seed=1)
     restored.load_state_dict(state)
     assert [b.target.tolist() for _, b in zip(range(5), iter(restored))] == expected
+
+
+def test_vocab_files_round_trip(tmp_path):
+    vocab = Vocab.build(["你好，", "A1 "])
+    save_vocab(vocab, tmp_path / "v.txt")
+    assert load_vocab(tmp_path / "v.txt").tokens == vocab.tokens

@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from pinyin_hanzi.config import ModelConfig
-from pinyin_hanzi.data import BOS_ID, PAD_ID
+from pinyin_hanzi.vocab import BOS_ID, PAD_ID
 from pinyin_hanzi.model import Transformer, shift_right, sinusoidal_table
 
 SOURCE_VOCAB, TARGET_VOCAB = 30, 40
