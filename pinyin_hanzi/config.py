@@ -73,6 +73,7 @@ class TrainConfig:
 class DecodeConfig:
     constrained: bool = True  # only characters whose reading matches the syllable may be chosen
     batch_sentences: int = 256
+    split_penalty: float = 3.0  # score cost of each syllable beyond the fewest-syllable reading of a run
 
 
 @dataclass
@@ -125,6 +126,7 @@ def _validate(config: Config, where: str) -> None:
     check(t.eval_every > 0, "train.eval_every", "a positive integer")
     check(t.eval_sentences > 0, "train.eval_sentences", "a positive integer")
     check(dec.batch_sentences > 0, "decode.batch_sentences", "a positive integer")
+    check(dec.split_penalty >= 0, "decode.split_penalty", "a number >= 0")
 
 
 def _coerce(value, annotation, key: str, where: str):

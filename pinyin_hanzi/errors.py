@@ -15,3 +15,7 @@ class DataError(PinyinHanziError):
 
 class CheckpointError(PinyinHanziError):
     """A checkpoint is missing, unreadable, or does not fit this code."""
+
+
+class TrainingError(PinyinHanziError):
+    """Training cannot go on (for example the loss stopped being finite); the last checkpoint is intact."""

@@ -27,11 +27,13 @@ from tqdm import tqdm
 from pinyin_hanzi.checkpoint import load_checkpoint, model_from_checkpoint, save_checkpoint
 from pinyin_hanzi.config import Config, TrainConfig, save_config
 from pinyin_hanzi.corpus import prepare, read_examples
-from pinyin_hanzi.data import PAD_ID, BatchStream, build_vocabs, collate, encode_examples
+from pinyin_hanzi.data import BatchStream, collate, encode_examples
 from pinyin_hanzi.decoding import Converter
-from pinyin_hanzi.errors import CheckpointError, ConfigError
+from pinyin_hanzi.errors import CheckpointError, ConfigError, TrainingError
 from pinyin_hanzi.metrics import conversion_scores
 from pinyin_hanzi.model import Transformer
+from pinyin_hanzi.syllable_lm import SyllableBigrams
+from pinyin_hanzi.vocab import PAD_ID, load_vocab
 
 
 def select_device(name: str) -> torch.device:
@@ -108,16 +110,19 @@ def train_step(model, batch, optimizer, scheduler, config: TrainConfig, device,
 
 
 @torch.no_grad()
-def evaluate(model, valid_encoded, valid_examples, converter: Converter, config: Config, device) -> dict:
-    """Teacher-forced validation loss on the whole valid split, and constrained-greedy character accuracy
-    on its first ``eval_sentences`` examples (a fixed sample, so numbers are comparable across steps)."""
+def evaluate(model, valid_encoded, valid_examples, converter: Converter, config: Config, device,
+             candidates: torch.Tensor | None = None) -> dict:
+    """Teacher-forced validation loss on the whole valid split (the training loss without smoothing), and
+    constrained-greedy character accuracy on its first ``eval_sentences`` examples (a fixed sample, so
+    numbers are comparable across steps)."""
     model.eval()
     total_loss, total_tokens = 0.0, 0
     for begin in range(0, len(valid_encoded), 256):
         batch = collate(valid_encoded[begin : begin + 256]).to(device)
         with autocast_for(device):
             logits = model(batch.source, batch.target)
-        loss, n_tokens = loss_fn(logits, batch.target, 0.0)
+        allowed = candidates[batch.source] if candidates is not None else None
+        loss, n_tokens = loss_fn(logits, batch.target, 0.0, allowed)
         total_loss, total_tokens = total_loss + float(loss) * n_tokens, total_tokens + n_tokens
     sample = valid_examples[: config.train.eval_sentences]
     with autocast_for(device):
@@ -184,10 +189,11 @@ def train(config: Config, *, resume: bool = False, init_from: str | None = None,
         model, pinyin_vocab, hanzi_vocab, _ = model_from_checkpoint(source, init_from)
         _check_same(config, source["config"], "model", Path(init_from))
     else:
-        pinyin_vocab, hanzi_vocab = build_vocabs(train_examples, config.data.min_char_count)
+        pinyin_vocab, hanzi_vocab = load_vocab(data_dir / "pinyin_vocab.txt"), load_vocab(data_dir / "hanzi_vocab.txt")
         model = Transformer(config.model, source_vocab_size=len(pinyin_vocab), target_vocab_size=len(hanzi_vocab))
     model.to(device)
 
+    syllable_lm = SyllableBigrams.count(example.tokens for example in train_examples)  # for decoding
     train_encoded = encode_examples(train_examples, pinyin_vocab, hanzi_vocab)
     valid_encoded = encode_examples(valid_examples, pinyin_vocab, hanzi_vocab)
     stream = BatchStream(train_encoded, t.batch_tokens, t.seed)
@@ -223,11 +229,12 @@ def train(config: Config, *, resume: bool = False, init_from: str | None = None,
         return {"config": config.to_dict(), "pinyin_vocab": pinyin_vocab.tokens, "hanzi_vocab": hanzi_vocab.tokens,
                 "model": model.state_dict(), "optimizer": optimizer.state_dict(),
                 "scheduler": scheduler.state_dict(), "step": step, "best_accuracy": best_accuracy,
-                "valid_char_accuracy": accuracy, "batches": stream.state_dict(), "rng": rng_state()}
+                "valid_char_accuracy": accuracy, "batches": stream.state_dict(), "rng": rng_state(),
+                "syllable_lm": syllable_lm.state_dict()}
 
     def evaluate_and_save() -> None:
         nonlocal best_accuracy
-        result = evaluate(model, valid_encoded, valid_examples, converter, config, device)
+        result = evaluate(model, valid_encoded, valid_examples, converter, config, device, candidates)
         writer.add_scalar("valid/loss", result["loss"], step)
         writer.add_scalar("valid/char_accuracy", result["char_accuracy"], step)
         writer.add_text("valid/samples", "\n\n".join(result["samples"]), step)
@@ -259,7 +266,8 @@ def train(config: Config, *, resume: bool = False, init_from: str | None = None,
             window_tokens += n_tokens
             progress.update(1)
             if not math.isfinite(loss):
-                raise FloatingPointError(f"loss became {loss} at step {step}; lower train.lr or check the data")
+                raise TrainingError(f"loss became {loss} at step {step}; lower train.lr or check the data "
+                                    f"(last checkpoint: {last_path})")
             if step % t.log_every == 0:
                 tokens_per_second = window_tokens / max(time.time() - window_start, 1e-9)
                 window_tokens, window_start = 0, time.time()
@@ -271,6 +279,7 @@ def train(config: Config, *, resume: bool = False, init_from: str | None = None,
             out_of_time = t.max_minutes > 0 and time.time() - started >= t.max_minutes * 60
             if step % t.eval_every == 0 or step == t.max_steps or out_of_time:
                 evaluate_and_save()
+                window_tokens, window_start = 0, time.time()  # tokens/s measures training alone
             if out_of_time:
                 progress.write(f"stopping: train.max_minutes={t.max_minutes} reached at step {step}")
                 break
