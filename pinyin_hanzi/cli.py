@@ -105,6 +105,7 @@ def load_converter(checkpoint: str | None, device: str = "cpu"):
     """A Converter for ``checkpoint``, or for the newest ``checkpoints/*/best.pt`` (named on stderr)."""
     from pinyin_hanzi.checkpoint import load_checkpoint, model_from_checkpoint, newest_checkpoint
     from pinyin_hanzi.decoding import Converter
+    from pinyin_hanzi.syllable_lm import SyllableBigrams
     from pinyin_hanzi.training import select_device
 
     if checkpoint is None:
@@ -116,63 +117,120 @@ def load_converter(checkpoint: str | None, device: str = "cpu"):
         checkpoint = str(found)
     state = load_checkpoint(checkpoint)
     model, pinyin_vocab, hanzi_vocab, config = model_from_checkpoint(state, checkpoint)
-    return Converter(model, pinyin_vocab, hanzi_vocab, select_device(device)), config
+    syllable_lm = SyllableBigrams.from_state_dict(state["syllable_lm"]) if "syllable_lm" in state else None
+    converter = Converter(model, pinyin_vocab, hanzi_vocab, select_device(device), window=config.data.max_len,
+                          split_penalty=config.decode.split_penalty, syllable_lm=syllable_lm)
+    return converter, config
 
 
-def _evaluate(converter, config, target: str, constrained: bool, batch_size: int) -> dict:
+def _evaluate(converter, config, args) -> int:
     from pinyin_hanzi.corpus import prepared_dir, read_examples
-    from pinyin_hanzi.metrics import conversion_scores
+    from pinyin_hanzi.metrics import evaluate_file
 
-    if target in ("train", "valid", "test"):
-        path = prepared_dir(config.data) / f"{target}.tsv"
+    if args.evaluate in ("train", "valid", "test"):
+        path = prepared_dir(config.data) / f"{args.evaluate}.tsv"
         if not path.is_file():
             raise DataError(f"{path} not found: prepare the data with "
                             f"`python train.py --config CONFIG --prepare-only`, or pass a pinyin<TAB>hanzi file")
     else:
-        path = Path(target)
+        path = Path(args.evaluate)
     examples = read_examples(path)
-    hypotheses = converter.convert_tokens([e.tokens for e in examples], constrained=constrained, batch_size=batch_size)
-    scores = conversion_scores(hypotheses, [e.hanzi for e in examples])
-    return {"file": str(path), "constrained": constrained, **scores}
+    result = {"file": str(path), **evaluate_file(converter, examples, constrained=not args.unconstrained,
+                                                 unsegmented=args.unsegmented, beam=args.beam,
+                                                 batch_size=args.batch_size)}
+    mode = (f"{'unsegmented' if args.unsegmented else 'segmented'} input, "
+            f"{'unconstrained' if args.unconstrained else 'constrained'} "
+            f"{'greedy' if args.beam == 1 else f'beam {args.beam}'}")
+    print(f"{result['file']}: {result['sentences']} sentences, {result['characters']} characters, {mode}")
+    line = (f"character accuracy {result['char_accuracy']:.2%}  CER {result['cer']:.2%}  "
+            f"exact sentences {result['exact']:.2%}")
+    if "top5" in result:
+        line += f"  top-1/3/5 {result['top1']:.2%} / {result['top3']:.2%} / {result['top5']:.2%}"
+    print(line)
+    print(json.dumps(result, ensure_ascii=False))
+    return 0
+
+
+def _format(line: str, conversions, args) -> str:
+    if args.json:
+        best = conversions[0]
+        return json.dumps({"input": line, "output": best.text, "segmentation": best.tokens,
+                           "candidates": [{"text": c.text, "score": round(c.score, 4), "segmentation": c.tokens}
+                                          for c in conversions],
+                           "notes": best.notes}, ensure_ascii=False)
+    if args.nbest > 1:
+        return "\t".join(f"{c.text}\t{c.score:.3f}" for c in conversions)
+    return conversions[0].text
+
+
+def _convert_and_print(converter, lines: list[str], args) -> None:
+    found = converter.convert(lines, beam=args.beam, nbest=args.nbest, constrained=not args.unconstrained,
+                              batch_size=args.batch_size, chinese_punctuation=args.chinese_punctuation)
+    for line, conversions in zip(lines, found):
+        if args.verbose:
+            for note in conversions[0].notes:
+                print(f"note: {note}", file=sys.stderr)
+        sys.stdout.write(_format(line, conversions, args) + "\n")
+    sys.stdout.flush()
+
+
+def _interactive(converter, args) -> int:
+    print("type pinyin (e.g. ni hao, nihao, ni3hao3) and press Enter; Ctrl-D to quit", file=sys.stderr)
+    while True:
+        try:
+            line = input("pinyin> ")
+        except EOFError:
+            print(file=sys.stderr)
+            return 0
+        _convert_and_print(converter, [line], args)
+
+
+MAX_NBEST = 50
 
 
 def _translate(argv) -> int:
     parser = argparse.ArgumentParser(
         prog="translate.py", description="Convert pinyin into hanzi with a trained checkpoint.",
-        epilog='examples: python translate.py "ni hao" | python translate.py --input lines.txt | '
-               "python translate.py --evaluate test")
-    parser.add_argument("text", nargs="*", help="pinyin to convert (all arguments form one line)")
+        epilog='examples: python translate.py "ni hao" | python translate.py --nbest 5 xian | '
+               "python translate.py --input lines.txt | python translate.py --evaluate test --beam 5")
+    parser.add_argument("text", nargs="*", help="pinyin to convert (all arguments form one line); without "
+                        "text or --input, an interactive prompt on a terminal, else standard input")
     parser.add_argument("--checkpoint", help="checkpoint file (default: newest checkpoints/*/best.pt)")
     parser.add_argument("--input", metavar="FILE", help="convert each line of FILE ('-' for stdin)")
+    parser.add_argument("--beam", type=int, default=1, help="beam size (default 1: greedy)")
+    parser.add_argument("--nbest", type=int, default=1,
+                        help=f"print the N best conversions with their scores, tab-separated (1-{MAX_NBEST})")
+    parser.add_argument("--json", action="store_true", help="one JSON object per line: input, output, "
+                        "segmentation, candidates with scores, notes")
+    parser.add_argument("--chinese-punctuation", action="store_true",
+                        help="ASCII , . ? ! after a hanzi become ，。？！")
+    parser.add_argument("--verbose", action="store_true", help="say on stderr where a fallback character was used")
     parser.add_argument("--evaluate", metavar="SPLIT_OR_FILE",
                         help="score on a prepared split (train/valid/test) or a pinyin<TAB>hanzi file")
+    parser.add_argument("--unsegmented", action="store_true", help="with --evaluate: type syllables run together")
     parser.add_argument("--unconstrained", action="store_true", help="let the model choose any character")
     parser.add_argument("--batch-size", type=int, default=256, help="sentences decoded together (default 256)")
     parser.add_argument("--device", default="cpu", choices=("auto", "cpu", "cuda", "mps"))
     args = parser.parse_args(argv)
-    modes = sum([bool(args.text), args.input is not None, args.evaluate is not None])
-    if modes != 1:
-        parser.error("give pinyin text, --input FILE, or --evaluate SPLIT_OR_FILE (exactly one)")
+    if sum([bool(args.text), args.input is not None, args.evaluate is not None]) > 1:
+        parser.error("give pinyin text, --input FILE or --evaluate SPLIT_OR_FILE, not several")
+    if args.beam < 1:
+        parser.error("--beam must be at least 1")
+    if not 1 <= args.nbest <= MAX_NBEST:
+        parser.error(f"--nbest must be between 1 and {MAX_NBEST}")
     if args.batch_size < 1:
         parser.error("--batch-size must be at least 1")
 
     converter, config = load_converter(args.checkpoint, args.device)
-    constrained = not args.unconstrained
     if args.evaluate is not None:
-        result = _evaluate(converter, config, args.evaluate, constrained, args.batch_size)
-        print(f"{result['file']}: {result['sentences']} sentences, {result['characters']} characters, "
-              f"{'constrained' if constrained else 'unconstrained'} greedy")
-        print(f"character accuracy {result['char_accuracy']:.2%}  CER {result['cer']:.2%}  "
-              f"exact sentences {result['exact']:.2%}")
-        print(json.dumps(result, ensure_ascii=False))
-        return 0
+        return _evaluate(converter, config, args)
     if args.text:
-        print(converter.convert([" ".join(args.text)], constrained=constrained)[0])
+        _convert_and_print(converter, [" ".join(args.text)], args)
         return 0
-    for chunk in _chunks(_open_lines(args.input), args.batch_size):
-        outputs = converter.convert(chunk, constrained=constrained, batch_size=args.batch_size)
-        sys.stdout.write("".join(output + "\n" for output in outputs))
-        sys.stdout.flush()
+    if args.input is None and sys.stdin.isatty():
+        return _interactive(converter, args)
+    for chunk in _chunks(_open_lines(args.input or "-"), args.batch_size):
+        _convert_and_print(converter, chunk, args)
     return 0
 
 

@@ -1,55 +1,79 @@
-"""Pinyin-constrained greedy decoding, and the Converter that turns typed pinyin into hanzi.
+"""Pinyin-constrained decoding (greedy and beam search, n-best), and the Converter that turns typed pinyin
+into hanzi.
 
 Constraint: at position i only hanzi that have a reading equal to syllable i (pypinyin's per-character
-tables, restricted to the hanzi vocabulary) may be chosen; a pass-through token (punctuation, digit,
-Latin letter, hanzi typed as-is) may only become itself. So every output has exactly one character per
-token and never an impossible one. Where the vocabulary has no candidate at all (a syllable whose
-characters never occurred in training, a symbol never seen), the output is fixed without the model:
-the first character of the reading table, or the symbol itself.
+tables, restricted to the hanzi vocabulary) may be chosen — with a tone (``ni3``), only characters with
+that toned reading; a pass-through token (punctuation, digit, Latin letter, emoji, hanzi typed as-is) may
+only become itself. So every output has exactly one character per token and never an impossible one.
+Where the vocabulary has no candidate (a syllable whose characters never occurred in training, a symbol
+never seen), the output is fixed without the model: the first character of the reading table, or the
+symbol itself; the model is fed ``<unk>`` there.
+
+Scores are sums of log-probabilities, each a softmax over the allowed characters of its position.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Sequence
 
 import torch
+from einops import rearrange, repeat
 
-from pinyin_hanzi.data import BOS_ID, SPECIALS, UNK_ID, Vocab, pad
+from pinyin_hanzi.data import pad
 from pinyin_hanzi.model import Transformer
-from pinyin_hanzi.pinyin import parse_pinyin, syllable_table
+from pinyin_hanzi.pinyin import (CLAUSE_PUNCTUATION, Piece, alternatives, fewest_syllables, is_hanzi, is_literal_key,
+                                 parse_pieces, syllable_table, toned_syllable_table)
+from pinyin_hanzi.syllable_lm import SyllableBigrams
+from pinyin_hanzi.vocab import BOS_ID, PAD_ID, SPECIALS, UNK_ID, Vocab
+
+PAD_ROW = 0  # candidate-table row of positions past the end of a sequence: only <pad>, with probability 1
+ASCII_TO_CHINESE_PUNCTUATION = {",": "，", ".": "。", "?": "？", "!": "！"}
 
 
 class CandidateTable:
-    """Raw source token -> allowed hanzi ids, as rows of a boolean (n_tokens, v) table."""
+    """Constraint key -> allowed hanzi ids, as rows of a boolean (n_keys, v) table. A key is a toneless
+    syllable (``ni``), a toned one (``ni3``, neutral tone ``de5``) or a pass-through character."""
 
     def __init__(self, hanzi_vocab: Vocab):
         self.hanzi_vocab = hanzi_vocab
-        self.rows: dict[str, int] = {}
-        self.fallbacks: list[str | None] = []  # per row: the fixed output when no candidate is in the vocab
-        self._masks: list[torch.Tensor] = []
-        self._table: torch.Tensor | None = None
         self.unconstrained = torch.ones(len(hanzi_vocab), dtype=torch.bool)
         self.unconstrained[: len(SPECIALS)] = False
+        pad_only = torch.zeros(len(hanzi_vocab), dtype=torch.bool)
+        pad_only[PAD_ID] = True
+        self.rows: dict[str, int] = {}
+        self.fallbacks: list[str | None] = [None]  # per row: the fixed output when no candidate is in the vocab
+        self._masks: list[torch.Tensor] = [pad_only]
+        self._table: torch.Tensor | None = None
 
-    def candidates(self, token: str) -> tuple[str, ...]:
-        """Characters that may stand for ``token`` (any, not only those in the vocabulary). A single-letter
-        syllable (a, o, e, n, m) may also be that Latin letter passing through, as in ``P y t h o n``."""
-        chars = syllable_table().get(token)
+    def candidates(self, key: str) -> tuple[str, ...]:
+        """Characters that may stand for ``key`` (any, not only those in the vocabulary). A toned syllable
+        no character has (``ni5``) counts as toneless. A single-letter syllable (a, o, e, n, m) may also
+        be that Latin letter passing through, as in ``P y t h o n``; a literal key (``=o``, typed input that
+        is not pinyin) only itself."""
+        if is_literal_key(key):
+            return (key[1],)
+        if key[-1:].isdigit() and key[:-1].isalpha():
+            toned = toned_syllable_table().get(key)
+            key = key[:-1]
+            if toned:
+                return toned + (key,) if len(key) == 1 else toned
+        chars = syllable_table().get(key)
         if chars is None:
-            return (token,)
-        return chars + (token,) if len(token) == 1 else chars
+            return (key,)
+        return chars + (key,) if len(key) == 1 else chars
 
-    def row(self, token: str) -> int:
-        if token not in self.rows:
-            chars = self.candidates(token)
+    def row(self, key: str) -> int:
+        if key not in self.rows:
+            chars = self.candidates(key)
             mask = torch.zeros(len(self.hanzi_vocab), dtype=torch.bool)
             ids = [self.hanzi_vocab.ids[char] for char in chars if char in self.hanzi_vocab]
-            mask[ids] = True
-            self.rows[token] = len(self._masks)
+            mask[ids if ids else [UNK_ID]] = True
+            self.rows[key] = len(self._masks)
             self._masks.append(mask)
             self.fallbacks.append(None if ids else chars[0])
             self._table = None
-        return self.rows[token]
+        return self.rows[key]
 
     def table(self) -> torch.Tensor:
         if self._table is None:
@@ -64,63 +88,240 @@ class CandidateTable:
         return table
 
 
-class Converter:
-    """A trained model with its vocabularies: converts token lists or typed lines into hanzi."""
+@dataclass
+class Conversion:
+    """One candidate conversion of an input line."""
 
-    def __init__(self, model: Transformer, pinyin_vocab: Vocab, hanzi_vocab: Vocab, device: torch.device | str = "cpu"):
+    text: str
+    score: float  # log-probability under the model (sum over positions)
+    tokens: list[str] = field(default_factory=list)  # the reading (segmentation) it converts
+    notes: list[str] = field(default_factory=list)  # fallbacks used, for verbose output
+
+
+class Converter:
+    """A trained model with its vocabularies: converts token lists or typed lines into hanzi.
+
+    ``window``: the longest token sequence given to the model at once (the training examples' max length);
+    longer input is cut at punctuation, or into windows, and converted piece by piece.
+
+    Readings of ambiguous letters: log P(hanzi | syllables) of different readings condition on different
+    syllables and are not comparable as they are (an extra syllable with few candidates costs almost
+    nothing). With ``syllable_lm`` the score is the joint log P(hanzi, syllables) = log P(hanzi | syllables)
+    + log P(syllables); ``split_penalty`` further charges each syllable beyond the fewest-syllable reading."""
+
+    def __init__(self, model: Transformer, pinyin_vocab: Vocab, hanzi_vocab: Vocab,
+                 device: torch.device | str = "cpu", window: int | None = None, split_penalty: float = 3.0,
+                 syllable_lm: SyllableBigrams | None = None):
         self.model = model.to(device).eval()
         self.pinyin_vocab, self.hanzi_vocab = pinyin_vocab, hanzi_vocab
         self.device = torch.device(device)
         self.candidates = CandidateTable(hanzi_vocab)
+        self.window = min(window or model.config.max_positions, model.config.max_positions)
+        self.split_penalty, self.syllable_lm = split_penalty, syllable_lm
+
+    # ----------------------------------------------------------------------------------------- search
+
+    def _prepare(self, token_lists, key_lists):
+        """Source ids (b, s) on the device and candidate-table rows (b, s), PAD_ROW past each end."""
+        length = max(len(tokens) for tokens in token_lists)
+        source = pad([self.pinyin_vocab.encode(tokens) for tokens in token_lists]).to(self.device)
+        rows = torch.tensor([[self.candidates.row(key) for key in keys] + [PAD_ROW] * (length - len(keys))
+                             for keys in key_lists])
+        return source, rows
+
+    def _allowed(self, rows: torch.Tensor, constrained: bool) -> torch.Tensor:
+        """(n, v) allowed characters for candidate-table rows (n,)."""
+        allowed = self.candidates.table()[rows]
+        if not constrained:
+            allowed = torch.where((rows == PAD_ROW)[:, None], allowed, self.candidates.unconstrained)
+        return allowed
 
     @torch.inference_mode()
-    def _greedy_batch(self, token_lists: Sequence[Sequence[str]], constrained: bool) -> list[str]:
-        batch_size, length = len(token_lists), max(len(tokens) for tokens in token_lists)
-        source = pad([self.pinyin_vocab.encode(tokens) for tokens in token_lists]).to(self.device)
-        rows = torch.tensor([[self.candidates.row(t) for t in tokens] + [0] * (length - len(tokens))
-                             for tokens in token_lists])  # (b, s) candidate-table row per position
-        table = self.candidates.table()
+    def greedy(self, token_lists, key_lists=None, constrained: bool = True) -> list[tuple[list[int], float]]:
+        """Greedy decoding, as in the book: at each step the most probable allowed character, fed back as
+        the next decoder input. The encoder runs once; the decoder caches keys/values, so each step costs
+        one position. Returns (hanzi ids, score) per input."""
+        key_lists = key_lists or token_lists
+        source, rows = self._prepare(token_lists, key_lists)
         memory, padding_mask = self.model.encode(source)
         cache = self.model.new_cache()
-        previous = torch.full((batch_size, 1), BOS_ID, dtype=torch.long, device=self.device)
-        chosen = torch.empty(batch_size, length, dtype=torch.long)
+        previous = torch.full((len(token_lists), 1), BOS_ID, dtype=torch.long, device=self.device)
+        chosen = torch.empty(source.shape, dtype=torch.long)
+        scores = torch.zeros(len(token_lists))
+        for position in range(source.shape[1]):
+            logits = self.model.decode(previous, memory, padding_mask, cache, start=position)[:, -1].float().cpu()
+            log_probs = logits.masked_fill(~self._allowed(rows[:, position], constrained), float("-inf")).log_softmax(-1)
+            best, chosen[:, position] = log_probs.max(dim=-1)
+            scores += best
+            previous = chosen[:, position : position + 1].to(self.device)
+        return [(chosen[i, : len(tokens)].tolist(), float(scores[i])) for i, tokens in enumerate(token_lists)]
+
+    @torch.inference_mode()
+    def beam_search(self, token_lists, key_lists=None, beam: int = 5, constrained: bool = True
+                    ) -> list[list[tuple[list[int], float]]]:
+        """Batched beam search: the ``beam`` best-scoring partial conversions of every input are extended
+        one position at a time; keys/values of the kept beams are reordered, not recomputed. Returns, per
+        input, up to ``beam`` (hanzi ids, score) pairs, best first."""
+        key_lists = key_lists or token_lists
+        source, rows = self._prepare(token_lists, key_lists)
+        batch, length = source.shape
+        memory, padding_mask = self.model.encode(source)  # (b, s, d), (b, 1, 1, s)
+        memory = repeat(memory, "b s d -> (b k) s d", k=beam)
+        padding_mask = repeat(padding_mask, "b x y s -> (b k) x y s", k=beam)
+        cache = self.model.new_cache()
+        scores = torch.full((batch, beam), float("-inf"))
+        scores[:, 0] = 0.0  # one live beam to start from
+        history = torch.empty(batch, beam, 0, dtype=torch.long)
+        previous = torch.full((batch * beam, 1), BOS_ID, dtype=torch.long, device=self.device)
+        vocab = len(self.hanzi_vocab)
         for position in range(length):
             logits = self.model.decode(previous, memory, padding_mask, cache, start=position)[:, -1].float().cpu()
-            allowed = table[rows[:, position]] if constrained else self.candidates.unconstrained.expand_as(logits)
-            chosen[:, position] = logits.masked_fill(~allowed, float("-inf")).argmax(dim=-1)
-            # Positions with no candidate in the vocabulary: fixed output, fed back as <unk>.
-            stuck = ~allowed.any(dim=-1)
-            chosen[stuck, position] = UNK_ID
-            previous = chosen[:, position : position + 1].to(self.device)
-        outputs = []
-        for row_index, tokens in enumerate(token_lists):
-            chars = []
-            for position, token in enumerate(tokens):
-                fallback = self.candidates.fallbacks[rows[row_index, position]]
-                if constrained and fallback is not None:
-                    chars.append(fallback)
-                else:
-                    chars.append(self.hanzi_vocab.tokens[int(chosen[row_index, position])])
-            outputs.append("".join(chars))
-        return outputs
+            allowed = repeat(self._allowed(rows[:, position], constrained), "b v -> (b k) v", k=beam)
+            log_probs = logits.masked_fill(~allowed, float("-inf")).log_softmax(-1)  # (b k, v)
+            total = scores[:, :, None] + rearrange(log_probs, "(b k) v -> b k v", k=beam)
+            scores, flat_index = rearrange(total, "b k v -> b (k v)").topk(beam, dim=-1)  # (b, k)
+            parent, token = flat_index // vocab, flat_index % vocab
+            history = torch.cat([history.gather(1, repeat(parent, "b k -> b k t", t=position)), token[..., None]], 2)
+            order = (torch.arange(batch)[:, None] * beam + parent).flatten().to(self.device)
+            for layer_cache in cache:  # cross-attention keys/values are the same for all beams of an input
+                layer_cache["self"]["k"] = layer_cache["self"]["k"].index_select(0, order)
+                layer_cache["self"]["v"] = layer_cache["self"]["v"].index_select(0, order)
+            previous = rearrange(token, "b k -> (b k) 1").to(self.device)
+        results = []
+        for i, tokens in enumerate(token_lists):
+            alive = [k for k in range(beam) if scores[i, k] > float("-inf")]
+            results.append([(history[i, k, : len(tokens)].tolist(), float(scores[i, k])) for k in alive])
+        return results
+
+    def _text(self, ids: list[int], keys: Sequence[str], constrained: bool) -> tuple[str, list[str]]:
+        chars, notes = [], []
+        for index, key in zip(ids, keys):
+            fallback = self.candidates.fallbacks[self.candidates.row(key)]
+            if constrained and fallback is not None:
+                chars.append(fallback)
+                if fallback != (key[1] if is_literal_key(key) else key):
+                    notes.append(f"no character of '{key}' is in the model's vocabulary: used '{fallback}'")
+            else:
+                chars.append(self.hanzi_vocab.tokens[index])
+        return "".join(chars), notes
+
+    def _search(self, readings: list[tuple[list[str], list[str]]], beam: int, constrained: bool,
+                batch_size: int) -> list[list[Conversion]]:
+        """Conversions (best first) of each (tokens, keys) reading, decoded in batches of similar length."""
+        results: list[list[Conversion]] = [[] for _ in readings]
+        order = sorted(range(len(readings)), key=lambda i: len(readings[i][0]))
+        for begin in range(0, len(order), batch_size):
+            indices = [i for i in order[begin : begin + batch_size] if readings[i][0]]
+            for i in order[begin : begin + batch_size]:
+                if not readings[i][0]:
+                    results[i] = [Conversion("", 0.0)]
+            if not indices:
+                continue
+            tokens = [readings[i][0] for i in indices]
+            keys = [readings[i][1] for i in indices]
+            if beam == 1:
+                found = [[hypothesis] for hypothesis in self.greedy(tokens, keys, constrained)]
+            else:
+                found = self.beam_search(tokens, keys, beam, constrained)
+            for i, hypotheses in zip(indices, found):
+                for ids, score in hypotheses:
+                    text, notes = self._text(ids, readings[i][1], constrained)
+                    results[i].append(Conversion(text, score, list(readings[i][0]), notes))
+        return results
+
+    # ------------------------------------------------------------------------------------- public API
 
     def convert_tokens(self, token_lists: Sequence[Sequence[str]], *, constrained: bool = True,
-                       batch_size: int = 256) -> list[str]:
-        """One output string per token list (same order); an empty list gives an empty string.
-
-        Batches are formed from inputs of similar length, so little work is spent on padding."""
+                       batch_size: int = 256, beam: int = 1) -> list[str]:
+        """One output per token list (same order; an empty list gives ""). Token lists longer than the
+        window are converted window by window."""
+        pieces = [(i, list(tokens[start : start + self.window]))
+                  for i, tokens in enumerate(token_lists) for start in range(0, max(len(tokens), 1), self.window)]
+        found = self._search([(tokens, tokens) for _, tokens in pieces], beam, constrained, batch_size)
         outputs = [""] * len(token_lists)
-        order = sorted((i for i, tokens in enumerate(token_lists) if tokens), key=lambda i: len(token_lists[i]))
-        max_len = self.model.config.max_positions
-        for begin in range(0, len(order), batch_size):
-            indices = order[begin : begin + batch_size]
-            pieces = [(i, start, token_lists[i][start : start + max_len])
-                      for i in indices for start in range(0, len(token_lists[i]), max_len)]
-            for (i, _, _), text in zip(pieces, self._greedy_batch([p[2] for p in pieces], constrained)):
-                outputs[i] += text
+        for (i, _), conversions in zip(pieces, found):
+            outputs[i] += conversions[0].text
         return outputs
 
-    def convert(self, lines: Sequence[str], *, constrained: bool = True, batch_size: int = 256) -> list[str]:
-        """Typed pinyin lines (``ni hao``, ``nihao``, ``ni3 hao3``) -> hanzi lines."""
-        return self.convert_tokens([parse_pinyin(line) for line in lines], constrained=constrained,
-                                   batch_size=batch_size)
+    def _chunks(self, pieces: list[Piece]) -> list[list[Piece]]:
+        """Pieces grouped into chunks of at most ``window`` tokens (by each piece's first reading), cut after
+        punctuation where possible; a letter run longer than a window is cut into windows."""
+        chunks, current, size, cut = [], [], 0, 0
+        for piece in pieces:
+            n = len(piece.options[0])
+            if n > self.window:
+                if current:
+                    chunks.append(current)
+                best = piece.options[0]
+                chunks.extend([Piece((best[s : s + self.window],))] for s in range(0, n, self.window))
+                current, size, cut = [], 0, 0
+                continue
+            while current and size + n > self.window:
+                head, current = (current[:cut], current[cut:]) if cut else (current, [])
+                chunks.append(head)
+                size, cut = sum(len(p.options[0]) for p in current), 0
+            current.append(piece)
+            size += n
+            if len(piece.options) == 1 and piece.options[0][-1][0] in CLAUSE_PUNCTUATION:
+                cut = len(current)
+        if current or not chunks:
+            chunks.append(current)
+        return chunks
+
+    def convert(self, lines: Sequence[str], *, beam: int = 1, nbest: int = 1, constrained: bool = True,
+                batch_size: int = 256, alternatives_limit: int = 4,
+                chinese_punctuation: bool = False) -> list[list[Conversion]]:
+        """Typed lines -> up to ``nbest`` distinct conversions each, best first.
+
+        Each alternative reading of ambiguous input (``xian`` = xian / xi'an) is decoded and the model's
+        score picks among them. Input longer than one window is converted chunk by chunk (cut at
+        punctuation); its n-best list then holds the best conversion only."""
+        beam = max(beam, nbest)
+        jobs: list[tuple[int, int, int]] = []  # (line, chunk, extra syllables) of each reading
+        readings: list[tuple[list[str], list[str]]] = []
+        chunk_counts = []
+        for line_index, line in enumerate(lines):
+            score = self.syllable_lm.bigram_log_prob if self.syllable_lm is not None else fewest_syllables
+            chunks = self._chunks(parse_pieces(line, alternatives_limit, score))
+            chunk_counts.append(len(chunks))
+            for chunk_index, chunk in enumerate(chunks):
+                options = alternatives(chunk, alternatives_limit)
+                fewest = min(len(reading) for reading in options)
+                for reading in options:
+                    jobs.append((line_index, chunk_index, len(reading) - fewest))
+                    readings.append(([token for token, _ in reading], [key for _, key in reading]))
+        found = self._search(readings, beam, constrained, batch_size)
+        per_chunk: dict[tuple[int, int], list[Conversion]] = {}
+        for (line_index, chunk_index, extra), conversions, (tokens, _) in zip(jobs, found, readings):
+            prior = self.syllable_lm.log_prob(tokens) if self.syllable_lm is not None else 0.0
+            for conversion in conversions:
+                conversion.score += prior - self.split_penalty * extra
+            per_chunk.setdefault((line_index, chunk_index), []).extend(conversions)
+        outputs = []
+        for line_index, count in enumerate(chunk_counts):
+            ranked = []  # per chunk: distinct texts, each with its best-scoring reading, best first
+            for chunk_index in range(count):
+                by_text: dict[str, Conversion] = {}
+                for conversion in per_chunk[(line_index, chunk_index)]:
+                    if conversion.text not in by_text or conversion.score > by_text[conversion.text].score:
+                        by_text[conversion.text] = conversion
+                ranked.append(sorted(by_text.values(), key=lambda c: -c.score))
+            if count == 1:
+                best = ranked[0][:nbest]
+            else:
+                parts = [chunk[0] for chunk in ranked]
+                best = [Conversion("".join(p.text for p in parts), sum(p.score for p in parts),
+                                   [t for p in parts for t in p.tokens], [n for p in parts for n in p.notes])]
+            if chinese_punctuation:
+                best = [_chinese_punctuation(conversion) for conversion in best]
+            outputs.append(best)
+        return outputs
+
+
+def _chinese_punctuation(conversion: Conversion) -> Conversion:
+    """ASCII , . ? ! right after a hanzi become ，。？！ (``1.5`` and ``OK!`` stay as they are)."""
+    chars = list(conversion.text)
+    for i, char in enumerate(chars):
+        if char in ASCII_TO_CHINESE_PUNCTUATION and i > 0 and is_hanzi(chars[i - 1]):
+            chars[i] = ASCII_TO_CHINESE_PUNCTUATION[char]
+    return Conversion("".join(chars), conversion.score, conversion.tokens, conversion.notes)

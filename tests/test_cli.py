@@ -67,8 +67,11 @@ def test_translate_errors_are_one_line(trained, tmp_path):
     bad.write_bytes(b"ni hao\n\xff\xfe\n")
     _one_line_error(run(ROOT / "translate.py", "--checkpoint", best, "--input", bad), "line 2 is not valid UTF-8")
     _one_line_error(run(ROOT / "translate.py", "ni hao", cwd=tmp_path), "no checkpoint found")
-    usage = run(ROOT / "translate.py", "--checkpoint", best)
-    assert usage.returncode == 2 and "exactly one" in usage.stderr
+    usage = run(ROOT / "translate.py", "--checkpoint", best, "--input", "-", "ni hao")
+    assert usage.returncode == 2 and "not several" in usage.stderr
+    for bad in (["--beam", "0"], ["--nbest", "1000"], ["--nbest", "0"]):
+        usage = run(ROOT / "translate.py", "--checkpoint", best, *bad, "ni hao")
+        assert usage.returncode == 2 and "Traceback" not in usage.stderr and "must be" in usage.stderr
 
 
 def test_train_errors_are_one_line(tmp_path, tiny_corpus):
@@ -85,3 +88,47 @@ def test_train_cli_prepare_only_writes_stats(tmp_path, tiny_corpus):
     assert result.returncode == 0, result.stderr
     stats = json.loads(result.stdout)
     assert stats["examples"]["train"] > 0 and (tmp_path / "prepared" / "tiny" / "test.tsv").is_file()
+
+
+def test_translate_nbest_and_json(trained):
+    _, _, best = trained
+    result = run(ROOT / "translate.py", "--checkpoint", best, "--nbest", "3", "shi")  # 世 是 市 in the corpus
+    fields = result.stdout.rstrip("\n").split("\t")
+    texts = fields[0::2]
+    assert result.returncode == 0 and len(texts) >= 2 and len(set(texts)) == len(texts) and set(texts) <= set("世是市")
+    scores = [float(score) for score in fields[1::2]]
+    assert len(scores) == len(texts)
+    assert scores == sorted(scores, reverse=True)
+    result = run(ROOT / "translate.py", "--checkpoint", best, "--json", "--beam", "4", "--nbest", "2", "nihao")
+    record = json.loads(result.stdout)
+    assert record["input"] == "nihao" and record["output"] == "你好" and record["segmentation"] == ["ni", "hao"]
+    assert len(record["candidates"]) == 2 and record["candidates"][0]["text"] == "你好"
+
+
+def test_translate_reads_piped_stdin_without_arguments(trained):
+    _, _, best = trained
+    result = run(ROOT / "translate.py", "--checkpoint", best, stdin="ni hao\n\nwo men\n")
+    assert result.returncode == 0 and result.stdout.split("\n")[:3] == ["你好", "", "我们"]
+
+
+def test_translate_interactive_prompt_on_a_terminal(trained):
+    import os
+    import pty
+
+    _, _, best = trained
+    controller, terminal = pty.openpty()
+    process = subprocess.Popen([sys.executable, str(ROOT / "translate.py"), "--checkpoint", str(best)],
+                               stdin=terminal, stdout=terminal, stderr=terminal, cwd=ROOT,
+                               env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"})
+    os.close(terminal)
+    output = b""
+    try:
+        os.write(controller, b"ni hao\n")
+        while b"\xe4\xbd\xa0\xe5\xa5\xbd" not in output:  # 你好
+            output += os.read(controller, 1024)
+        os.write(controller, b"\x04")  # Ctrl-D
+        assert process.wait(timeout=60) == 0
+    finally:
+        process.kill()
+        os.close(controller)
+    assert b"pinyin> " in output

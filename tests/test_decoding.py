@@ -1,7 +1,7 @@
 import torch
 
 from pinyin_hanzi.config import ModelConfig
-from pinyin_hanzi.data import Vocab
+from pinyin_hanzi.vocab import Vocab
 from pinyin_hanzi.decoding import Converter
 from pinyin_hanzi.model import Transformer
 from pinyin_hanzi.pinyin import readings
@@ -65,7 +65,7 @@ def test_inputs_longer_than_the_model_are_decoded_in_pieces():
 
 def test_convert_parses_typed_pinyin():
     converter = _untrained_converter()
-    output = converter.convert(["nihao，wo3men2"])[0]
+    output = converter.convert(["nihao，wo3men2"])[0][0].text
     assert len(output) == 5 and output[2] == "，"
 
 
@@ -73,3 +73,103 @@ def test_single_letter_syllables_may_also_be_latin_letters():
     converter = _untrained_converter()
     assert "o" in converter.candidates.candidates("o") and "哦" in converter.candidates.candidates("o")
     assert "ni" not in converter.candidates.candidates("ni")
+
+
+def _teacher_forced_score(converter, tokens, chars) -> float:
+    """log P(chars | tokens) under the constrained softmax, computed the slow way (full forward pass)."""
+    source = torch.tensor([converter.pinyin_vocab.encode(tokens)])
+    target = torch.tensor([converter.hanzi_vocab.encode(chars)])
+    with torch.no_grad():
+        logits = converter.model(source, target)[0]
+    total = 0.0
+    for position, (token, char) in enumerate(zip(tokens, chars)):
+        row = converter.candidates.row(token)
+        allowed = converter.candidates.table()[row]
+        log_probs = logits[position].masked_fill(~allowed, float("-inf")).log_softmax(-1)
+        total += float(log_probs[converter.hanzi_vocab.ids[char]])
+    return total
+
+
+def test_beam_search_finds_the_exhaustive_n_best():
+    import itertools
+
+    converter = _untrained_converter(seed=3)
+    tokens = ["ni", "hao", "jing"]  # 2 x 2 x 2 candidates in the vocabulary
+    options = [[c for c in converter.candidates.candidates(t) if c in converter.hanzi_vocab] for t in tokens]
+    exhaustive = sorted(((_teacher_forced_score(converter, tokens, "".join(chars)), "".join(chars))
+                         for chars in itertools.product(*options)), reverse=True)
+    found = converter.beam_search([tokens], beam=len(exhaustive))[0]
+    texts = ["".join(converter.hanzi_vocab.decode(ids)) for ids, _ in found]
+    assert texts == [text for _, text in exhaustive]
+    for (ids, score), (expected, _) in zip(found, exhaustive):
+        assert abs(score - expected) < 1e-4
+
+
+def test_beam_of_one_equals_greedy():
+    converter = _untrained_converter(seed=4)
+    inputs = [["ni", "hao", "，", "wo", "men"], ["bei", "jing"], ["ba", "1", "A", "。", "ni", "hao", "ba"]]
+    greedy = converter.greedy(inputs)
+    beam = converter.beam_search(inputs, beam=1)
+    assert [ids for ids, _ in greedy] == [hypotheses[0][0] for hypotheses in beam]
+    for (_, g), hypotheses in zip(greedy, beam):
+        assert abs(g - hypotheses[0][1]) < 1e-4
+    assert converter.convert(["ni hao wo men"], beam=1)[0][0].text == converter.convert_tokens([["ni", "hao", "wo", "men"]])[0]
+
+
+def test_nbest_is_ordered_unique_and_constrained():
+    converter = _untrained_converter(seed=5)
+    conversions = converter.convert(["ni hao bei jing"], beam=8, nbest=8)[0]
+    assert len(conversions) == 8  # 2 x 2 x 2 x 2 = 16 possible for "ni hao bei jing" alone
+    scores = [c.score for c in conversions]
+    assert scores == sorted(scores, reverse=True)
+    assert len({c.text for c in conversions}) == 8
+    for conversion in conversions:
+        assert len(conversion.text) == len(conversion.tokens)
+        for syllable, char in zip(conversion.tokens, conversion.text):
+            assert syllable in readings().get(char, ()) or (len(syllable) == 1 and char == syllable)
+
+
+def test_tones_constrain_the_candidates():
+    converter = _untrained_converter()
+    assert set(converter.candidates.candidates("ni3")) >= {"你"} and "妮" not in converter.candidates.candidates("ni3")
+    assert "妮" in converter.candidates.candidates("ni1")
+    for seed in range(3):
+        converter = _untrained_converter(seed)
+        assert converter.convert(["ni3"])[0][0].text == "你"  # the only ni3 in the vocabulary
+        assert converter.convert(["nī"])[0][0].text == "妮"  # tone marks too
+        assert converter.convert(["hao3"])[0][0].text == "好"  # 号 is hao2/hao4 only
+    assert "你" in converter.candidates.candidates("ni5")  # a tone no character has counts as toneless
+
+
+def test_ambiguous_segmentations_are_decoded_and_ranked_by_score():
+    converter = _untrained_converter(seed=6)
+    conversions = converter.convert(["bajing"], nbest=10, beam=10)[0]  # ba'jing or ... only one split here
+    assert {len(c.text) for c in conversions} == {2}
+    conversions = converter.convert(["xian"], nbest=10, beam=10)[0]  # xian (1 syllable) or xi'an (2)
+    texts = {c.text for c in conversions}
+    lengths = {len(text) for text in texts}
+    assert lengths == {1, 2}, texts
+    assert conversions[0].score == max(c.score for c in conversions)
+    assert {tuple(c.tokens) for c in conversions} == {("xian",), ("xi", "an")}
+    forced = converter.convert(["xi'an"], nbest=10, beam=10)[0]
+    assert all(len(c.text) == 2 for c in forced)  # an apostrophe always forces a boundary
+
+
+def test_pass_through_keeps_punctuation_digits_latin_and_emoji_in_place():
+    converter = _untrained_converter(seed=7)
+    output = converter.convert(["wo ai Python, 2024 nian!😀 ni hao。"])[0][0].text
+    assert output[2:9] == "Python,"
+    assert output[9:13] == "2024" and output[14:16] == "!😀" and output[-1] == "。"
+    assert len(output) == 19
+    chinese = converter.convert(["ni hao, wo men. 1.5 OK!"], chinese_punctuation=True)[0][0].text
+    assert chinese[2] == "，" and chinese[5] == "。" and "1.5" in chinese and chinese.endswith("OK!")
+
+
+def test_ten_thousand_syllables_convert_in_windows():
+    converter = _untrained_converter(seed=8)
+    line = "wo men " * 5000
+    output = converter.convert([line])[0][0].text
+    assert len(output) == 10000
+    assert all(c in "我们门" for c in output)
+    run_together = converter.convert(["nihao" * 3000])[0][0].text  # no spaces at all
+    assert len(run_together) == 6000

@@ -19,3 +19,13 @@ def test_conversion_scores():
     assert scores["sentences"] == 2 and scores["characters"] == 5
     with pytest.raises(ValueError):
         conversion_scores(["a"], [])
+
+
+def test_typed_forms():
+    from pinyin_hanzi.metrics import typed
+
+    tokens = ["di", "4", "ge", "ren", "，", "xi", "an"]
+    assert typed(tokens, "第4个人，西安") == "di 4 ge ren ， xi an"
+    assert typed(tokens, "第4个人，西安", unsegmented=True) == "di 4geren，xian"
+    tokens = ["zai", "T", "X", "xing", "P", "y", "t", "h", "o", "n", "o"]
+    assert typed(tokens, "在TX型Python哦", unsegmented=True) == "zai TX xing Python o"
