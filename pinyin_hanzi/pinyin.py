@@ -59,10 +59,16 @@ def _toneless(reading: str) -> str:
     return to_normal(reading, v_to_u=False).lower()
 
 
+def _common_first(char: str) -> tuple[bool, int]:
+    """Sort key: characters of the basic CJK block (U+4E00-9FFF, where everyday characters live) before
+    the extensions, then by code point. The tables carry no frequencies; this puts 中 before 㐺."""
+    return (not 0x4E00 <= ord(char) <= 0x9FFF, ord(char))
+
+
 @functools.lru_cache(maxsize=1)
 def syllable_table() -> dict[str, tuple[str, ...]]:
     """Toneless syllable -> every character with that reading (any tone), from pypinyin's per-character
-    tables. Heteronyms count under each of their readings."""
+    tables, basic-block characters first. Heteronyms count under each of their readings."""
     table: dict[str, list[str]] = {}
     for code, readings in pinyin_dict.items():
         char = chr(code)
@@ -70,7 +76,7 @@ def syllable_table() -> dict[str, tuple[str, ...]]:
             syllable = _toneless(reading)
             if syllable.isascii() and syllable.isalpha():
                 table.setdefault(syllable, []).append(char)
-    return {syllable: tuple(dict.fromkeys(chars)) for syllable, chars in table.items()}  # once per syllable
+    return {syllable: tuple(sorted(set(chars), key=_common_first)) for syllable, chars in table.items()}
 
 
 @functools.lru_cache(maxsize=1)
@@ -126,7 +132,7 @@ def toned_syllable_table() -> dict[str, tuple[str, ...]]:
             key = to_tone3(reading, v_to_u=False, neutral_tone_with_five=True).lower()
             if key[:-1].isascii() and key[:-1].isalpha():
                 table.setdefault(key, []).append(chr(code))
-    return {key: tuple(dict.fromkeys(chars)) for key, chars in table.items()}
+    return {key: tuple(sorted(set(chars), key=_common_first)) for key, chars in table.items()}
 
 
 Option = tuple[tuple[str, str], ...]  # one way to read a piece of input: (model token, constraint key) pairs

@@ -173,3 +173,10 @@ def test_ten_thousand_syllables_convert_in_windows():
     assert all(c in "我们门" for c in output)
     run_together = converter.convert(["nihao" * 3000])[0][0].text  # no spaces at all
     assert len(run_together) == 6000
+
+
+def test_fallback_prefers_a_basic_block_character_and_is_reported():
+    converter = _untrained_converter()
+    conversion = converter.convert(["zhong"])[0][0]
+    assert 0x4E00 <= ord(conversion.text) <= 0x9FFF and "zhong" in readings()[conversion.text]
+    assert conversion.notes and "zhong" in conversion.notes[0]
