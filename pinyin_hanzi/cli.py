@@ -42,6 +42,8 @@ def _train(argv) -> int:
     mode.add_argument("--resume", action="store_true", help="continue checkpoints/<train.name>/last.pt exactly")
     mode.add_argument("--init-from", metavar="CHECKPOINT", help="start a new run from these weights")
     mode.add_argument("--prepare-only", action="store_true", help="build data/prepared/ and stop")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="start afresh even if checkpoints/<train.name>/ already holds a run")
     args = parser.parse_args(argv)
 
     from pinyin_hanzi.config import load_config
@@ -54,7 +56,8 @@ def _train(argv) -> int:
         return 0
     from pinyin_hanzi.training import train
 
-    best = train(config, resume=args.resume, init_from=args.init_from, log=lambda message: print(message, file=sys.stderr))
+    best = train(config, resume=args.resume, init_from=args.init_from, overwrite=args.overwrite,
+                 log=lambda message: print(message, file=sys.stderr))
     print(best)
     return 0
 

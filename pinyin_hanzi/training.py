@@ -160,11 +160,13 @@ def count_parameters(model: torch.nn.Module) -> int:
     return sum(parameter.numel() for parameter in model.parameters())
 
 
-def train(config: Config, *, resume: bool = False, init_from: str | None = None, log=print) -> Path:
+def train(config: Config, *, resume: bool = False, init_from: str | None = None, overwrite: bool = False,
+          log=print) -> Path:
     """Train as configured; returns the path of the best checkpoint.
 
     resume: continue ``checkpoints/<name>/last.pt`` exactly (weights, optimizer, scheduler, data position,
-    RNG); init_from: start a new run from another checkpoint's weights (its vocabularies are kept)."""
+    RNG); init_from: start a new run from another checkpoint's weights (its vocabularies are kept).
+    A new run never replaces an existing run's checkpoints unless ``overwrite`` (TrainingError)."""
     t = config.train
     random.seed(t.seed)
     torch.manual_seed(t.seed)
@@ -173,6 +175,9 @@ def train(config: Config, *, resume: bool = False, init_from: str | None = None,
     device = select_device(t.device)
     checkpoint_dir, run_dir = Path(t.checkpoint_dir) / t.name, Path(t.runs_dir) / t.name
     last_path, best_path = checkpoint_dir / "last.pt", checkpoint_dir / "best.pt"
+    if not resume and not overwrite and (last_path.exists() or best_path.exists()):
+        raise TrainingError(f"{checkpoint_dir} already holds a run named {t.name!r}: continue it with --resume, "
+                            f"name a new one with train.name=..., or replace it with --overwrite")
 
     data_dir = prepare(config.data)
     train_examples = read_examples(data_dir / "train.tsv")
@@ -216,6 +221,8 @@ def train(config: Config, *, resume: bool = False, init_from: str | None = None,
         return best_path
 
     run_dir.mkdir(parents=True, exist_ok=True)
+    if not resume:
+        (run_dir / "eval_log.jsonl").unlink(missing_ok=True)  # a new run starts a new curve
     save_config(config, run_dir / "config.yaml")
     writer = SummaryWriter(str(run_dir))
     compiled = torch.compile(model) if t.compile else model

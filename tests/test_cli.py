@@ -132,3 +132,10 @@ def test_translate_interactive_prompt_on_a_terminal(trained):
         process.kill()
         os.close(controller)
     assert b"pinyin> " in output
+
+
+def test_train_refuses_to_overwrite_a_run(trained):
+    _, config_path, best = trained
+    before = best.read_bytes()
+    _one_line_error(run(ROOT / "train.py", "--config", config_path), "--overwrite")
+    assert best.read_bytes() == before

@@ -91,3 +91,13 @@ def test_loss_is_normalised_per_target_token():
     target = torch.tensor([[4, 4, 4], [4, 0, 0]])  # 4 real tokens, 2 padding
     loss, n_tokens = training.loss_fn(logits, target, 0.0)
     assert n_tokens == 4 and float(loss) == pytest.approx(math.log(5))
+
+
+def test_a_new_run_never_replaces_an_existing_one(trained):
+    from pinyin_hanzi.errors import TrainingError
+
+    tmp, config_path, best = trained
+    before = best.read_bytes()
+    with pytest.raises(TrainingError, match="--resume.*--overwrite"):
+        train(load_config(config_path), log=lambda message: None)
+    assert best.read_bytes() == before
