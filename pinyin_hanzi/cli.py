@@ -138,11 +138,11 @@ def _evaluate(converter, config, args) -> int:
     else:
         path = Path(args.evaluate)
     examples = read_examples(path)
-    result = {"file": str(path), **evaluate_file(converter, examples, constrained=not args.unconstrained,
+    result = {"file": str(path), **evaluate_file(converter, examples, constrained=args.constrained,
                                                  unsegmented=args.unsegmented, beam=args.beam,
                                                  batch_size=args.batch_size)}
     mode = (f"{'unsegmented' if args.unsegmented else 'segmented'} input, "
-            f"{'unconstrained' if args.unconstrained else 'constrained'} "
+            f"{'constrained' if args.constrained else 'unconstrained'} "
             f"{'greedy' if args.beam == 1 else f'beam {args.beam}'}")
     print(f"{result['file']}: {result['sentences']} sentences, {result['characters']} characters, {mode}")
     line = (f"character accuracy {result['char_accuracy']:.2%}  CER {result['cer']:.2%}  "
@@ -167,7 +167,7 @@ def _format(line: str, conversions, args) -> str:
 
 
 def _convert_and_print(converter, lines: list[str], args) -> None:
-    found = converter.convert(lines, beam=args.beam, nbest=args.nbest, constrained=not args.unconstrained,
+    found = converter.convert(lines, beam=args.beam, nbest=args.nbest, constrained=args.constrained,
                               batch_size=args.batch_size, chinese_punctuation=args.chinese_punctuation)
     for line, conversions in zip(lines, found):
         if args.verbose:
@@ -211,7 +211,8 @@ def _translate(argv) -> int:
     parser.add_argument("--evaluate", metavar="SPLIT_OR_FILE",
                         help="score on a prepared split (train/valid/test) or a pinyin<TAB>hanzi file")
     parser.add_argument("--unsegmented", action="store_true", help="with --evaluate: type syllables run together")
-    parser.add_argument("--unconstrained", action="store_true", help="let the model choose any character")
+    parser.add_argument("--unconstrained", action="store_true",
+                        help="let the model choose any character (the checkpoint's decode.constrained=false does too)")
     parser.add_argument("--batch-size", type=int, default=256, help="sentences decoded together (default 256)")
     parser.add_argument("--device", default="cpu", choices=("auto", "cpu", "cuda", "mps"))
     args = parser.parse_args(argv)
@@ -225,6 +226,7 @@ def _translate(argv) -> int:
         parser.error("--batch-size must be at least 1")
 
     converter, config = load_converter(args.checkpoint, args.device)
+    args.constrained = config.decode.constrained and not args.unconstrained
     if args.evaluate is not None:
         return _evaluate(converter, config, args)
     if args.text:

@@ -126,7 +126,8 @@ def evaluate(model, valid_encoded, valid_examples, converter: Converter, config:
         total_loss, total_tokens = total_loss + float(loss) * n_tokens, total_tokens + n_tokens
     sample = valid_examples[: config.train.eval_sentences]
     with autocast_for(device):
-        hypotheses = converter.convert_tokens([e.tokens for e in sample], batch_size=config.decode.batch_sentences)
+        hypotheses = converter.convert_tokens([e.tokens for e in sample], batch_size=config.decode.batch_sentences,
+                                              constrained=config.decode.constrained)
     scores = conversion_scores(hypotheses, [e.hanzi for e in sample])
     samples = [f"{' '.join(e.tokens)}  →  {h}  (reference {e.hanzi})" for e, h in zip(sample[:5], hypotheses)]
     return {"loss": total_loss / max(total_tokens, 1), **scores, "samples": samples}
