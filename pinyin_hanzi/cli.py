@@ -177,6 +177,25 @@ def _convert_and_print(converter, lines: list[str], args) -> None:
     sys.stdout.flush()
 
 
+def _draw_attention(converter, line: str, args) -> None:
+    from pinyin_hanzi.visualize import save_figure, sentence_attention
+
+    best = converter.convert([line], beam=args.beam, constrained=args.constrained)[0][0]
+    if not best.text:
+        raise DataError("nothing to draw: the input converts to an empty line")
+    source_ids = converter.pinyin_vocab.encode(best.tokens)
+    target_ids = converter.hanzi_vocab.encode(best.text)
+    figure, note = sentence_attention(converter.model, source_ids, target_ids, best.tokens, best.text,
+                                      kind=args.attention_kind, heads=args.heads)
+    try:
+        save_figure(figure, args.attention)
+    except OSError as error:
+        raise DataError(f"cannot write {args.attention}: {error.strerror}") from None
+    if note:
+        print(f"note: {note}", file=sys.stderr)
+    print(f"attention image written to {args.attention}", file=sys.stderr)
+
+
 def _interactive(converter, args) -> int:
     print("type pinyin (e.g. ni hao, nihao, ni3hao3) and press Enter; Ctrl-D to quit", file=sys.stderr)
     while True:
@@ -208,6 +227,10 @@ def _translate(argv) -> int:
     parser.add_argument("--chinese-punctuation", action="store_true",
                         help="ASCII , . ? ! after a hanzi become ，。？！")
     parser.add_argument("--verbose", action="store_true", help="say on stderr where a fallback character was used")
+    parser.add_argument("--attention", metavar="PNG", help="also draw the attention of the converted text into PNG")
+    parser.add_argument("--attention-kind", default="cross", choices=("cross", "encoder", "decoder"),
+                        help="cross (characters x syllables, default), encoder or decoder self-attention")
+    parser.add_argument("--heads", action="store_true", help="with --attention: one row per head, not averaged")
     parser.add_argument("--evaluate", metavar="SPLIT_OR_FILE",
                         help="score on a prepared split (train/valid/test) or a pinyin<TAB>hanzi file")
     parser.add_argument("--unsegmented", action="store_true", help="with --evaluate: type syllables run together")
@@ -229,8 +252,12 @@ def _translate(argv) -> int:
     args.constrained = config.decode.constrained and not args.unconstrained
     if args.evaluate is not None:
         return _evaluate(converter, config, args)
+    if args.attention and not args.text:
+        parser.error("--attention needs pinyin text to convert")
     if args.text:
         _convert_and_print(converter, [" ".join(args.text)], args)
+        if args.attention:
+            _draw_attention(converter, " ".join(args.text), args)
         return 0
     if args.input is None and sys.stdin.isatty():
         return _interactive(converter, args)

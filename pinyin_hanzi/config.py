@@ -64,6 +64,7 @@ class TrainConfig:
     log_every: int = 20
     eval_every: int = 500
     eval_sentences: int = 400  # validation clauses decoded (constrained greedy) at each evaluation
+    attention_sentences: int = 2  # validation clauses whose cross-attention goes to TensorBoard (0 = none)
     checkpoint_dir: str = "checkpoints"
     runs_dir: str = "runs"
     compile: bool = False  # torch.compile the model
@@ -125,6 +126,7 @@ def _validate(config: Config, where: str) -> None:
     check(t.log_every > 0, "train.log_every", "a positive integer")
     check(t.eval_every > 0, "train.eval_every", "a positive integer")
     check(t.eval_sentences > 0, "train.eval_sentences", "a positive integer")
+    check(t.attention_sentences >= 0, "train.attention_sentences", "an integer >= 0")
     check(dec.batch_sentences > 0, "decode.batch_sentences", "a positive integer")
     check(dec.split_penalty >= 0, "decode.split_penalty", "a number >= 0")
 

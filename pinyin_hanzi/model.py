@@ -76,6 +76,8 @@ class MultiHeadAttention(nn.Module):
     def __init__(self, *, d_model: int, n_heads: int, dropout: float):
         super().__init__()
         self.n_heads, self.dropout = n_heads, dropout
+        self.record = False  # when True, weights are computed explicitly and kept in last_weights
+        self.last_weights: torch.Tensor | None = None  # (b, h, t, s), for visualisation
         self.query = nn.Linear(d_model, d_model)
         self.key_value = nn.Linear(d_model, 2 * d_model)
         self.out = nn.Linear(d_model, d_model)
@@ -110,10 +112,26 @@ class MultiHeadAttention(nn.Module):
             if cache is not None:
                 cache["k"], cache["v"] = keys, values
         # (b, h, t, k) attending over (b, h, s, k); mask broadcasts to (b, h, t, s)
-        attended = F.scaled_dot_product_attention(
-            query, keys, values, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0, is_causal=causal
-        )
+        if self.record:
+            attended = self._attend_explicitly(query, keys, values, mask, causal)
+        else:
+            attended = F.scaled_dot_product_attention(
+                query, keys, values, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0,
+                is_causal=causal)
         return self.out(rearrange(attended, "b h t k -> b t (h k)"))
+
+    def _attend_explicitly(self, query, keys, values, mask, causal) -> torch.Tensor:
+        """softmax(QK^T / sqrt(k)) V written out, as in the book, keeping the weights (b, h, t, s)."""
+        scores = query @ keys.transpose(-2, -1) / math.sqrt(query.shape[-1])  # (b, h, t, s)
+        if causal:
+            t, s = scores.shape[-2:]
+            scores = scores.masked_fill(~torch.ones(t, s, dtype=torch.bool, device=scores.device).tril(s - t),
+                                        float("-inf"))
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        weights = scores.softmax(dim=-1)
+        self.last_weights = weights.detach()
+        return weights @ values
 
 
 class FeedForward(nn.Module):
@@ -228,3 +246,23 @@ class Transformer(nn.Module):
         """Teacher-forced logits: source (b, s), target (b, t) -> (b, t, v); position i predicts target[:, i]."""
         memory, padding_mask = self.encode(source)
         return self.decode(shift_right(target), memory, padding_mask)
+
+    @torch.no_grad()
+    def attention_maps(self, source: torch.Tensor, target: torch.Tensor) -> dict[str, list[torch.Tensor]]:
+        """Attention weights of a teacher-forced pass, per layer: "encoder" (b, h, s, s), "decoder"
+        (b, h, t, t) and "cross" (b, h, t, s); rows are queries and sum to 1."""
+        kinds = {"encoder": [layer.self_attention for layer in self.encoder_layers],
+                 "decoder": [layer.self_attention for layer in self.decoder_layers],
+                 "cross": [layer.cross_attention for layer in self.decoder_layers]}
+        modules = [module for group in kinds.values() for module in group]
+        was_training = self.training
+        self.eval()
+        try:
+            for module in modules:
+                module.record = True
+            self(source, target)
+            return {kind: [module.last_weights for module in group] for kind, group in kinds.items()}
+        finally:
+            for module in modules:
+                module.record, module.last_weights = False, None
+            self.train(was_training)

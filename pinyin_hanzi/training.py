@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
+from pinyin_hanzi import visualize
 from pinyin_hanzi.checkpoint import load_checkpoint, model_from_checkpoint, save_checkpoint
 from pinyin_hanzi.config import Config, TrainConfig, save_config
 from pinyin_hanzi.corpus import prepare, read_examples
@@ -133,6 +134,19 @@ def evaluate(model, valid_encoded, valid_examples, converter: Converter, config:
     return {"loss": total_loss / max(total_tokens, 1), **scores, "samples": samples}
 
 
+def log_pictures(writer, model, examples, pinyin_vocab, hanzi_vocab, step: int) -> None:
+    """TensorBoard pictures at an evaluation: cross-attention of a few fixed validation sentences (watch the
+    alignment emerge) and a histogram of the weights of each layer."""
+    for index, example in enumerate(examples):
+        figure, _ = visualize.sentence_attention(model, pinyin_vocab.encode(example.tokens),
+                                                 hanzi_vocab.encode(example.hanzi), example.tokens, example.hanzi)
+        writer.add_figure(f"attention/cross_{index}", figure, step)
+    for prefix, stack in (("encoder", model.encoder_layers), ("decoder", model.decoder_layers)):
+        for index, layer in enumerate(stack):
+            weights = torch.cat([p.detach().flatten().float().cpu() for p in layer.parameters() if p.dim() >= 2])
+            writer.add_histogram(f"weights/{prefix}_layer_{index + 1}", weights, step)
+
+
 def rng_state() -> dict:
     state = {"torch": torch.get_rng_state(), "python": list(random.getstate()[1]) + [random.getstate()[2]]}
     if torch.cuda.is_available():
@@ -232,6 +246,11 @@ def train(config: Config, *, resume: bool = False, init_from: str | None = None,
     log(f"device {device}, {torch.get_num_threads()} threads | {count_parameters(model) / 1e6:.2f}M parameters | "
         f"vocab {len(pinyin_vocab)} pinyin, {len(hanzi_vocab)} hanzi | "
         f"{len(train_examples)} train, {len(valid_examples)} valid examples")
+    mean_length = sum(len(e.hanzi) for e in train_examples) / max(len(train_examples), 1)
+    log(visualize.model_summary(model, t.batch_tokens, mean_length))
+    if step == 0:  # once per run: the positional-encoding matrix the embeddings add
+        writer.add_figure("model/positional_encoding", visualize.positional_encoding_figure(
+            config.model.d_model, min(config.model.max_positions, 2 * config.data.max_len)), 0)
 
     def checkpoint_state(accuracy: float) -> dict:
         return {"config": config.to_dict(), "pinyin_vocab": pinyin_vocab.tokens, "hanzi_vocab": hanzi_vocab.tokens,
@@ -246,6 +265,7 @@ def train(config: Config, *, resume: bool = False, init_from: str | None = None,
         writer.add_scalar("valid/loss", result["loss"], step)
         writer.add_scalar("valid/char_accuracy", result["char_accuracy"], step)
         writer.add_text("valid/samples", "\n\n".join(result["samples"]), step)
+        log_pictures(writer, model, valid_examples[: t.attention_sentences], pinyin_vocab, hanzi_vocab, step)
         elapsed = time.time() - started + elapsed_before
         with open(run_dir / "eval_log.jsonl", "a", encoding="utf-8") as handle:
             handle.write(json.dumps({"step": step, "minutes": round(elapsed / 60, 2), "valid_loss": round(result["loss"], 4),

@@ -83,3 +83,26 @@ def test_output_projection_is_tied_to_the_target_embedding_when_configured():
 def test_too_long_input_is_a_clear_error():
     with pytest.raises(ValueError, match="max_positions"):
         _model()(_ids(1, 65, SOURCE_VOCAB), _ids(1, 65, TARGET_VOCAB))
+
+
+def test_attention_maps_are_distributions_that_respect_the_masks():
+    model = _model()
+    source = torch.cat([_ids(1, 5, SOURCE_VOCAB), torch.full((1, 2), PAD_ID)], dim=1)
+    target = torch.cat([_ids(1, 5, TARGET_VOCAB, seed=2), torch.full((1, 2), PAD_ID)], dim=1)
+    with torch.no_grad():
+        plain = model(source, target)
+    maps = model.attention_maps(source, target)
+    assert [len(maps[kind]) for kind in ("encoder", "decoder", "cross")] == [2, 2, 2]
+    cross, decoder, encoder = maps["cross"][0], maps["decoder"][1], maps["encoder"][0]
+    assert cross.shape == (1, 4, 7, 7)
+    for weights in (cross, decoder, encoder):
+        assert torch.allclose(weights.sum(-1), torch.ones(weights.shape[:-1]), atol=1e-5)
+    assert float(cross[..., 5:].abs().max()) == 0.0 and float(encoder[..., 5:].abs().max()) == 0.0  # padding
+    assert float(decoder.triu(1).abs().max()) == 0.0  # look-ahead: nothing above the diagonal
+    assert all(m.last_weights is None and not m.record for m in model.modules() if hasattr(m, "record"))
+    for module in model.modules():  # the explicit path computes what the fused kernel computes
+        if hasattr(module, "record"):
+            module.record = True
+    with torch.no_grad():
+        explicit = model(source, target)
+    assert torch.allclose(explicit[:, :5], plain[:, :5], atol=1e-5)

@@ -1,0 +1,186 @@
+"""Pictures of the model, as the textbook draws them: attention maps, positional-encoding curves and
+matrix, and the numbers a learner needs to reason about cost (parameters, FLOPs per token).
+
+Hanzi labels need a CJK font. We look for one matplotlib can use (Noto Sans CJK, Source Han Sans,
+WenQuanYi, SimHei, PingFang, Microsoft YaHei, ...); on Debian/Ubuntu ``apt-get install fonts-wqy-microhei``
+(5 MB) or ``fonts-noto-cjk`` provides one. Without a font, hanzi labels are romanised (``zhong:2`` for the
+character at position 2 read zhong) and a note says so.
+
+Usage: ``python -m pinyin_hanzi.visualize positional-encoding out.png --dims 0 1 20 40 --d-model 256``
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import sys
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+from pinyin_hanzi.model import Transformer, sinusoidal_table
+
+CJK_FONT_NAMES = ("Noto Sans CJK SC", "Noto Sans CJK JP", "Noto Sans SC", "Source Han Sans SC", "Source Han Sans CN",
+                  "WenQuanYi Micro Hei", "WenQuanYi Zen Hei", "SimHei", "Microsoft YaHei", "PingFang SC",
+                  "Heiti SC", "AR PL UMing CN", "AR PL UKai CN", "Droid Sans Fallback")
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, no display needed
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+@functools.lru_cache(maxsize=1)
+def cjk_font() -> str | None:
+    """Name of an installed font that has hanzi, or None."""
+    from matplotlib import font_manager
+
+    installed = {font.name for font in font_manager.fontManager.ttflist}
+    return next((name for name in CJK_FONT_NAMES if name in installed), None)
+
+
+def hanzi_labels(chars: str, syllables: Sequence[str]) -> tuple[list[str], str | None]:
+    """Labels for target characters, and a note if they had to be romanised for lack of a CJK font."""
+    if cjk_font() is not None or all(ord(char) < 0x2E80 for char in chars):
+        return list(chars), None
+    labels = [f"{syllable}:{i}" if ord(char) >= 0x2E80 else char for i, (char, syllable) in enumerate(zip(chars, syllables))]
+    return labels, "no CJK font found: hanzi labels are romanised (install fonts-wqy-microhei or fonts-noto-cjk)"
+
+
+def attention_figure(weights: Sequence[torch.Tensor], query_labels: Sequence[str], key_labels: Sequence[str], *,
+                     heads: bool = False, title: str = ""):
+    """A matplotlib figure of one sentence's attention: ``weights`` holds one (h, queries, keys) tensor per
+    layer; one panel per layer with heads averaged, or one row per head with ``heads``."""
+    plt = _pyplot()
+    font = cjk_font()
+    layers = len(weights)
+    n_heads = weights[0].shape[0]
+    rows = n_heads if heads else 1
+    size = max(2.5, 0.32 * max(len(query_labels), len(key_labels)) + 1.2)
+    figure, axes = plt.subplots(rows, layers, figsize=(size * layers, size * rows), squeeze=False)
+    for layer, layer_weights in enumerate(weights):
+        panels = layer_weights if heads else layer_weights.mean(dim=0, keepdim=True)
+        for row, panel in enumerate(panels):
+            axis = axes[row][layer]
+            axis.imshow(panel.float().cpu().numpy(), cmap="viridis", vmin=0.0, vmax=1.0)
+            axis.set_xticks(range(len(key_labels)))
+            axis.set_yticks(range(len(query_labels)))
+            kwargs = {"fontfamily": font} if font else {}
+            axis.set_xticklabels(key_labels, rotation=90, fontsize=8, **kwargs)
+            axis.set_yticklabels(query_labels, fontsize=9, **kwargs)
+            axis.set_title(f"layer {layer + 1}" + (f", head {row + 1}" if heads else " (heads averaged)"), fontsize=9)
+    if title:
+        figure.suptitle(title, fontfamily=font) if font else figure.suptitle(title)
+    figure.tight_layout()
+    return figure
+
+
+def save_figure(figure, path: str | Path) -> None:
+    plt = _pyplot()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def sentence_attention(model: Transformer, source_ids: list[int], target_ids: list[int], syllables: Sequence[str],
+                       text: str, kind: str = "cross", heads: bool = False):
+    """Figure of ``kind`` attention ("cross": characters x syllables, "encoder": syllables x syllables,
+    "decoder": characters x characters) for one converted sentence, and a note (or None)."""
+    device = next(model.parameters()).device
+    maps = model.attention_maps(torch.tensor([source_ids], device=device), torch.tensor([target_ids], device=device))
+    chars, note = hanzi_labels(text, syllables)
+    inputs = ["<s>"] + chars[:-1]  # what each decoder position sees as its input
+    queries, keys = {"cross": (chars, list(syllables)), "encoder": (list(syllables), list(syllables)),
+                     "decoder": ([f"{c} ←" for c in chars], inputs)}[kind]
+    titles = {"cross": "cross-attention: characters (rows) attend to syllables",
+              "encoder": "encoder self-attention: syllables attend to syllables",
+              "decoder": "decoder self-attention (look-ahead masked): output row sees inputs up to it"}
+    weights = [layer[0] for layer in maps[kind]]
+    return attention_figure(weights, queries, keys, heads=heads, title=titles[kind]), note
+
+
+DEFAULT_PE_DIMS = (0, 1, 20, 40, 80, 120)  # wavelengths from 2π to ~2,000 positions
+
+
+def positional_encoding_figure(d_model: int = 256, positions: int = 100, dims: Sequence[int] = DEFAULT_PE_DIMS):
+    """The book's picture: PE(pos, i) against position for a few dimensions, and the whole matrix."""
+    plt = _pyplot()
+    table = sinusoidal_table(positions, d_model)
+    figure, (curves, matrix) = plt.subplots(1, 2, figsize=(12, 4))
+    for dim in [dim for dim in dims if dim < d_model]:
+        kind = "sin" if dim % 2 == 0 else "cos"
+        curves.plot(range(positions), table[:, dim].numpy(), label=f"dim {dim} ({kind})")
+    curves.set_xlabel("position")
+    curves.set_ylabel("PE value")
+    curves.legend(fontsize=8)
+    curves.set_title("sinusoidal positional encoding, chosen dimensions")
+    image = matrix.imshow(table.numpy(), aspect="auto", cmap="RdBu", vmin=-1, vmax=1)
+    matrix.set_xlabel("dimension")
+    matrix.set_ylabel("position")
+    matrix.set_title(f"PE matrix ({positions} positions x {d_model} dimensions)")
+    figure.colorbar(image, ax=matrix)
+    figure.tight_layout()
+    return figure
+
+
+def flops_per_token(model: Transformer, length: float) -> dict[str, float]:
+    """Forward multiply-adds x 2 per target token, for sentences of ``length`` tokens (source = target
+    length here): matrix products of the projections, attention scores and weighted sums, feed-forward
+    and output layer. Training costs about 3x the forward pass."""
+    c = model.config
+    d, ff, vocab = c.d_model, c.d_ff, model.output.out_features
+    encoder = c.n_encoder_layers * (4 * d * d + 2 * length * d + 2 * d * ff)
+    decoder = c.n_decoder_layers * (4 * d * d + 2 * length * d + 4 * d * d + 2 * length * d + 2 * d * ff)
+    output = d * vocab
+    forward = 2 * (encoder + decoder + output)
+    return {"encoder": 2 * encoder, "decoder": 2 * decoder, "output": 2 * output, "forward": forward,
+            "training": 3 * forward}
+
+
+def model_summary(model: Transformer, batch_tokens: int, mean_length: float) -> str:
+    """Parameters per module, tokens per batch and FLOPs per token, as printed when training starts."""
+    counted: set[int] = set()
+    rows = []
+    for name, module in [("source embedding", model.source_embedding), ("target embedding", model.target_embedding),
+                         *[(f"encoder layer {i + 1}", m) for i, m in enumerate(model.encoder_layers)],
+                         *[(f"decoder layer {i + 1}", m) for i, m in enumerate(model.decoder_layers)],
+                         ("final norms", torch.nn.ModuleList([model.encoder_norm, model.decoder_norm])),
+                         ("output projection", model.output)]:
+        fresh = [p for p in module.parameters() if id(p) not in counted]
+        counted.update(id(p) for p in fresh)
+        shared = " (tied to the target embedding)" if name == "output projection" and model.config.tie_output else ""
+        rows.append(f"  {name:<20} {sum(p.numel() for p in fresh):>12,}{shared}")
+    total = sum(p.numel() for p in model.parameters())
+    flops = flops_per_token(model, mean_length)
+    return "\n".join(["model summary", *rows, f"  {'total':<20} {total:>12,}",
+                      f"  tokens per batch     {batch_tokens:>12,} (target tokens, padding included)",
+                      f"  FLOPs per token      {flops['forward'] / 1e6:>12.1f} M forward, {flops['training'] / 1e6:.1f} M "
+                      f"training (mean length {mean_length:.1f}; output layer {flops['output'] / 1e6:.1f} M)"])
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pinyin_hanzi.visualize",
+                                     description="Draw the sinusoidal positional encoding.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    pe = sub.add_parser("positional-encoding", help="PE curves for chosen dimensions and the PE matrix")
+    pe.add_argument("output", help="PNG file to write")
+    pe.add_argument("--dims", type=int, nargs="+", default=list(DEFAULT_PE_DIMS))
+    pe.add_argument("--d-model", type=int, default=256)
+    pe.add_argument("--positions", type=int, default=100)
+    args = parser.parse_args(argv)
+    if args.d_model < 2 or args.d_model % 2 or args.positions < 1:
+        parser.error("--d-model must be even and >= 2, --positions >= 1")
+    bad = [dim for dim in args.dims if not 0 <= dim < args.d_model]
+    if bad:
+        parser.error(f"--dims must lie in 0..{args.d_model - 1} (got {bad})")
+    save_figure(positional_encoding_figure(args.d_model, args.positions, args.dims), args.output)
+    print(args.output)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

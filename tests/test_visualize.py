@@ -1,0 +1,82 @@
+import hashlib
+
+import pytest
+import torch
+from PIL import Image
+
+from pinyin_hanzi import visualize
+from pinyin_hanzi.config import ModelConfig
+from pinyin_hanzi.model import Transformer
+
+from test_cli import ROOT, run
+
+
+def _image(path):
+    with Image.open(path) as image:
+        return image.size, hashlib.md5(image.tobytes()).hexdigest()
+
+
+def test_attention_images_from_the_cli_differ_between_inputs(trained, tmp_path):
+    _, _, best = trained
+    sizes = {}
+    digests = {}
+    for name, text, extra in [("a", "wo men qu bei jing ba", []), ("b", "ni hao", []),
+                              ("heads", "wo men qu bei jing ba", ["--heads"]),
+                              ("encoder", "wo men qu bei jing ba", ["--attention-kind", "encoder"])]:
+        path = tmp_path / f"{name}.png"
+        result = run(ROOT / "translate.py", "--checkpoint", best, "--attention", path, *extra, text)
+        assert result.returncode == 0, result.stderr
+        assert path.is_file() and "attention image written" in result.stderr
+        sizes[name], digests[name] = _image(path)
+    assert all(width >= 200 and height >= 200 for width, height in sizes.values())
+    assert len(set(digests.values())) == 4  # different inputs, heads and kinds give different pictures
+    assert sizes["heads"][1] > 2 * sizes["a"][1]  # one row per head (4 heads)
+    usage = run(ROOT / "translate.py", "--checkpoint", best, "--attention", tmp_path / "x.png", "--input", "-")
+    assert usage.returncode == 2 and "needs pinyin text" in usage.stderr
+
+
+def test_positional_encoding_plot(tmp_path):
+    first, second = tmp_path / "pe1.png", tmp_path / "pe2.png"
+    assert visualize.main([ "positional-encoding", str(first)]) == 0
+    assert visualize.main(["positional-encoding", str(second), "--dims", "2", "3", "--d-model", "64"]) == 0
+    (width, height), digest = _image(first)
+    assert width >= 600 and height >= 200 and digest != _image(second)[1]
+    with pytest.raises(SystemExit):
+        visualize.main(["positional-encoding", str(first), "--dims", "300"])
+
+
+def test_romanised_labels_without_a_cjk_font(monkeypatch):
+    monkeypatch.setattr(visualize, "cjk_font", lambda: None)
+    labels, note = visualize.hanzi_labels("你好,", ["ni", "hao", ","])
+    assert labels == ["ni:0", "hao:1", ","] and "no CJK font" in note
+    figure = visualize.attention_figure([torch.full((2, 3, 3), 1 / 3)], labels, ["ni", "hao", ","])
+    assert len(figure.axes) == 1
+
+
+def test_model_summary_counts_every_parameter_once_and_flops_add_up():
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig(d_model=32, n_heads=4, n_encoder_layers=2, n_decoder_layers=1, d_ff=64),
+                        source_vocab_size=30, target_vocab_size=50)
+    summary = visualize.model_summary(model, batch_tokens=1000, mean_length=10)
+    counts = [int(line.split()[-1].replace(",", "")) for line in summary.splitlines()[1:-3]
+              if "(tied" not in line] + [0]
+    total = sum(p.numel() for p in model.parameters())
+    assert f"{total:,}" in summary and sum(counts) == total
+    flops = visualize.flops_per_token(model, 10)
+    assert flops["output"] == 2 * 32 * 50
+    assert flops["forward"] == flops["encoder"] + flops["decoder"] + flops["output"]
+    assert flops["encoder"] == 2 * 2 * (4 * 32 * 32 + 2 * 10 * 32 + 2 * 32 * 64)
+
+
+def test_training_logs_pictures_to_tensorboard(trained):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    tmp, _, _ = trained
+    events = EventAccumulator(str(tmp / "runs" / "tiny"), size_guidance={"images": 0, "histograms": 0})
+    events.Reload()
+    tags = events.Tags()
+    assert {"attention/cross_0", "attention/cross_1", "model/positional_encoding"} <= set(tags["images"])
+    assert {"weights/encoder_layer_1", "weights/decoder_layer_2"} <= set(tags["histograms"])
+    assert len(events.Images("attention/cross_0")) == 2  # one per evaluation: alignment emerging
+    assert {"train/loss", "train/lr", "train/grad_norm", "train/tokens_per_second", "valid/loss",
+            "valid/char_accuracy"} <= set(tags["scalars"])
