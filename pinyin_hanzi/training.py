@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import os
 import random
 import sys
 import time
