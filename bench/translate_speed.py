@@ -1,0 +1,85 @@
+"""Conversion speed: batched sentences/s (greedy and beam 5) on the PD test split, in-process latency
+(p50/p95) for single 10-syllable sentences, and the cold start of ``translate.py``.
+
+    python bench/translate_speed.py --checkpoint checkpoints/quickstart/best.pt [--latency-sentences 200]
+
+The last line printed is a one-line JSON summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from pinyin_hanzi.cli import load_converter  # noqa: E402
+from pinyin_hanzi.corpus import prepared_dir, read_examples  # noqa: E402
+from pinyin_hanzi.pinyin import syllables  # noqa: E402
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(fraction * (len(ordered) - 1))))]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--checkpoint", default="checkpoints/quickstart/best.pt")
+    parser.add_argument("--latency-sentences", type=int, default=200)
+    parser.add_argument("--cold-starts", type=int, default=3)
+    args = parser.parse_args()
+    converter, config = load_converter(args.checkpoint)
+    examples = read_examples(prepared_dir(config.data) / "test.tsv")
+    tokens = [e.tokens for e in examples]
+
+    throughput = {}
+    for beam in (1, 5):
+        converter.convert_tokens(tokens[:256], beam=beam)  # warm-up
+        started = time.perf_counter()
+        converter.convert_tokens(tokens, beam=beam, batch_size=256)
+        throughput[beam] = len(tokens) / (time.perf_counter() - started)
+        print(f"batched {'greedy' if beam == 1 else 'beam 5'}: {throughput[beam]:,.0f} sentences/s "
+              f"({len(tokens)} test sentences)", flush=True)
+
+    ten = [" ".join(t[:10]) for t in tokens if sum(token in syllables() for token in t[:10]) == 10]
+    ten = ten[: args.latency_sentences]
+    latency = {}
+    for beam in (1, 5):
+        converter.convert(ten[:5], beam=beam)  # warm-up
+        times = []
+        for line in ten:
+            started = time.perf_counter()
+            converter.convert([line], beam=beam)
+            times.append((time.perf_counter() - started) * 1000)
+        latency[beam] = (statistics.median(times), percentile(times, 0.95))
+        print(f"single 10-syllable sentence, {'greedy' if beam == 1 else 'beam 5'}: p50 {latency[beam][0]:.1f} ms, "
+              f"p95 {latency[beam][1]:.1f} ms ({len(times)} sentences)", flush=True)
+
+    cold = []
+    for _ in range(args.cold_starts):
+        started = time.perf_counter()
+        subprocess.run([sys.executable, str(ROOT / "translate.py"), "--checkpoint", args.checkpoint, "ni hao"],
+                       capture_output=True, check=True)
+        cold.append(time.perf_counter() - started)
+    print(f"translate.py cold start: median {statistics.median(cold):.2f} s over {len(cold)} runs")
+    print(json.dumps({
+        "benchmark": "translate_speed", "checkpoint": args.checkpoint, "threads": torch.get_num_threads(),
+        "greedy_sentences_per_s": round(throughput[1], 1), "beam5_sentences_per_s": round(throughput[5], 1),
+        "greedy_p50_ms": round(latency[1][0], 2), "greedy_p95_ms": round(latency[1][1], 2),
+        "beam5_p50_ms": round(latency[5][0], 2), "beam5_p95_ms": round(latency[5][1], 2),
+        "cold_start_s": round(statistics.median(cold), 2), "test_sentences": len(tokens), "latency_sentences": len(ten),
+    }))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
