@@ -113,9 +113,10 @@ def hanzi_to_tokens(text: str | list[str]) -> list[str] | None:
 
 
 # Letters a user may type inside pinyin: ASCII, ü, and vowels (and ḿ ń ň ǹ) carrying tone marks.
-TONE_MARKS = {mark: (base, tone) for base, marks in {
-    "a": "āáǎà", "e": "ēéěè", "i": "īíǐì", "o": "ōóǒò", "u": "ūúǔù", "v": "ǖǘǚǜ", "n": "\u0144\u0148\u01f9", "m": "\u1e3f"}.items()
-    for mark, tone in zip(marks, (1, 2, 3, 4) if base != "n" else (2, 3, 4)) if base != "m" or tone == 2}
+_MARKED = {"a": ("āáǎà", (1, 2, 3, 4)), "e": ("ēéěè", (1, 2, 3, 4)), "i": ("īíǐì", (1, 2, 3, 4)),
+           "o": ("ōóǒò", (1, 2, 3, 4)), "u": ("ūúǔù", (1, 2, 3, 4)), "v": ("ǖǘǚǜ", (1, 2, 3, 4)),
+           "n": ("ńňǹ", (2, 3, 4)), "m": ("ḿ", (2,))}
+TONE_MARKS = {mark: (base, tone) for base, (marks, tones) in _MARKED.items() for mark, tone in zip(marks, tones)}
 _LETTER = "A-Za-zÜüV" + "".join(TONE_MARKS) + "".join(TONE_MARKS).upper()
 _PIECE = re.compile(f"([{_LETTER}]+)([0-5]?)|(.)", re.S)
 # Interjection syllables a longer letter run is never split into (``fangan`` is not fa-ng-an); typed on

@@ -97,3 +97,11 @@ def test_syllable_bigrams_rank_segmentations():
     ranked = alternatives(parse_pieces("quxian", score=lm.bigram_log_prob))
     assert [t for t, _ in ranked[0]] == ["qu", "xi", "an"]  # "qu xi an" seen; "qu xian" never
     assert SyllableBigrams.from_state_dict(lm.state_dict()).log_prob(["qu", "xi"]) == lm.log_prob(["qu", "xi"])
+
+
+def test_every_tone_mark_is_known():
+    from pinyin_hanzi.pinyin import TONE_MARKS
+
+    assert len(TONE_MARKS) == 6 * 4 + 3 + 1
+    assert TONE_MARKS["ḿ"] == ("m", 2) and TONE_MARKS["ǹ"] == ("n", 4) and TONE_MARKS["ǚ"] == ("v", 3)
+    assert _readings("ḿ") == [["m2"]] and _readings("ń") == [["n2"]]
