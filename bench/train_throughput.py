@@ -21,7 +21,6 @@ import time
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -109,7 +108,7 @@ def main() -> int:
     device = select_device(args.device)
     data_dir = prepare(config.data)
     pinyin_vocab, hanzi_vocab = load_vocab(data_dir / "pinyin_vocab.txt"), load_vocab(data_dir / "hanzi_vocab.txt")
-    encoded = encode_examples(read_examples(data_dir / "train.tsv"), pinyin_vocab, hanzi_vocab)
+    encoded = encode_examples(read_examples(data_dir / "train.tsv", trusted=True), pinyin_vocab, hanzi_vocab)
     candidates = CandidateTable(hanzi_vocab).for_vocab(pinyin_vocab).to(device)
     stream = iter(BatchStream(encoded, config.train.batch_tokens, seed=0))
     torch.manual_seed(0)

@@ -130,14 +130,15 @@ def _evaluate(converter, config, args) -> int:
     from pinyin_hanzi.corpus import prepared_dir, read_examples
     from pinyin_hanzi.metrics import evaluate_file
 
-    if args.evaluate in ("train", "valid", "test"):
+    prepared_split = args.evaluate in ("train", "valid", "test")
+    if prepared_split:
         path = prepared_dir(config.data) / f"{args.evaluate}.tsv"
         if not path.is_file():
             raise DataError(f"{path} not found: prepare the data with "
                             f"`python train.py --config CONFIG --prepare-only`, or pass a pinyin<TAB>hanzi file")
     else:
         path = Path(args.evaluate)
-    examples = read_examples(path)
+    examples = read_examples(path, trusted=prepared_split)
     result = {"file": str(path), **evaluate_file(converter, examples, constrained=args.constrained,
                                                  unsegmented=args.unsegmented, beam=args.beam,
                                                  batch_size=args.batch_size)}

@@ -79,3 +79,11 @@ def test_missing_corpus_and_wrong_suffix(tmp_path):
         prepare(_config(tmp_path, tmp_path / "nope.txt"))
     with pytest.raises(DataError, match=".txt or .tsv"):
         prepare(_config(tmp_path, tmp_path / "corpus.csv"))
+
+
+def test_prepared_splits_read_trusted_equal_the_checked_reading(tmp_path):
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("\n".join(f"我们在第{i}个城市见面，Python 2024！" for i in range(40)), encoding="utf-8")
+    out = prepare(_config(tmp_path, corpus, max_len=16))
+    for split in ("train", "valid", "test"):
+        assert read_examples(out / f"{split}.tsv", trusted=True) == read_examples(out / f"{split}.tsv")
