@@ -53,12 +53,11 @@ class CandidateTable:
         is not pinyin) only itself."""
         if is_literal_key(key):
             return (key[1],)
+        chars = None
         if key[-1:].isdigit() and key[:-1].isalpha():
-            toned = toned_syllable_table().get(key)
+            chars = toned_syllable_table().get(key)
             key = key[:-1]
-            if toned:
-                return toned + (key,) if len(key) == 1 else toned
-        chars = syllable_table().get(key)
+        chars = chars or syllable_table().get(key)
         if chars is None:
             return (key,)
         return chars + (key,) if len(key) == 1 else chars
