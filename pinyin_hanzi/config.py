@@ -17,10 +17,15 @@ import yaml
 
 from pinyin_hanzi.errors import ConfigError
 
+# The named corpus sources (pinyin_hanzi.sources fetches them); anything else must be a .txt/.tsv path.
+KNOWN_SOURCES = ("pd1998", "reviews", "novels", "hk", "phrases")
+
 
 @dataclass
 class DataConfig:
-    corpus: str = "pd1998"  # "pd1998" (embedded default) or a path to a .txt / .tsv file
+    corpus: str = "pd1998"  # one source: pd1998, reviews, novels, hk, phrases, or a path to a .txt / .tsv file
+    sources: dict[str, float] = field(default_factory=dict)  # several sources -> weight; replaces corpus
+    phrase_pinyin: bool = False  # read polyphones with pypinyin-dict's phrase table (银行 yin hang)
     name: str = ""  # prepared-data folder name; defaults to the corpus name
     prepared_dir: str = "data/prepared"
     raw_dir: str = "data/raw"
@@ -28,6 +33,10 @@ class DataConfig:
     valid_per_mille: int = 10  # share of examples (by text hash) held out for validation
     test_per_mille: int = 20  # ... and for testing
     min_char_count: int = 1  # rarer target characters map to <unk>
+
+    def source_weights(self) -> dict[str, float]:
+        """Source -> weight: ``sources`` if given, else ``{corpus: 1.0}``."""
+        return dict(self.sources) if self.sources else {self.corpus: 1.0}
 
 
 @dataclass
@@ -96,7 +105,14 @@ def _validate(config: Config, where: str) -> None:
             raise ConfigError(f"{where}: {key}={value!r} is invalid: expected {expected}")
 
     d, m, t, dec = config.data, config.model, config.train, config.decode
-    check(bool(d.corpus), "data.corpus", "'pd1998' or a path to a .txt/.tsv file")
+    source_names = "pd1998, reviews, novels, hk, phrases or a path to a .txt/.tsv file"
+    check(d.corpus in KNOWN_SOURCES or d.corpus.endswith((".txt", ".tsv")), "data.corpus", source_names)
+    for name, weight in d.sources.items():
+        if not (name in KNOWN_SOURCES or name.endswith((".txt", ".tsv"))):
+            raise ConfigError(f"{where}: data.sources has an unknown source {name!r}: expected {source_names}")
+        if weight < 0:
+            raise ConfigError(f"{where}: data.sources.{name}={weight!r} is invalid: expected a weight >= 0")
+    check(not d.sources or any(d.sources.values()), "data.sources", "at least one weight > 0")
     check(d.max_len >= 2, "data.max_len", "an integer >= 2")
     check(0 < d.valid_per_mille < 1000, "data.valid_per_mille", "an integer in 1..999")
     check(0 < d.test_per_mille < 1000, "data.test_per_mille", "an integer in 1..999")
@@ -133,6 +149,10 @@ def _validate(config: Config, where: str) -> None:
 
 def _coerce(value, annotation, key: str, where: str):
     """Return ``value`` as the field's type, or raise ConfigError naming the key."""
+    if typing.get_origin(annotation) is dict:  # data.sources: name -> weight
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: {key}={value!r} has the wrong type: expected a mapping of name: weight")
+        return {str(name): _coerce(weight, float, f"{key}.{name}", where) for name, weight in value.items()}
     expected = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}[annotation]
     if annotation is bool:
         ok = isinstance(value, bool)

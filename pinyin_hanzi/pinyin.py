@@ -9,12 +9,15 @@ Conventions used across the project:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import re
 import unicodedata
 from dataclasses import dataclass
 
-from pypinyin import Style, lazy_pinyin
+from pypinyin import Style, lazy_pinyin, load_phrases_dict
+from pypinyin.constants import PHRASES_DICT
+from pypinyin.seg import mmseg
 from pypinyin.contrib.tone_convert import to_normal, to_tone3
 from pypinyin.pinyin_dict import pinyin_dict
 
@@ -55,7 +58,8 @@ def normalize_text(text: str) -> str:
     )
 
 
-def _toneless(reading: str) -> str:
+def toneless(reading: str) -> str:
+    """A tone-marked reading as a syllable: ``lǜ`` -> ``lv``."""
     return to_normal(reading, v_to_u=False).lower()
 
 
@@ -73,7 +77,7 @@ def syllable_table() -> dict[str, tuple[str, ...]]:
     for code, readings in pinyin_dict.items():
         char = chr(code)
         for reading in readings.split(","):
-            syllable = _toneless(reading)
+            syllable = toneless(reading)
             if syllable.isascii() and syllable.isalpha():
                 table.setdefault(syllable, []).append(char)
     return {syllable: tuple(sorted(set(chars), key=_common_first)) for syllable, chars in table.items()}
@@ -110,6 +114,21 @@ def hanzi_to_tokens(text: str | list[str]) -> list[str] | None:
         if is_hanzi(char) and (token == char or token not in syllables()):
             return None
     return tokens
+
+
+@contextlib.contextmanager
+def phrase_readings(table: dict[str, list[list[str]]]):
+    """While the block runs, pypinyin reads the phrases of ``table`` (phrase -> one list of tone-marked
+    readings per character, pypinyin's own format) as given: 银行 -> yin hang, 长大 -> zhang da. Its word
+    segmenter learns the phrases too. Both are restored afterwards, so nothing leaks into later code."""
+    saved_phrases, saved_prefixes = dict(PHRASES_DICT), set(mmseg.p_set._set)  # pypinyin keeps no API to undo
+    load_phrases_dict(table)
+    try:
+        yield
+    finally:
+        PHRASES_DICT.clear()
+        PHRASES_DICT.update(saved_phrases)
+        mmseg.p_set._set = saved_prefixes
 
 
 # Letters a user may type inside pinyin: ASCII, ü, and vowels (and ḿ ń ň ǹ) carrying tone marks.

