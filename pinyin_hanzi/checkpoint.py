@@ -71,3 +71,58 @@ def newest_checkpoint(root: str | Path = "checkpoints", name: str = "best.pt") -
     """The most recently written ``<root>/*/best.pt``, or None."""
     found = [path for path in Path(root).glob(f"*/{name}") if path.is_file()]
     return max(found, key=lambda path: path.stat().st_mtime) if found else None
+
+
+# The model shipped with the repository (see checkpoints/README.md, the model card).
+PRETRAINED = Path(__file__).resolve().parents[1] / "checkpoints" / "pretrained" / "model.pt"
+# What an exported (inference-only) checkpoint keeps of a training checkpoint.
+EXPORTED_KEYS = ("config", "pinyin_vocab", "hanzi_vocab", "step", "syllable_lm", "valid_char_accuracy",
+                 "elapsed_seconds")
+
+
+def default_checkpoint(root: str | Path = "checkpoints") -> tuple[Path | None, str]:
+    """(checkpoint, why) for translate.py without --checkpoint: the newest local training
+    (``<root>/*/best.pt``) if it is newer than the shipped model, else the shipped model."""
+    local = newest_checkpoint(root)
+    shipped = PRETRAINED if PRETRAINED.is_file() else None
+    if local is not None and (shipped is None or local.stat().st_mtime > shipped.stat().st_mtime):
+        return local, "the newest local training"
+    return shipped, "the shipped pretrained model"
+
+
+def export_checkpoint(source: str | Path, target: str | Path, half: bool = True) -> dict:
+    """Write an inference-only copy of a training checkpoint: weights (float16 when ``half``), config,
+    vocabularies and the syllable model; no optimizer, scheduler, data position or RNG state.
+    Returns {"parameters", "bytes"}. Raises CheckpointError as :func:`load_checkpoint` does."""
+    state = load_checkpoint(source)
+    model_from_checkpoint(state, str(source))  # the weights must fit their config before we ship them
+    weights = {name: tensor.half() if half and tensor.is_floating_point() else tensor
+               for name, tensor in state["model"].items()}
+    save_checkpoint(target, {**{key: state[key] for key in EXPORTED_KEYS if key in state}, "model": weights})
+    return {"parameters": sum(t.numel() for t in weights.values()), "bytes": Path(target).stat().st_size}
+
+
+def main(argv=None) -> int:
+    """``python -m pinyin_hanzi.checkpoint export SOURCE TARGET [--float32]``."""
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(prog="python -m pinyin_hanzi.checkpoint",
+                                     description="Export a training checkpoint for inference (float16 weights).")
+    commands = parser.add_subparsers(dest="command", required=True)
+    export = commands.add_parser("export", help="write an inference-only copy (no optimizer state)")
+    export.add_argument("source")
+    export.add_argument("target")
+    export.add_argument("--float32", action="store_true", help="keep float32 weights")
+    args = parser.parse_args(argv)
+    try:
+        result = export_checkpoint(args.source, args.target, half=not args.float32)
+    except CheckpointError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(f"{args.target}: {result['parameters']:,} parameters, {result['bytes'] / 2**20:.1f} MiB")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

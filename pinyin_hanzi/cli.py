@@ -105,18 +105,19 @@ def _chunks(lines: Iterable[str], size: int) -> Iterator[list[str]]:
 
 
 def load_converter(checkpoint: str | None, device: str = "cpu"):
-    """A Converter for ``checkpoint``, or for the newest ``checkpoints/*/best.pt`` (named on stderr)."""
-    from pinyin_hanzi.checkpoint import load_checkpoint, model_from_checkpoint, newest_checkpoint
+    """A Converter for ``checkpoint``; without one, for the newest ``checkpoints/*/best.pt`` if it is newer
+    than the shipped ``checkpoints/pretrained/model.pt``, else for the shipped model (named on stderr)."""
+    from pinyin_hanzi.checkpoint import default_checkpoint, load_checkpoint, model_from_checkpoint
     from pinyin_hanzi.decoding import Converter
     from pinyin_hanzi.syllable_lm import SyllableBigrams
     from pinyin_hanzi.training import select_device
 
     if checkpoint is None:
-        found = newest_checkpoint()
+        found, why = default_checkpoint()
         if found is None:
             raise CheckpointError("no checkpoint found under checkpoints/: train one with "
                                   "`python train.py --config configs/quickstart.yaml` or pass --checkpoint PATH")
-        print(f"using checkpoint {found}", file=sys.stderr)
+        print(f"using {why}: {found}", file=sys.stderr)
         checkpoint = str(found)
     state = load_checkpoint(checkpoint)
     model, pinyin_vocab, hanzi_vocab, config = model_from_checkpoint(state, checkpoint)
@@ -130,12 +131,17 @@ def _evaluate(converter, config, args) -> int:
     from pinyin_hanzi.corpus import prepared_dir, read_examples
     from pinyin_hanzi.metrics import evaluate_file
 
-    prepared_split = args.evaluate in ("train", "valid", "test")
+    # A prepared split: train, valid, test, or one source's part of a mix (test.novels, valid.reviews).
+    prepared_split = args.evaluate in ("train", "valid", "test") or (
+        args.evaluate.split(".")[0] in ("valid", "test") and not args.evaluate.endswith(".tsv") and "/" not in args.evaluate)
     if prepared_split:
-        path = prepared_dir(config.data) / f"{args.evaluate}.tsv"
+        folder = prepared_dir(config.data)
+        path = folder / f"{args.evaluate}.tsv"
         if not path.is_file():
-            raise DataError(f"{path} not found: prepare the data with "
-                            f"`python train.py --config CONFIG --prepare-only`, or pass a pinyin<TAB>hanzi file")
+            found = sorted(p.stem for p in folder.glob("*.tsv")) if folder.is_dir() else []
+            hint = (f"this data has {', '.join(found)}" if found else
+                    "prepare the data with `python train.py --config CONFIG --prepare-only`")
+            raise DataError(f"{path} not found: {hint}; or pass a pinyin<TAB>hanzi file")
     else:
         path = Path(args.evaluate)
     examples = read_examples(path, trusted=prepared_split)
@@ -218,7 +224,8 @@ def _translate(argv) -> int:
                "python translate.py --input lines.txt | python translate.py --evaluate test --beam 5")
     parser.add_argument("text", nargs="*", help="pinyin to convert (all arguments form one line); without "
                         "text or --input, an interactive prompt on a terminal, else standard input")
-    parser.add_argument("--checkpoint", help="checkpoint file (default: newest checkpoints/*/best.pt)")
+    parser.add_argument("--checkpoint", help="checkpoint file (default: the newest checkpoints/*/best.pt if "
+                        "newer than the shipped checkpoints/pretrained/model.pt, else the shipped model)")
     parser.add_argument("--input", metavar="FILE", help="convert each line of FILE ('-' for stdin)")
     parser.add_argument("--beam", type=int, default=1, help="beam size (default 1: greedy)")
     parser.add_argument("--nbest", type=int, default=1,
@@ -233,7 +240,8 @@ def _translate(argv) -> int:
                         help="cross (characters x syllables, default), encoder or decoder self-attention")
     parser.add_argument("--heads", action="store_true", help="with --attention: one row per head, not averaged")
     parser.add_argument("--evaluate", metavar="SPLIT_OR_FILE",
-                        help="score on a prepared split (train/valid/test) or a pinyin<TAB>hanzi file")
+                        help="score on a prepared split (train/valid/test, or one source of a mix: test.novels) "
+                        "or a pinyin<TAB>hanzi file")
     parser.add_argument("--unsegmented", action="store_true", help="with --evaluate: type syllables run together")
     parser.add_argument("--unconstrained", action="store_true",
                         help="let the model choose any character (the checkpoint's decode.constrained=false does too)")

@@ -60,3 +60,37 @@ def test_newest_checkpoint(tmp_path):
     for name in ("a", "b"):
         save_checkpoint(tmp_path / name / "best.pt", {"step": 0})
     assert newest_checkpoint(tmp_path) == tmp_path / "b" / "best.pt"
+
+
+def test_export_keeps_what_translation_needs_in_half_precision(trained, tmp_path):
+    from pinyin_hanzi.checkpoint import export_checkpoint
+
+    tmp, _, best = trained
+    exported = tmp_path / "shipped" / "model.pt"
+    result = export_checkpoint(best, exported)
+    state = load_checkpoint(exported)
+    assert "optimizer" not in state and "rng" not in state and "batches" not in state
+    assert all(t.dtype == torch.float16 for t in state["model"].values() if t.is_floating_point())
+    assert result["bytes"] < best.stat().st_size / 4  # no Adam moments, half the bytes per weight
+    examples = read_examples(tmp / "prepared" / "tiny" / "train.tsv")
+    tokens = [e.tokens for e in examples]
+    original = Converter(*model_from_checkpoint(load_checkpoint(best))[:3]).convert_tokens(tokens)
+    assert Converter(*model_from_checkpoint(state)[:3]).convert_tokens(tokens) == original
+
+
+def test_default_checkpoint_prefers_a_newer_local_training_over_the_shipped_model(tmp_path, monkeypatch):
+    import os
+
+    from pinyin_hanzi import checkpoint
+
+    shipped = tmp_path / "pretrained" / "model.pt"
+    monkeypatch.setattr(checkpoint, "PRETRAINED", shipped)
+    local_root = tmp_path / "local"
+    assert checkpoint.default_checkpoint(local_root) == (None, "the shipped pretrained model")
+    save_checkpoint(shipped, {"step": 0})
+    assert checkpoint.default_checkpoint(local_root) == (shipped, "the shipped pretrained model")
+    save_checkpoint(local_root / "run" / "best.pt", {"step": 0})
+    os.utime(shipped, (1, 1))  # the shipped file is older than the local run
+    assert checkpoint.default_checkpoint(local_root) == (local_root / "run" / "best.pt", "the newest local training")
+    os.utime(local_root / "run" / "best.pt", (0, 0))
+    assert checkpoint.default_checkpoint(local_root) == (shipped, "the shipped pretrained model")
