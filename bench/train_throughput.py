@@ -25,14 +25,14 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pinyin_hanzi.config import load_config  # noqa: E402
-from pinyin_hanzi.corpus import prepare, read_examples  # noqa: E402
-from pinyin_hanzi.data import BatchStream, encode_examples  # noqa: E402
-from pinyin_hanzi.decoding import CandidateTable  # noqa: E402
-from pinyin_hanzi.model import Transformer, shift_right, sinusoidal_table  # noqa: E402
-from pinyin_hanzi.training import autocast_for, loss_fn, select_device  # noqa: E402
-from pinyin_hanzi.visualize import flops_per_token  # noqa: E402
-from pinyin_hanzi.vocab import PAD_ID, load_vocab  # noqa: E402
+from pinyin_hanzi.config import load_config
+from pinyin_hanzi.corpus import prepare, read_examples
+from pinyin_hanzi.data import BatchStream, encode_examples
+from pinyin_hanzi.decoding import CandidateTable
+from pinyin_hanzi.model import Transformer, shift_right, sinusoidal_table
+from pinyin_hanzi.training import autocast_for, loss_fn, select_device
+from pinyin_hanzi.visualize import flops_per_token
+from pinyin_hanzi.vocab import PAD_ID, load_vocab
 
 
 class Reference(nn.Module):
@@ -117,9 +117,9 @@ def main() -> int:
     optimizers = {name: torch.optim.AdamW(model.parameters(), lr=1e-4) for name, model in
                   (("ours", ours), ("reference", reference))}
     use_candidates = config.train.loss == "candidates"
-    ours_loss = lambda logits, target, allowed: loss_fn(logits, target, config.train.label_smoothing,  # noqa: E731
+    ours_loss = lambda logits, target, allowed: loss_fn(logits, target, config.train.label_smoothing,
                                                         allowed if use_candidates else None)
-    reference_loss = lambda logits, target, allowed: loss_fn(logits, target, config.train.label_smoothing)  # noqa: E731
+    reference_loss = lambda logits, target, allowed: loss_fn(logits, target, config.train.label_smoothing)
     peak = matmul_peak(device)
     rates: dict[str, list[float]] = {"ours": [], "reference": []}
     lengths = []

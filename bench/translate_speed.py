@@ -21,14 +21,14 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pinyin_hanzi.cli import load_converter  # noqa: E402
-from pinyin_hanzi.corpus import prepared_dir, read_examples  # noqa: E402
-from pinyin_hanzi.pinyin import syllables  # noqa: E402
+from pinyin_hanzi.cli import load_converter
+from pinyin_hanzi.corpus import prepared_dir, read_examples
+from pinyin_hanzi.pinyin import syllables
 
 
 def percentile(values: list[float], fraction: float) -> float:
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(fraction * (len(ordered) - 1))))]
+    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
 
 
 def main() -> int:
