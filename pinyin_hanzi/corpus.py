@@ -100,15 +100,17 @@ def fetch_pd1998(raw_dir: str | Path) -> Path:
     return target
 
 
-def _read_lines(path: Path) -> list[str]:
+def _read_lines(path: Path, what: str = "corpus file") -> list[str]:
+    """The lines of a UTF-8 text file; DataError (naming ``what`` and the path) if it is missing, unreadable
+    or not UTF-8."""
     try:
         return path.read_text(encoding="utf-8").splitlines()
     except FileNotFoundError:
-        raise DataError(f"corpus file not found: {path}") from None
+        raise DataError(f"{what} not found: {path}") from None
     except UnicodeDecodeError as error:
-        raise DataError(f"corpus file {path} is not UTF-8 (byte {error.start}): convert it to UTF-8") from None
+        raise DataError(f"{what} {path} is not UTF-8 (byte {error.start}): convert it to UTF-8") from None
     except OSError as error:
-        raise DataError(f"cannot read corpus file {path}: {error.strerror}") from None
+        raise DataError(f"cannot read {what} {path}: {error.strerror}") from None
 
 
 def _pd_clauses(line: str) -> list[list[str]]:
@@ -163,7 +165,8 @@ def corpus_examples(config: DataConfig, skipped: Counter) -> tuple[list[Example]
         source = {"corpus": str(path), "bytes": path.stat().st_size if path.exists() else None}
     lines = _read_lines(path)
     examples: list[Example] = []
-    for line in tqdm(lines, desc=f"converting {path.name}", unit="line", leave=False, mininterval=1.0):
+    for line in tqdm(lines, desc=f"converting {path.name}", unit="line", leave=False, mininterval=1.0,
+                     disable=None):  # a progress bar on a terminal only, not in logs
         if not line.strip():
             skipped["empty line"] += 1
             continue
@@ -210,14 +213,18 @@ def _fingerprint(config: DataConfig) -> dict:
     return {"format_version": DATA_FORMAT_VERSION, **fields}
 
 
-def read_examples(path: str | Path, trusted: bool = False) -> list[Example]:
+def read_examples(path: str | Path, trusted: bool = False, skipped: Counter | None = None) -> list[Example]:
     """Examples of a ``tokens<TAB>hanzi`` file: a user's TSV, every line checked; or, ``trusted``, a split
-    that :func:`prepare` wrote and already checked (read without re-checking every reading)."""
+    that :func:`prepare` wrote and already checked (read without re-checking every reading).
+
+    Lines that do not fit are left out and counted by reason into ``skipped``. Raises DataError if the file
+    is missing, unreadable, not UTF-8, or has no usable line at all."""
     if trusted:
-        rows = (line.split("\t") for line in _read_lines(Path(path)) if line)
+        rows = (line.split("\t") for line in _read_lines(Path(path), "file") if line)
         return [Example(tuple(tokens.split(" ")), hanzi) for tokens, hanzi in rows]
-    examples, skipped = [], Counter()
-    for line in _read_lines(Path(path)):
+    examples = []
+    skipped = Counter() if skipped is None else skipped
+    for line in _read_lines(Path(path), "file"):
         if not line.strip():
             continue
         result = _tsv_example(line)

@@ -193,6 +193,8 @@ def train(config: Config, *, resume: bool = False, init_from: str | None = None,
         raise TrainingError(f"{checkpoint_dir} already holds a run named {t.name!r}: continue it with --resume, "
                             f"name a new one with train.name=..., or replace it with --overwrite")
 
+    if resume and not last_path.is_file():  # before the data: say it at once
+        raise CheckpointError(f"checkpoint not found: {last_path} (nothing to resume: start without --resume)")
     data_dir = prepare(config.data)
     train_examples = read_examples(data_dir / "train.tsv", trusted=True)
     valid_examples = read_examples(data_dir / "valid.tsv", trusted=True)
