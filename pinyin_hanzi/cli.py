@@ -19,7 +19,8 @@ def _run(main, argv) -> int:
     try:
         return main(argv) or 0
     except PinyinHanziError as error:
-        print(f"error: {error}", file=sys.stderr)
+        rank = os.environ.get("RANK", "0")  # under torchrun every process reports; say which
+        print(f"{'' if rank == '0' else f'[rank {rank}] '}error: {error}", file=sys.stderr)
         return EXIT_USER_ERROR
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
@@ -58,7 +59,8 @@ def _train(argv) -> int:
 
     best = train(config, resume=args.resume, init_from=args.init_from, overwrite=args.overwrite,
                  log=lambda message: print(message, file=sys.stderr))
-    print(best)
+    if os.environ.get("RANK", "0") == "0":  # under torchrun, rank 0 speaks for all
+        print(best)
     return 0
 
 
