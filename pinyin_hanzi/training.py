@@ -1,11 +1,14 @@
 """The training loop: plain functions, no framework.
 
     prepare data -> vocabularies from train -> model -> AdamW with warm-up + cosine decay
-    -> for each token-budget batch: train_step (label-smoothed cross-entropy per target token, clipped)
+    -> for each global batch (grad_accum_steps token-budget batches, shared among torchrun's processes):
+       train_step (label-smoothed cross-entropy per target token of the global batch, clipped; a batch
+       with a non-finite loss or gradient is skipped, max_bad_steps in a row stop the run)
     -> every eval_every steps: evaluate (valid loss, constrained-greedy character accuracy, samples),
        save last.pt (and best.pt when the accuracy improves)
 
-TensorBoard logs go to ``runs/<name>/``, checkpoints to ``checkpoints/<name>/``.
+TensorBoard logs, ``train_log.jsonl`` (every step) and ``eval_log.jsonl`` go to ``runs/<name>/``,
+checkpoints to ``checkpoints/<name>/``; under torchrun only rank 0 writes them.
 """
 
 from __future__ import annotations
