@@ -171,7 +171,10 @@ def log_pictures(writer, model, examples, pinyin_vocab, hanzi_vocab, step: int) 
     for prefix, stack in (("encoder", model.encoder_layers), ("decoder", model.decoder_layers)):
         for index, layer in enumerate(stack):
             weights = torch.cat([p.detach().flatten().float().cpu() for p in layer.parameters() if p.dim() >= 2])
-            writer.add_histogram(f"weights/{prefix}_layer_{index + 1}", weights, step)
+            try:
+                writer.add_histogram(f"weights/{prefix}_layer_{index + 1}", weights, step)
+            except ValueError:  # TensorBoard cannot bin some degenerate tensors (all equal and huge): a picture
+                continue  # less is no reason to stop training
 
 
 def rng_state() -> dict:
@@ -343,9 +346,18 @@ def _train(config: Config, process: distributed.Process, *, resume: bool, init_f
                 "valid_char_accuracy": accuracy, "batches": stream.state_dict(), "rng": rng_state(),
                 "syllable_lm": syllable_lm.state_dict()}
 
+    def last_good() -> str:
+        if last_saved_step is None:
+            return "no checkpoint was written yet"
+        return f"the last good checkpoint is {last_path} (step {last_saved_step})"
+
     def evaluate_and_save() -> None:
         nonlocal best_accuracy, last_saved_step
         result = evaluate(model, valid_encoded, valid_examples, converter, config, device, candidates)
+        if not (math.isfinite(result["loss"]) and all(torch.isfinite(p).all() for p in model.parameters())):
+            # Finite weights give a finite loss; these weights are broken and must not replace a checkpoint.
+            raise TrainingError(f"stopped at step {step}: the weights or the validation loss ({result['loss']}) "
+                                f"are no longer finite; {last_good()}; lower train.lr")
         writer.add_scalar("valid/loss", result["loss"], step)
         writer.add_scalar("valid/char_accuracy", result["char_accuracy"], step)
         writer.add_text("valid/samples", "\n\n".join(result["samples"]), step)
@@ -386,10 +398,8 @@ def _train(config: Config, process: distributed.Process, *, resume: bool, init_f
                 log(f"warning: skipped a batch at step {step + 1}: loss {loss}, gradient norm {grad_norm} "
                     f"({bad_in_a_row} in a row, train.max_bad_steps={t.max_bad_steps})")
                 if bad_in_a_row >= t.max_bad_steps:
-                    kept = (f"the last good checkpoint is {last_path} (step {last_saved_step})"
-                            if last_saved_step is not None else "no checkpoint was written yet")
                     raise TrainingError(f"stopped at step {step}: loss or gradient not finite for {bad_in_a_row} "
-                                        f"batches in a row; {kept}; lower train.lr or check the data")
+                                        f"batches in a row; {last_good()}; lower train.lr or check the data")
                 continue
             bad_in_a_row = 0
             step += 1

@@ -46,6 +46,7 @@ class Case:
     note: str | None = None  # a fragment expected on stderr for status 0 (a warning, not an error)
     usage: bool = False  # an argparse usage error: usage lines, then `translate.py: error: ...`
     files: dict[str, bytes] = field(default_factory=dict)  # name -> content, written under {tmp}
+    training_log: bool = False  # stderr also holds training's log: the error is its last line
 
 
 CASES = [
@@ -147,6 +148,11 @@ CASES = [
          files={"english.txt": b"hello world\nanother line\n"}, status=2, error=("gives too few examples",)),
     Case("train: --resume with no checkpoint", "train.py", ("--config", "{config}", "--resume"), status=2,
          error=("checkpoint not found:", "last.pt")),
+    Case("train: learning rate so high the loss overflows", "train.py",
+         ("--config", "{config}", "train.lr=1e30", "train.warmup_steps=0", "train.name=overflow"), status=2,
+         training_log=True, note="warning: skipped a batch at step 2: loss nan",
+         error=("stopped at step 1: loss or gradient not finite for 5 batches in a row; no checkpoint was "
+                "written yet; lower train.lr",)),
 ]
 
 
@@ -255,6 +261,8 @@ def test_case(results, case):
     lines = stderr.strip().splitlines()
     if case.usage:  # argparse: usage lines, then one error line
         assert lines[0].startswith("usage: ") and lines[-1].startswith(f"{case.script}: error: "), stderr
+    elif case.training_log:
+        assert lines[-1].startswith("error: ") and case.note in stderr, stderr
     else:
         assert len(lines) == 1 and lines[0].startswith("error: "), stderr
     for fragment in case.error:

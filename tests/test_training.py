@@ -160,3 +160,15 @@ def test_non_finite_loss_before_any_checkpoint_says_so(tmp_path, tiny_corpus, mo
     with pytest.raises(TrainingError, match="stopped at step 0: .*no checkpoint was written yet"):
         train(config, log=lambda message: None)
     assert not (tmp_path / "checkpoints" / "tiny" / "last.pt").exists()
+
+
+def test_broken_weights_never_replace_the_last_good_checkpoint(tmp_path, tiny_corpus):
+    """A huge learning rate makes the weights useless in one step; the evaluation then stops the run instead of
+    saving them (no monkeypatching: a real overflow)."""
+    torch.set_num_threads(1)
+    config = load_config(write_config(tmp_path / "c.yaml", tiny_config_dict(
+        tmp_path, tiny_corpus, max_steps=10, eval_every=1, warmup_steps=0, batch_tokens=64, lr=1e30)))
+    with pytest.raises(TrainingError, match="stopped at step 1: the weights or the validation loss .* are no longer "
+                                            "finite; no checkpoint was written yet"):
+        train(config, log=lambda message: None)
+    assert not (tmp_path / "checkpoints" / "tiny" / "last.pt").exists()
