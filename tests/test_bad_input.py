@@ -151,8 +151,8 @@ CASES = [
     Case("train: learning rate so high the loss overflows", "train.py",
          ("--config", "{config}", "train.lr=1e30", "train.warmup_steps=0", "train.name=overflow"), status=2,
          training_log=True, note="warning: skipped a batch at step 2: loss nan",
-         error=("stopped at step 1: loss or gradient not finite for 5 batches in a row; no checkpoint was "
-                "written yet; lower train.lr",)),
+         error=("stopped at step 1: loss or gradient not finite for 5 batches in a row",
+                "no checkpoint was written yet; lower train.lr")),
 ]
 
 
