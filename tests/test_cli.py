@@ -123,6 +123,7 @@ def test_translate_interactive_prompt_on_a_terminal(trained):
     os.close(terminal)
     output = b""
     try:
+        os.write(controller, b"\xff\xfe\n")  # not UTF-8: an error line, and the session goes on
         os.write(controller, b"ni hao\n")
         while b"\xe4\xbd\xa0\xe5\xa5\xbd" not in output:  # 你好
             output += os.read(controller, 1024)
@@ -132,6 +133,7 @@ def test_translate_interactive_prompt_on_a_terminal(trained):
         process.kill()
         os.close(controller)
     assert b"pinyin> " in output
+    assert b"error: that line is not valid UTF-8" in output and b"Traceback" not in output
 
 
 def test_train_refuses_to_overwrite_a_run(trained):
