@@ -24,11 +24,15 @@ REQUIRED_KEYS = ("format_version", "config", "pinyin_vocab", "hanzi_vocab", "mod
 
 
 def save_checkpoint(path: str | Path, state: dict) -> None:
-    """Atomically write ``state`` (plain containers and tensors) to ``path``."""
+    """Atomically write ``state`` (plain containers and tensors) to ``path``: a process killed at any moment
+    leaves either the previous file or the new one, never a mix."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(path.name + ".tmp")
-    torch.save({"format_version": FORMAT_VERSION, **state}, temporary)
+    with open(temporary, "wb") as handle:
+        torch.save({"format_version": FORMAT_VERSION, **state}, handle)
+        handle.flush()
+        os.fsync(handle.fileno())  # the bytes are on disk before the rename makes them the checkpoint
     os.replace(temporary, path)
 
 

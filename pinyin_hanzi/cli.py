@@ -19,7 +19,8 @@ def _run(main, argv) -> int:
     try:
         return main(argv) or 0
     except PinyinHanziError as error:
-        print(f"error: {error}", file=sys.stderr)
+        rank = os.environ.get("RANK", "0")  # under torchrun every process reports; say which
+        print(f"{'' if rank == '0' else f'[rank {rank}] '}error: {error}", file=sys.stderr)
         return EXIT_USER_ERROR
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
@@ -58,7 +59,8 @@ def _train(argv) -> int:
 
     best = train(config, resume=args.resume, init_from=args.init_from, overwrite=args.overwrite,
                  log=lambda message: print(message, file=sys.stderr))
-    print(best)
+    if os.environ.get("RANK", "0") == "0":  # under torchrun, rank 0 speaks for all
+        print(best)
     return 0
 
 
@@ -69,19 +71,22 @@ def train_main(argv=None) -> int:
 # --------------------------------------------------------------------------------------------- translate
 
 
+def _open_input(name: str):
+    """A binary stream of the input file (stdin for '-'); DataError if it is missing or unreadable."""
+    if name == "-":
+        return sys.stdin.buffer
+    if not Path(name).exists():
+        raise DataError(f"input file not found: {name}")
+    try:
+        return open(name, "rb")
+    except OSError as error:  # a directory, no permission
+        raise DataError(f"cannot read input file {name}: {error.strerror}") from None
+
+
 def _open_lines(name: str) -> Iterator[str]:
     """Lines of a UTF-8 file (or stdin for '-'), without their line ends. Read as bytes and decoded line by
     line, so that an invalid line is reported with its number."""
-    if name == "-":
-        stream = sys.stdin.buffer
-    else:
-        path = Path(name)
-        if not path.is_file():
-            raise DataError(f"input file not found: {name}")
-        try:
-            stream = open(path, "rb")
-        except OSError as error:
-            raise DataError(f"cannot read input file {name}: {error.strerror}") from None
+    stream = _open_input(name)
     try:
         for line_number, raw in enumerate(stream, start=1):
             try:
@@ -91,6 +96,14 @@ def _open_lines(name: str) -> Iterator[str]:
     finally:
         if name != "-":
             stream.close()
+
+
+def _check_typed(text: str, where: str) -> str:
+    """``text`` itself; DataError if it holds bytes that were not UTF-8. Python decodes such command-line
+    arguments to lone surrogates ("surrogateescape"), which would otherwise reach stdout as garbage."""
+    if any("\udc80" <= char <= "\udcff" for char in text):
+        raise DataError(f"{where} is not valid UTF-8")
+    return text
 
 
 def _chunks(lines: Iterable[str], size: int) -> Iterator[list[str]]:
@@ -127,14 +140,38 @@ def load_converter(checkpoint: str | None, device: str = "cpu"):
     return converter, config
 
 
-def _evaluate(converter, config, args) -> int:
+def _read_pairs(name: str):
+    """The examples of a user's pinyin<TAB>hanzi file; lines that do not fit are counted on stderr, not
+    dropped silently. DataError if the file is missing, unreadable, not UTF-8 or has no usable line."""
+    from collections import Counter
+
+    from pinyin_hanzi.corpus import read_examples
+
+    path = Path(name)
+    if not path.exists():
+        raise DataError(f"file not found: {path}")
+    skipped: Counter = Counter()
+    examples = read_examples(path, skipped=skipped)
+    if skipped:
+        reasons = ", ".join(f"{count} {reason}" for reason, count in skipped.most_common())
+        print(f"note: skipped {sum(skipped.values())} of {sum(skipped.values()) + len(examples)} lines of "
+              f"{path} ({reasons})", file=sys.stderr)
+    return examples
+
+
+def _is_prepared_split(name: str) -> bool:
+    """train, valid, test, or one source's part of a mix (test.novels, valid.reviews); else a file."""
+    return name in ("train", "valid", "test") or (
+        name.split(".")[0] in ("valid", "test") and not name.endswith(".tsv") and "/" not in name)
+
+
+def _evaluate(converter, config, args, examples) -> int:
+    """Score the conversion of a prepared split (``args.evaluate`` is train/valid/test or test.<source>)
+    or of ``examples`` read from the user's file."""
     from pinyin_hanzi.corpus import prepared_dir, read_examples
     from pinyin_hanzi.metrics import evaluate_file
 
-    # A prepared split: train, valid, test, or one source's part of a mix (test.novels, valid.reviews).
-    prepared_split = args.evaluate in ("train", "valid", "test") or (
-        args.evaluate.split(".")[0] in ("valid", "test") and not args.evaluate.endswith(".tsv") and "/" not in args.evaluate)
-    if prepared_split:
+    if examples is None:
         folder = prepared_dir(config.data)
         path = folder / f"{args.evaluate}.tsv"
         if not path.is_file():
@@ -142,9 +179,9 @@ def _evaluate(converter, config, args) -> int:
             hint = (f"this data has {', '.join(found)}" if found else
                     "prepare the data with `python train.py --config CONFIG --prepare-only`")
             raise DataError(f"{path} not found: {hint}; or pass a pinyin<TAB>hanzi file")
+        examples = read_examples(path, trusted=True)
     else:
         path = Path(args.evaluate)
-    examples = read_examples(path, trusted=prepared_split)
     result = {"file": str(path), **evaluate_file(converter, examples, constrained=args.constrained,
                                                  unsegmented=args.unsegmented, beam=args.beam,
                                                  batch_size=args.batch_size)}
@@ -207,14 +244,27 @@ def _interactive(converter, args) -> int:
     print("type pinyin (e.g. ni hao, nihao, ni3hao3) and press Enter; Ctrl-D to quit", file=sys.stderr)
     while True:
         try:
-            line = input("pinyin> ")
+            line = _check_typed(input("pinyin> "), "that line")
         except EOFError:
             print(file=sys.stderr)
             return 0
+        except (UnicodeDecodeError, DataError):  # one bad line should not end the session
+            print("error: that line is not valid UTF-8", file=sys.stderr)
+            continue
         _convert_and_print(converter, [line], args)
 
 
 MAX_NBEST = 50
+
+
+def _fail_fast(args) -> None:
+    """The errors that do not need the model (missing files, text that is not UTF-8), before the seconds it
+    takes to load it. DataError or CheckpointError."""
+    _check_typed(" ".join(args.text), "the pinyin argument")
+    if args.checkpoint is not None and not Path(args.checkpoint).is_file():
+        raise CheckpointError(f"checkpoint not found: {args.checkpoint}")
+    if args.input not in (None, "-"):
+        _open_input(args.input).close()  # raises DataError for a missing or unreadable file
 
 
 def _translate(argv) -> int:
@@ -257,10 +307,14 @@ def _translate(argv) -> int:
     if args.batch_size < 1:
         parser.error("--batch-size must be at least 1")
 
+    _fail_fast(args)
+    user_pairs = None
+    if args.evaluate is not None and not _is_prepared_split(args.evaluate):
+        user_pairs = _read_pairs(args.evaluate)  # before loading the model: a bad file fails at once
     converter, config = load_converter(args.checkpoint, args.device)
     args.constrained = config.decode.constrained and not args.unconstrained
     if args.evaluate is not None:
-        return _evaluate(converter, config, args)
+        return _evaluate(converter, config, args, user_pairs)
     if args.attention and not args.text:
         parser.error("--attention needs pinyin text to convert")
     if args.text:

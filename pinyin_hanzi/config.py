@@ -61,6 +61,8 @@ class TrainConfig:
     max_steps: int = 10000
     max_minutes: float = 0.0  # stop (and checkpoint) after this much wall time; 0 = no limit
     batch_tokens: int = 4096  # target tokens per batch, padding included
+    grad_accum_steps: int = 1  # batches per optimizer step, over all processes (a multiple of their number)
+    max_bad_steps: int = 5  # stop after this many batches in a row with a non-finite loss or gradient
     lr: float = 1e-3
     warmup_steps: int = 300
     min_lr_ratio: float = 0.05  # cosine decay ends at lr * min_lr_ratio
@@ -130,6 +132,8 @@ def _validate(config: Config, where: str) -> None:
     check(t.max_steps > 0, "train.max_steps", "a positive integer")
     check(t.max_minutes >= 0, "train.max_minutes", "a number >= 0 (0 = no limit)")
     check(t.batch_tokens >= d.max_len, "train.batch_tokens", f">= data.max_len ({d.max_len})")
+    check(t.grad_accum_steps >= 1, "train.grad_accum_steps", "a positive integer")
+    check(t.max_bad_steps >= 1, "train.max_bad_steps", "a positive integer")
     check(t.lr > 0, "train.lr", "a positive number")
     check(t.warmup_steps >= 0, "train.warmup_steps", "an integer >= 0")
     check(0.0 <= t.min_lr_ratio <= 1.0, "train.min_lr_ratio", "a number in [0, 1]")

@@ -159,7 +159,7 @@ def document_examples(document: corpus_sources.Document, max_len: int, skipped: 
     """The examples of one document, in order; what is skipped is counted in ``skipped`` by reason."""
     examples: list[Example] = []
     for line in tqdm(document.lines, desc=progress or None, unit="line", leave=False, mininterval=1.0,
-                     disable=not progress):
+                     disable=None if progress else True):  # a progress bar on a terminal only, not in logs
         if document.kind == "phrase":
             result = _phrase_example(*line)
             if isinstance(result, str):
@@ -255,14 +255,18 @@ def _fingerprint(config: DataConfig) -> dict:
     return {"format_version": DATA_FORMAT_VERSION, **fields}
 
 
-def read_examples(path: str | Path, trusted: bool = False) -> list[Example]:
+def read_examples(path: str | Path, trusted: bool = False, skipped: Counter | None = None) -> list[Example]:
     """Examples of a ``tokens<TAB>hanzi`` file: a user's TSV, every line checked; or, ``trusted``, a split
-    that :func:`prepare` wrote and already checked (read without re-checking every reading)."""
+    that :func:`prepare` wrote and already checked (read without re-checking every reading).
+
+    Lines that do not fit are left out and counted by reason into ``skipped``. Raises DataError if the file
+    is missing, unreadable, not UTF-8, or has no usable line at all."""
     if trusted:
-        rows = (line.split("\t") for line in read_text_lines(Path(path)) if line)
+        rows = (line.split("\t") for line in read_text_lines(Path(path), "file") if line)
         return [Example(tuple(tokens.split(" ")), hanzi) for tokens, hanzi in rows]
-    examples, skipped = [], Counter()
-    for line in read_text_lines(Path(path)):
+    examples = []
+    skipped = Counter() if skipped is None else skipped
+    for line in read_text_lines(Path(path), "file"):
         if not line.strip():
             continue
         result = _tsv_example(line)

@@ -89,11 +89,22 @@ class BatchStream:
         self.epoch, self.position = int(state["epoch"]), int(state["position"])
         self._batches = token_budget_batches(self.lengths, self.batch_tokens, self.seed, self.epoch)
 
+    def next_indices(self) -> list[int]:
+        """The example indices of the next batch (the position moves on)."""
+        if self.position >= len(self._batches):
+            self.epoch, self.position = self.epoch + 1, 0
+            self._batches = token_budget_batches(self.lengths, self.batch_tokens, self.seed, self.epoch)
+        indices = self._batches[self.position]
+        self.position += 1
+        return indices
+
+    def n_target_tokens(self, indices: Sequence[int]) -> int:
+        """Target tokens (padding excluded) of the batch of these examples, without building it."""
+        return sum(self.lengths[index] for index in indices)
+
+    def batch(self, indices: Sequence[int]) -> Batch:
+        return collate([self.examples[index] for index in indices])
+
     def __iter__(self) -> Iterator[Batch]:
         while True:
-            if self.position >= len(self._batches):
-                self.epoch, self.position = self.epoch + 1, 0
-                self._batches = token_budget_batches(self.lengths, self.batch_tokens, self.seed, self.epoch)
-            indices = self._batches[self.position]
-            self.position += 1
-            yield collate([self.examples[index] for index in indices])
+            yield self.batch(self.next_indices())

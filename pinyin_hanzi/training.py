@@ -1,11 +1,14 @@
 """The training loop: plain functions, no framework.
 
     prepare data -> vocabularies from train -> model -> AdamW with warm-up + cosine decay
-    -> for each token-budget batch: train_step (label-smoothed cross-entropy per target token, clipped)
+    -> for each global batch (grad_accum_steps token-budget batches, shared among torchrun's processes):
+       train_step (label-smoothed cross-entropy per target token of the global batch, clipped; a batch
+       with a non-finite loss or gradient is skipped, max_bad_steps in a row stop the run)
     -> every eval_every steps: evaluate (valid loss, constrained-greedy character accuracy, samples),
        save last.pt (and best.pt when the accuracy improves)
 
-TensorBoard logs go to ``runs/<name>/``, checkpoints to ``checkpoints/<name>/``.
+TensorBoard logs, ``train_log.jsonl`` (every step) and ``eval_log.jsonl`` go to ``runs/<name>/``,
+checkpoints to ``checkpoints/<name>/``; under torchrun only rank 0 writes them.
 """
 
 from __future__ import annotations
@@ -23,11 +26,11 @@ import torch.nn.functional as F
 from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
-from pinyin_hanzi import visualize
+from pinyin_hanzi import distributed, visualize
 from pinyin_hanzi.checkpoint import load_checkpoint, model_from_checkpoint, save_checkpoint
 from pinyin_hanzi.config import Config, TrainConfig, save_config
 from pinyin_hanzi.corpus import prepare, read_examples
-from pinyin_hanzi.data import BatchStream, collate, encode_examples
+from pinyin_hanzi.data import Batch, BatchStream, collate, encode_examples
 from pinyin_hanzi.decoding import Converter
 from pinyin_hanzi.errors import CheckpointError, ConfigError, TrainingError
 from pinyin_hanzi.metrics import conversion_scores
@@ -68,10 +71,10 @@ def lr_at(step: int, config: TrainConfig) -> float:
     return floor + (config.lr - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
-def loss_fn(logits: torch.Tensor, target: torch.Tensor, label_smoothing: float,
-            allowed: torch.Tensor | None = None) -> tuple[torch.Tensor, int]:
-    """Label-smoothed cross-entropy summed over real target tokens, divided by their number.
-    logits (b, t, v), target (b, t) -> (scalar loss, number of target tokens).
+def loss_sum(logits: torch.Tensor, target: torch.Tensor, label_smoothing: float,
+             allowed: torch.Tensor | None = None) -> tuple[torch.Tensor, int]:
+    """Label-smoothed cross-entropy summed over real target tokens.
+    logits (b, t, v), target (b, t) -> (scalar summed loss, number of target tokens).
 
     With ``allowed`` (b, t, v) bool, the softmax runs over the allowed characters only (the candidates of
     each position's syllable; the reference character is always allowed), and label smoothing spreads its
@@ -81,32 +84,57 @@ def loss_fn(logits: torch.Tensor, target: torch.Tensor, label_smoothing: float,
     if allowed is None:
         loss = F.cross_entropy(logits.flatten(0, 1).float(), target.flatten(), ignore_index=PAD_ID,
                                label_smoothing=label_smoothing, reduction="sum")
-        return loss / max(n_tokens, 1), n_tokens
+        return loss, n_tokens
     allowed = allowed.scatter(-1, target[..., None], True)
     log_probs = logits.float().masked_fill(~allowed, float("-inf")).log_softmax(dim=-1)  # (b, t, v)
     nll = -log_probs.gather(-1, target[..., None]).squeeze(-1)  # (b, t)
     smooth = -log_probs.masked_fill(~allowed, 0.0).sum(dim=-1) / allowed.sum(dim=-1)  # (b, t)
     loss = ((1.0 - label_smoothing) * nll + label_smoothing * smooth).masked_fill(~real, 0.0).sum()
+    return loss, n_tokens
+
+
+def loss_fn(logits: torch.Tensor, target: torch.Tensor, label_smoothing: float,
+            allowed: torch.Tensor | None = None) -> tuple[torch.Tensor, int]:
+    """:func:`loss_sum` divided by the number of target tokens: (mean loss per token, number of tokens)."""
+    loss, n_tokens = loss_sum(logits, target, label_smoothing, allowed)
     return loss / max(n_tokens, 1), n_tokens
 
 
-def train_step(model, batch, optimizer, scheduler, config: TrainConfig, device,
-               candidates: torch.Tensor | None = None) -> tuple[float, float, int]:
-    """One optimizer step on one batch; returns (loss, gradient norm before clipping, target tokens).
-    ``candidates`` (pinyin vocab, hanzi vocab) bool restricts the softmax (train.loss=candidates)."""
+def train_step(model, batches: list[Batch], total_tokens: int, optimizer, scheduler, config: TrainConfig, device,
+               candidates: torch.Tensor | None = None, world_size: int = 1) -> tuple[float, float, bool]:
+    """One optimizer step on this process's batches of a global batch of ``total_tokens`` target tokens.
+
+    Each batch's summed loss is divided by the global batch's token count, so the accumulated gradient is
+    exactly that of the mean loss over the whole global batch, not an average of per-batch averages. Under
+    DDP (``world_size`` > 1) gradients are averaged over processes, hence the division by
+    ``total_tokens / world_size``; they are synchronised once, on the last batch. ``candidates`` (pinyin
+    vocab, hanzi vocab) bool restricts the softmax (train.loss=candidates).
+
+    Returns (mean loss of the global batch, gradient norm before clipping, stepped). A non-finite loss or
+    gradient norm does not step: the gradients are dropped, stepped is False, the weights are untouched."""
     model.train()
-    batch = batch.to(device)
-    with autocast_for(device):
-        logits = model(batch.source, batch.target)
-    allowed = candidates[batch.source] if candidates is not None else None
-    loss, n_tokens = loss_fn(logits, batch.target, config.label_smoothing, allowed)
     optimizer.zero_grad(set_to_none=True)
-    loss.backward()
+    local_loss = 0.0
+    for index, batch in enumerate(batches):
+        is_last = index == len(batches) - 1
+        no_sync = getattr(model, "no_sync", None)  # DDP: all-reduce the gradients once, after the last batch
+        with no_sync() if no_sync is not None and not is_last else contextlib.nullcontext():
+            batch = batch.to(device)
+            with autocast_for(device):
+                logits = model(batch.source, batch.target)
+            allowed = candidates[batch.source] if candidates is not None else None
+            summed, _ = loss_sum(logits, batch.target, config.label_smoothing, allowed)
+            (summed / (total_tokens / world_size)).backward()
+        local_loss += (summed.detach() / total_tokens).item()
+    loss = distributed.sum_over_processes([local_loss], device)[0]
     max_norm = config.grad_clip if config.grad_clip > 0 else float("inf")
-    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm))
+    if not (math.isfinite(loss) and math.isfinite(grad_norm)):
+        optimizer.zero_grad(set_to_none=True)
+        return loss, grad_norm, False
     optimizer.step()
     scheduler.step()
-    return loss.item(), float(grad_norm), n_tokens
+    return loss, grad_norm, True
 
 
 @torch.no_grad()
@@ -143,7 +171,10 @@ def log_pictures(writer, model, examples, pinyin_vocab, hanzi_vocab, step: int) 
     for prefix, stack in (("encoder", model.encoder_layers), ("decoder", model.decoder_layers)):
         for index, layer in enumerate(stack):
             weights = torch.cat([p.detach().flatten().float().cpu() for p in layer.parameters() if p.dim() >= 2])
-            writer.add_histogram(f"weights/{prefix}_layer_{index + 1}", weights, step)
+            try:
+                writer.add_histogram(f"weights/{prefix}_layer_{index + 1}", weights, step)
+            except ValueError:  # TensorBoard cannot bin some degenerate tensors (all equal and huge): a picture
+                continue  # less is no reason to stop training
 
 
 def rng_state() -> dict:
@@ -174,26 +205,67 @@ def count_parameters(model: torch.nn.Module) -> int:
     return sum(parameter.numel() for parameter in model.parameters())
 
 
+def _truncate_log(path: Path, last_step: int) -> None:
+    """Keep the records of a JSONL log up to ``last_step``: a resumed run repeats the steps after its
+    checkpoint, and a killed run may have left a half-written last line."""
+    if not path.exists():
+        return
+    kept = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            if json.loads(line)["step"] <= last_step:
+                kept.append(line + "\n")
+        except (ValueError, KeyError, TypeError):
+            continue
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text("".join(kept), encoding="utf-8")
+    temporary.replace(path)
+
+
 def train(config: Config, *, resume: bool = False, init_from: str | None = None, overwrite: bool = False,
           log=print) -> Path:
     """Train as configured; returns the path of the best checkpoint.
 
     resume: continue ``checkpoints/<name>/last.pt`` exactly (weights, optimizer, scheduler, data position,
     RNG); init_from: start a new run from another checkpoint's weights (its vocabularies are kept).
-    A new run never replaces an existing run's checkpoints unless ``overwrite`` (TrainingError)."""
+    Launched by torchrun, each process trains on its share of every global batch (see distributed.py).
+
+    Raises TrainingError if a new run would replace an existing run's checkpoints (unless ``overwrite``) or
+    the loss or gradient is not finite for ``train.max_bad_steps`` batches in a row; CheckpointError,
+    ConfigError, DataError for unusable checkpoints, settings or data."""
+    process = distributed.from_environment()
+    t = config.train
+    if t.grad_accum_steps % process.world_size:
+        raise ConfigError(f"train.grad_accum_steps={t.grad_accum_steps} must be a multiple of the number of "
+                          f"processes ({process.world_size}): it counts the batches of one optimizer step over all")
+    try:
+        return _train(config, process, resume=resume, init_from=init_from, overwrite=overwrite,
+                      log=log if process.is_main else lambda message: None)
+    finally:
+        distributed.stop()
+
+
+def _train(config: Config, process: distributed.Process, *, resume: bool, init_from: str | None, overwrite: bool,
+           log) -> Path:
     t = config.train
     random.seed(t.seed)
-    torch.manual_seed(t.seed)
+    torch.manual_seed(t.seed)  # the same on every process: rank 0's saved RNG state then resumes them all
     if t.threads:
         torch.set_num_threads(t.threads)
-    device = select_device(t.device)
+    device = distributed.start(process, select_device(t.device))
     checkpoint_dir, run_dir = Path(t.checkpoint_dir) / t.name, Path(t.runs_dir) / t.name
     last_path, best_path = checkpoint_dir / "last.pt", checkpoint_dir / "best.pt"
     if not resume and not overwrite and (last_path.exists() or best_path.exists()):
         raise TrainingError(f"{checkpoint_dir} already holds a run named {t.name!r}: continue it with --resume, "
                             f"name a new one with train.name=..., or replace it with --overwrite")
+    if resume and not last_path.is_file():  # before the data: say it at once
+        raise CheckpointError(f"checkpoint not found: {last_path} (nothing to resume: start without --resume)")
 
+    if not process.is_main:
+        distributed.barrier()  # rank 0 prepares the data; the others then find it ready
     data_dir = prepare(config.data)
+    if process.is_main:
+        distributed.barrier()
     train_examples = read_examples(data_dir / "train.tsv", trusted=True)
     valid_examples = read_examples(data_dir / "valid.tsv", trusted=True)
 
@@ -215,7 +287,7 @@ def train(config: Config, *, resume: bool = False, init_from: str | None = None,
     syllable_lm = SyllableBigrams.count(example.tokens for example in train_examples)  # for decoding
     train_encoded = encode_examples(train_examples, pinyin_vocab, hanzi_vocab)
     valid_encoded = encode_examples(valid_examples, pinyin_vocab, hanzi_vocab)
-    stream = BatchStream(train_encoded, t.batch_tokens, t.seed)
+    stream = BatchStream(train_encoded, t.batch_tokens, t.seed)  # the same stream on every process
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
     optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": t.weight_decay},
@@ -233,21 +305,37 @@ def train(config: Config, *, resume: bool = False, init_from: str | None = None,
     if step >= t.max_steps:
         log(f"nothing to do: step {step} >= train.max_steps={t.max_steps}")
         return best_path
+    last_saved_step = step if saved is not None else None
 
-    run_dir.mkdir(parents=True, exist_ok=True)
-    if not resume:
-        (run_dir / "eval_log.jsonl").unlink(missing_ok=True)  # a new run starts a new curve
-    save_config(config, run_dir / "config.yaml")
-    writer = SummaryWriter(str(run_dir))
-    compiled = torch.compile(model) if t.compile else model
+    # Rank 0 alone writes logs and checkpoints; the other processes only train.
+    writer, train_log = None, None
+    if process.is_main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        if resume:  # the steps after the checkpoint are trained again: their records go
+            _truncate_log(run_dir / "train_log.jsonl", step)
+            _truncate_log(run_dir / "eval_log.jsonl", step)
+        else:  # a new run starts new curves
+            (run_dir / "train_log.jsonl").unlink(missing_ok=True)
+            (run_dir / "eval_log.jsonl").unlink(missing_ok=True)
+        save_config(config, run_dir / "config.yaml")
+        writer = SummaryWriter(str(run_dir), purge_step=step + 1 if resume else None)
+        train_log = open(run_dir / "train_log.jsonl", "a", encoding="utf-8")  # noqa: SIM115 (closed below)
+    trained_model = model
+    if process.world_size > 1:
+        trained_model = torch.nn.parallel.DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == "cuda" else None)
+    compiled = torch.compile(trained_model) if t.compile else trained_model
     converter = Converter(model, pinyin_vocab, hanzi_vocab, device)
     candidates = converter.candidates.for_vocab(pinyin_vocab).to(device) if t.loss == "candidates" else None
     log(f"device {device}, {torch.get_num_threads()} threads | {count_parameters(model) / 1e6:.2f}M parameters | "
         f"vocab {len(pinyin_vocab)} pinyin, {len(hanzi_vocab)} hanzi | "
         f"{len(train_examples)} train, {len(valid_examples)} valid examples")
+    if process.world_size > 1:
+        log(f"{process.world_size} processes, {t.grad_accum_steps // process.world_size} batch(es) each per step: "
+            f"global batch {t.grad_accum_steps} x {t.batch_tokens} tokens")
     mean_length = sum(len(e.hanzi) for e in train_examples) / max(len(train_examples), 1)
     log(visualize.model_summary(model, t.batch_tokens, mean_length))
-    if step == 0:  # once per run: the positional-encoding matrix the embeddings add
+    if step == 0 and writer is not None:  # once per run: the positional-encoding matrix the embeddings add
         writer.add_figure("model/positional_encoding", visualize.positional_encoding_figure(
             config.model.d_model, min(config.model.max_positions, 2 * config.data.max_len)), 0)
 
@@ -258,9 +346,18 @@ def train(config: Config, *, resume: bool = False, init_from: str | None = None,
                 "valid_char_accuracy": accuracy, "batches": stream.state_dict(), "rng": rng_state(),
                 "syllable_lm": syllable_lm.state_dict()}
 
+    def last_good() -> str:
+        if last_saved_step is None:
+            return "no checkpoint was written yet"
+        return f"the last good checkpoint is {last_path} (step {last_saved_step})"
+
     def evaluate_and_save() -> None:
-        nonlocal best_accuracy
+        nonlocal best_accuracy, last_saved_step
         result = evaluate(model, valid_encoded, valid_examples, converter, config, device, candidates)
+        if not (math.isfinite(result["loss"]) and all(torch.isfinite(p).all() for p in model.parameters())):
+            # Finite weights give a finite loss; these weights are broken and must not replace a checkpoint.
+            raise TrainingError(f"stopped at step {step}: the weights or the validation loss ({result['loss']}) "
+                                f"are no longer finite; {last_good()}; lower train.lr")
         writer.add_scalar("valid/loss", result["loss"], step)
         writer.add_scalar("valid/char_accuracy", result["char_accuracy"], step)
         writer.add_text("valid/samples", "\n\n".join(result["samples"]), step)
@@ -274,6 +371,7 @@ def train(config: Config, *, resume: bool = False, init_from: str | None = None,
         state = checkpoint_state(result["char_accuracy"])
         state["elapsed_seconds"] = elapsed
         save_checkpoint(last_path, state)
+        last_saved_step = step
         if improved:
             save_checkpoint(best_path, state)
         progress.write(f"step {step}: valid loss {result['loss']:.3f}, char accuracy {result['char_accuracy']:.2%}"
@@ -283,19 +381,35 @@ def train(config: Config, *, resume: bool = False, init_from: str | None = None,
     started = time.time()
     window_tokens, window_start = 0, time.time()
     progress = tqdm(total=t.max_steps, initial=step, desc=t.name, unit="step", dynamic_ncols=True,
-                    file=sys.stderr, mininterval=1.0)
-    batches = iter(stream)
+                    file=sys.stderr, mininterval=1.0, disable=not process.is_main)
+    bad_in_a_row = 0
     try:
         while step < t.max_steps:
-            loss, grad_norm, n_tokens = train_step(compiled, next(batches), optimizer, scheduler, t, device,
-                                                   candidates)
+            # The global batch: the next grad_accum_steps batches of the stream every process walks in step;
+            # process r takes batches r, r + N, r + 2N, ... of them.
+            global_batch = [stream.next_indices() for _ in range(t.grad_accum_steps)]
+            total_tokens = sum(stream.n_target_tokens(indices) for indices in global_batch)
+            mine = [stream.batch(indices) for indices in global_batch[process.rank :: process.world_size]]
+            lr = optimizer.param_groups[0]["lr"]
+            loss, grad_norm, stepped = train_step(compiled, mine, total_tokens, optimizer, scheduler, t, device,
+                                                  candidates, process.world_size)
+            if not stepped:  # every process sees the same summed loss and gradient norm: all skip together
+                bad_in_a_row += 1
+                log(f"warning: skipped a batch at step {step + 1}: loss {loss}, gradient norm {grad_norm} "
+                    f"({bad_in_a_row} in a row, train.max_bad_steps={t.max_bad_steps})")
+                if bad_in_a_row >= t.max_bad_steps:
+                    raise TrainingError(f"stopped at step {step}: loss or gradient not finite for {bad_in_a_row} "
+                                        f"batches in a row; {last_good()}; lower train.lr or check the data")
+                continue
+            bad_in_a_row = 0
             step += 1
-            window_tokens += n_tokens
+            window_tokens += total_tokens
             progress.update(1)
-            if not math.isfinite(loss):
-                raise TrainingError(f"loss became {loss} at step {step}; lower train.lr or check the data "
-                                    f"(last checkpoint: {last_path})")
-            if step % t.log_every == 0:
+            if train_log is not None:
+                train_log.write(json.dumps({"step": step, "loss": loss, "lr": lr, "grad_norm": grad_norm,
+                                            "tokens": total_tokens}) + "\n")
+                train_log.flush()  # a killed run keeps its record up to the step it reached
+            if step % t.log_every == 0 and writer is not None:
                 tokens_per_second = window_tokens / max(time.time() - window_start, 1e-9)
                 window_tokens, window_start = 0, time.time()
                 writer.add_scalar("train/loss", loss, step)
@@ -304,8 +418,12 @@ def train(config: Config, *, resume: bool = False, init_from: str | None = None,
                 writer.add_scalar("train/tokens_per_second", tokens_per_second, step)
                 progress.set_postfix(loss=f"{loss:.3f}", tok_s=f"{tokens_per_second:,.0f}", refresh=False)
             out_of_time = t.max_minutes > 0 and time.time() - started >= t.max_minutes * 60
+            if t.max_minutes > 0 and process.world_size > 1:  # clocks differ: stop when any process is out
+                out_of_time = distributed.sum_over_processes([float(out_of_time)], device)[0] > 0
             if step % t.eval_every == 0 or step == t.max_steps or out_of_time:
-                evaluate_and_save()
+                if process.is_main:
+                    evaluate_and_save()
+                distributed.barrier()  # the others wait for the evaluation and the checkpoint
                 window_tokens, window_start = 0, time.time()  # tokens/s measures training alone
             if out_of_time:
                 progress.write(f"stopping: train.max_minutes={t.max_minutes} reached at step {step}")
@@ -315,6 +433,8 @@ def train(config: Config, *, resume: bool = False, init_from: str | None = None,
         raise
     finally:
         progress.close()
-        writer.close()
+        if writer is not None:
+            writer.close()
+            train_log.close()
     log(f"best valid char accuracy {best_accuracy:.2%}; checkpoints in {checkpoint_dir}")
     return best_path

@@ -1,7 +1,13 @@
 import pytest
 import torch
 
-from pinyin_hanzi.checkpoint import FORMAT_VERSION, load_checkpoint, model_from_checkpoint, newest_checkpoint, save_checkpoint
+from pinyin_hanzi.checkpoint import (
+    FORMAT_VERSION,
+    load_checkpoint,
+    model_from_checkpoint,
+    newest_checkpoint,
+    save_checkpoint,
+)
 from pinyin_hanzi.corpus import read_examples
 from pinyin_hanzi.decoding import Converter
 from pinyin_hanzi.errors import CheckpointError
@@ -94,3 +100,19 @@ def test_default_checkpoint_prefers_a_newer_local_training_over_the_shipped_mode
     assert checkpoint.default_checkpoint(local_root) == (local_root / "run" / "best.pt", "the newest local training")
     os.utime(local_root / "run" / "best.pt", (0, 0))
     assert checkpoint.default_checkpoint(local_root) == (shipped, "the shipped pretrained model")
+
+
+def test_a_crash_while_writing_leaves_the_previous_checkpoint(tmp_path, monkeypatch):
+    path = tmp_path / "last.pt"
+    save_checkpoint(path, {"step": 1, "weights": torch.ones(3)})
+    before = path.read_bytes()
+
+    def dies_half_way(obj, handle):  # as if the process were killed after writing some bytes
+        handle.write(b"PK\x03\x04 half a checkpoint")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(torch, "save", dies_half_way)
+    with pytest.raises(KeyboardInterrupt):
+        save_checkpoint(path, {"step": 2, "weights": torch.zeros(3)})
+    assert path.read_bytes() == before
+    assert torch.load(path, weights_only=True)["step"] == 1

@@ -4,6 +4,7 @@ import json
 import subprocess
 import sys
 
+import torch
 from conftest import ROOT, tiny_config_dict, write_config
 
 
@@ -32,7 +33,6 @@ def test_translate_one_shot(trained):
 def test_translate_file_mode_one_output_line_per_input_line(trained, tmp_path):
     tmp, _, best = trained
     from pinyin_hanzi.corpus import read_examples
-
     from pinyin_hanzi.pinyin import is_hanzi
 
     examples = read_examples(tmp / "prepared" / "tiny" / "train.tsv")
@@ -123,6 +123,7 @@ def test_translate_interactive_prompt_on_a_terminal(trained):
     os.close(terminal)
     output = b""
     try:
+        os.write(controller, b"\xff\xfe\n")  # not UTF-8: an error line, and the session goes on
         os.write(controller, b"ni hao\n")
         while b"\xe4\xbd\xa0\xe5\xa5\xbd" not in output:  # 你好
             output += os.read(controller, 1024)
@@ -132,6 +133,7 @@ def test_translate_interactive_prompt_on_a_terminal(trained):
         process.kill()
         os.close(controller)
     assert b"pinyin> " in output
+    assert b"error: that line is not valid UTF-8" in output and b"Traceback" not in output
 
 
 def test_train_refuses_to_overwrite_a_run(trained):
@@ -139,3 +141,60 @@ def test_train_refuses_to_overwrite_a_run(trained):
     before = best.read_bytes()
     _one_line_error(run(ROOT / "train.py", "--config", config_path), "--overwrite")
     assert best.read_bytes() == before
+
+
+def _train_log(run_dir):
+    path = run_dir / "train_log.jsonl"
+    if not path.exists():
+        return []
+    records = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            records.append(json.loads(line))
+        except ValueError:  # a line being written right now
+            break
+    return records
+
+
+def test_kill_9_then_resume_reproduces_the_uninterrupted_losses(tmp_path, tiny_corpus):
+    import signal
+    import time
+
+    from pinyin_hanzi.checkpoint import load_checkpoint
+
+    settings = {"max_steps": 100, "eval_every": 20, "log_every": 10, "batch_tokens": 64}
+    killed_dir, straight_dir = tmp_path / "killed", tmp_path / "straight"
+    killed = write_config(tmp_path / "killed.yaml", tiny_config_dict(killed_dir, tiny_corpus, **settings))
+    straight = write_config(tmp_path / "straight.yaml", tiny_config_dict(straight_dir, tiny_corpus, **settings))
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    reference = subprocess.Popen([sys.executable, str(ROOT / "train.py"), "--config", str(straight)], env=env,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    victim = subprocess.Popen([sys.executable, str(ROOT / "train.py"), "--config", str(killed)], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:  # kill it mid-way: after the step-20 checkpoint, with steps since then that will be lost
+        deadline = time.time() + 120
+        while time.time() < deadline and victim.poll() is None:
+            logged = _train_log(killed_dir / "runs" / "tiny")
+            if logged and logged[-1]["step"] >= 30:
+                break
+            time.sleep(0.01)
+        victim.send_signal(signal.SIGKILL)
+        assert victim.wait(timeout=60) == -signal.SIGKILL
+    finally:
+        victim.kill()
+    reached = _train_log(killed_dir / "runs" / "tiny")[-1]["step"]
+    assert 30 <= reached < 100, reached
+    checkpoint = load_checkpoint(killed_dir / "checkpoints" / "tiny" / "last.pt")  # intact, not half-written
+    assert checkpoint["step"] % 20 == 0 and checkpoint["step"] <= reached  # the steps since it are lost ...
+
+    resumed = run(ROOT / "train.py", "--config", killed, "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"resumed {killed_dir / 'checkpoints' / 'tiny' / 'last.pt'} at step {checkpoint['step']}" in resumed.stderr
+    assert reference.wait(timeout=300) == 0, reference.stderr.read()
+    # ... and trained again: the record is clean (each step once) and equal to the uninterrupted run's.
+    after_resume, uninterrupted = _train_log(killed_dir / "runs" / "tiny"), _train_log(straight_dir / "runs" / "tiny")
+    assert [record["step"] for record in uninterrupted] == list(range(1, 101))
+    assert after_resume == uninterrupted
+    a = load_checkpoint(killed_dir / "checkpoints" / "tiny" / "last.pt")["model"]
+    b = load_checkpoint(straight_dir / "checkpoints" / "tiny" / "last.pt")["model"]
+    assert all(torch.equal(a[name], b[name]) for name in b)

@@ -87,3 +87,16 @@ def test_prepared_splits_read_trusted_equal_the_checked_reading(tmp_path):
     out = prepare(_config(tmp_path, corpus, max_len=16))
     for split in ("train", "valid", "test"):
         assert read_examples(out / f"{split}.tsv", trusted=True) == read_examples(out / f"{split}.tsv")
+
+
+def test_every_kind_of_unusable_line_is_skipped_and_counted(tmp_path):
+    corpus = tmp_path / "c.txt"
+    usable = [f"我们在第{i}个城市见面，你好吗？" for i in range(40)]
+    unusable = ["", "   ", "only English here, 123!", "兙兙。", "我" * 20]  # empty x2, no hanzi, no reading, too long
+    corpus.write_text("\n".join(usable + unusable) + "\n", encoding="utf-8")
+    stats = json.loads((prepare(_config(tmp_path, corpus, max_len=16)) / "stats.json").read_text(encoding="utf-8"))
+    assert stats["skipped"]["empty line"] == 2
+    assert stats["skipped"]["clause without hanzi"] == 2  # "only English here," and "123!"
+    assert stats["skipped"]["hanzi without a pinyin reading"] == 1
+    assert stats["skipped"]["clause longer than max_len=16 (cut, not dropped)"] == 1
+    assert stats["source"]["lines"] == len(usable) + len(unusable)

@@ -1,17 +1,17 @@
+import json
 import math
 import shutil
 
 import pytest
 import torch
+from conftest import tiny_config_dict, write_config
 
-import pinyin_hanzi.training as training
+from pinyin_hanzi import training
 from pinyin_hanzi.checkpoint import load_checkpoint
 from pinyin_hanzi.config import TrainConfig, load_config
 from pinyin_hanzi.corpus import read_examples
-from pinyin_hanzi.errors import CheckpointError
+from pinyin_hanzi.errors import CheckpointError, TrainingError
 from pinyin_hanzi.training import lr_at, train
-
-from conftest import tiny_config_dict, write_config
 
 
 def test_lr_warms_up_then_decays_to_the_floor():
@@ -94,10 +94,81 @@ def test_loss_is_normalised_per_target_token():
 
 
 def test_a_new_run_never_replaces_an_existing_one(trained):
-    from pinyin_hanzi.errors import TrainingError
-
     tmp, config_path, best = trained
     before = best.read_bytes()
     with pytest.raises(TrainingError, match="--resume.*--overwrite"):
         train(load_config(config_path), log=lambda message: None)
     assert best.read_bytes() == before
+
+
+def _nan_on(monkeypatch, bad_batches):
+    """Make the training loss NaN on the given training batches (counted from 1; evaluation untouched)."""
+    original, calls = training.loss_sum, [0]
+
+    def loss_sum(*args, **kwargs):
+        loss, n_tokens = original(*args, **kwargs)
+        if torch.is_grad_enabled():
+            calls[0] += 1
+            if bad_batches(calls[0]):
+                loss = loss * float("nan")
+        return loss, n_tokens
+
+    monkeypatch.setattr(training, "loss_sum", loss_sum)
+
+
+def test_a_non_finite_loss_skips_the_batch_with_a_warning(tmp_path, tiny_corpus, monkeypatch):
+    torch.set_num_threads(1)
+    config = load_config(write_config(tmp_path / "c.yaml", tiny_config_dict(
+        tmp_path, tiny_corpus, max_steps=12, eval_every=6, batch_tokens=64)))
+    _nan_on(monkeypatch, lambda call: call in (3, 7, 8))
+    messages = []
+    train(config, log=messages.append)
+    warnings = [m for m in messages if m.startswith("warning: skipped a batch")]
+    assert len(warnings) == 3 and "loss nan" in warnings[0] and "at step 3:" in warnings[0]
+    assert "2 in a row" in warnings[2]
+    state = load_checkpoint(tmp_path / "checkpoints" / "tiny" / "last.pt")
+    assert state["step"] == 12  # skipped batches are not steps: the run still makes all 12
+    assert all(torch.isfinite(tensor).all() for tensor in state["model"].values())  # no NaN reached the weights
+    assert all(int(s["step"]) == 12 for s in state["optimizer"]["state"].values())  # AdamW stepped 12 times
+    logged = [json.loads(line) for line in (tmp_path / "runs" / "tiny" / "train_log.jsonl").read_text().splitlines()]
+    assert [record["step"] for record in logged] == list(range(1, 13))
+    assert all(math.isfinite(record["loss"]) for record in logged)
+
+
+def test_repeated_non_finite_losses_stop_with_the_last_good_checkpoint_intact(tmp_path, tiny_corpus, monkeypatch):
+    torch.set_num_threads(1)
+    config = load_config(write_config(tmp_path / "c.yaml", tiny_config_dict(
+        tmp_path, tiny_corpus, max_steps=20, eval_every=5, batch_tokens=64, max_bad_steps=3)))
+    last = tmp_path / "checkpoints" / "tiny" / "last.pt"
+    _nan_on(monkeypatch, lambda call: call >= 8)  # steps 1-7 train, then every batch fails
+    messages = []
+    with pytest.raises(TrainingError) as raised:
+        train(config, log=messages.append)
+    message = str(raised.value)
+    assert "stopped at step 7" in message and "3 batches in a row" in message
+    assert f"the last good checkpoint is {last} (step 5)" in message and "\n" not in message
+    assert sum(m.startswith("warning: skipped a batch") for m in messages) == 3
+    state = load_checkpoint(last)
+    assert state["step"] == 5 and all(torch.isfinite(tensor).all() for tensor in state["model"].values())
+
+
+def test_non_finite_loss_before_any_checkpoint_says_so(tmp_path, tiny_corpus, monkeypatch):
+    torch.set_num_threads(1)
+    config = load_config(write_config(tmp_path / "c.yaml", tiny_config_dict(
+        tmp_path, tiny_corpus, max_steps=20, eval_every=10, batch_tokens=64, max_bad_steps=2)))
+    _nan_on(monkeypatch, lambda call: True)
+    with pytest.raises(TrainingError, match="stopped at step 0: .*no checkpoint was written yet"):
+        train(config, log=lambda message: None)
+    assert not (tmp_path / "checkpoints" / "tiny" / "last.pt").exists()
+
+
+def test_broken_weights_never_replace_the_last_good_checkpoint(tmp_path, tiny_corpus):
+    """A huge learning rate makes the weights useless in one step; the evaluation then stops the run instead of
+    saving them (no monkeypatching: a real overflow)."""
+    torch.set_num_threads(1)
+    config = load_config(write_config(tmp_path / "c.yaml", tiny_config_dict(
+        tmp_path, tiny_corpus, max_steps=10, eval_every=1, warmup_steps=0, batch_tokens=64, lr=1e30)))
+    with pytest.raises(TrainingError, match="stopped at step 1: the weights or the validation loss .* are no longer "
+                                            "finite; no checkpoint was written yet"):
+        train(config, log=lambda message: None)
+    assert not (tmp_path / "checkpoints" / "tiny" / "last.pt").exists()

@@ -1,0 +1,274 @@
+"""Bad input through the real translate.py and train.py: every case of README's "What bad input gets" table,
+with its documented output and exit status, and never a traceback.
+
+The cases are data: one ``Case`` per table row. Cases that convert a line (exit status 0) are fed to one
+translate.py process as the lines of an ``--input`` file, which checks them all with one model load; every
+other case is its own process. The processes run a few at a time, once per test session, and each case is
+then checked as its own test.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import ROOT, tiny_config_dict, write_config
+
+LONG_LINE = " ".join(["ni hao"] * 5000)  # 10,000 syllables
+
+
+def _same_lv_character(output: str) -> bool:
+    from pinyin_hanzi.pinyin import readings
+
+    return len(output) == 1 and "lv" in readings()[output]
+
+
+@dataclass
+class Case:
+    """One row of the table. ``argv`` may name files the fixture writes (``{ckpt}``, ``{tmp}``, ``{config}``);
+    ``line``, when given, is converted as one line of the shared --input file instead of running argv."""
+
+    name: str  # the README table's "input" column starts with this
+    script: str = "translate.py"
+    argv: tuple[str, ...] = ()
+    line: str | None = None
+    stdin: bytes | None = None
+    status: int = 0
+    stdout: str | Callable[[str], bool] | None = None  # exact output (without the final newline) or a check
+    error: tuple[str, ...] = ()  # fragments of the one `error: ...` line (or the usage error) on stderr
+    note: str | None = None  # a fragment expected on stderr for status 0 (a warning, not an error)
+    usage: bool = False  # an argparse usage error: usage lines, then `translate.py: error: ...`
+    files: dict[str, bytes] = field(default_factory=dict)  # name -> content, written under {tmp}
+    training_log: bool = False  # stderr also holds training's log: the error is its last line
+
+
+CASES = [
+    # ---- translate.py: what a user types, one line each (documented pass-through or conversion, status 0)
+    Case("empty line", line="", stdout=""),
+    Case("only spaces", line="    ", stdout=""),
+    Case("only punctuation", line="，。！?", stdout="，。！?"),
+    Case("xyz", line="xyz", stdout="xyz"),
+    Case("ngx", line="ngx", stdout="ngx"),
+    Case("bv", line="bv", stdout="bv"),
+    Case("pinyin then a non-pinyin word", line="ni hao xyz", stdout="你好xyz"),
+    Case("10,000 syllables on one line", line=LONG_LINE, stdout="你好" * 5000),
+    Case("control character inside pinyin", line="ni\x01hao\x1b", stdout="你好"),
+    Case("NUL inside pinyin", line="ni\x00hao", stdout="你好"),
+    Case("byte-order mark at the start", line="\ufeffni hao", stdout="你好"),
+    Case("tab between syllables", line="ni\thao", stdout="你好"),
+    Case("mixed scripts", line="ni hao Python αβγ кот 😀", stdout="你好Pythonαβγкот😀"),
+    Case("hanzi already in the input", line="ni hao 世界", stdout="你好世界"),
+    Case("only hanzi", line="你好世界", stdout="你好世界"),
+    Case("tone mark on the wrong letter of a syllable", line="nǐ haǒ", stdout="你好"),
+    Case("tone mark that makes no syllable", line="hoǎ", stdout="hoǎ"),
+    Case("tone no character has", line="ni5 hao", stdout="你好"),
+    Case("lv", line="lv", stdout=_same_lv_character),
+    Case("lü", line="lü", stdout=_same_lv_character),
+    Case("lu:", line="lu:", stdout=_same_lv_character),
+    Case("upper case and full-width letters", line="NI ｈａｏ", stdout="你好"),
+    Case("digits", line="2024 ni hao", stdout="2024你好"),
+    # ---- translate.py: arguments and files
+    Case("empty argument", argv=("",), stdout=""),
+    Case("argument of only spaces", argv=("   ",), stdout=""),
+    Case("argument that is not UTF-8", argv=("ni \udcff\udcfe",), status=2,
+         error=("the pinyin argument is not valid UTF-8",)),
+    Case("empty input file", argv=("--input", "{tmp}/empty.txt"), files={"empty.txt": b""}, stdout=None),
+    Case("input file that is not UTF-8", argv=("--input", "{tmp}/latin1.txt"),
+         files={"latin1.txt": b"ni hao\nni h\xe4o\n"}, status=2, error=("latin1.txt: line 2 is not valid UTF-8",)),
+    Case("stdin that is not UTF-8", argv=("--input", "-"), stdin=b"\xff\xfe\n", status=2,
+         error=("-: line 1 is not valid UTF-8",)),
+    Case("missing input file", argv=("--input", "{tmp}/missing.txt"), status=2, error=("input file not found:",)),
+    Case("unreadable input file (a directory)", argv=("--input", "{tmp}"), status=2,
+         error=("cannot read input file", "Is a directory")),
+    Case("--beam 0", argv=("--beam", "0", "ni"), status=2, usage=True, error=("--beam must be at least 1",)),
+    Case("--beam abc", argv=("--beam", "abc", "ni"), status=2, usage=True, error=("invalid int value",)),
+    Case("--nbest 1000", argv=("--nbest", "1000", "ni"), status=2, usage=True,
+         error=("--nbest must be between 1 and 50",)),
+    Case("--nbest 0", argv=("--nbest", "0", "ni"), status=2, usage=True, error=("--nbest must be between 1 and 50",)),
+    Case("--batch-size 0", argv=("--batch-size", "0", "ni"), status=2, usage=True,
+         error=("--batch-size must be at least 1",)),
+    Case("text and --input together", argv=("--input", "-", "ni"), status=2, usage=True, error=("not several",)),
+    Case("--evaluate of a missing file", argv=("--evaluate", "{tmp}/missing.tsv"), status=2,
+         error=("error: file not found:", "missing.tsv")),
+    Case("--evaluate of a file with some bad lines", argv=("--evaluate", "{tmp}/some_bad.tsv"),
+         files={"some_bad.tsv": "ni hao\t你好\nno tab\nma ma\t你好\n".encode()},
+         stdout=lambda out: "character accuracy 100.00%" in out,
+         note="skipped 2 of 3 lines of", error=()),
+    Case("--evaluate of a file with no usable line", argv=("--evaluate", "{tmp}/all_bad.tsv"),
+         files={"all_bad.tsv": b"no tab here\n"}, status=2, error=("no usable pinyin<TAB>hanzi lines",)),
+    Case("--evaluate of a file that is not UTF-8", argv=("--evaluate", "{tmp}/gbk.tsv"),
+         files={"gbk.tsv": "ni hao\t你好\n".encode("gbk")}, status=2, error=("is not UTF-8",)),
+    # ---- translate.py: checkpoints
+    Case("missing checkpoint", argv=("--checkpoint", "{tmp}/none.pt", "ni"), status=2,
+         error=("checkpoint not found:",)),
+    Case("no checkpoint anywhere", argv=("ni",), status=2, error=("no checkpoint found under checkpoints/",)),
+    Case("truncated checkpoint", argv=("--checkpoint", "{tmp}/truncated.pt", "ni"), status=2,
+         error=("truncated, corrupt or not a checkpoint",)),
+    Case("corrupt checkpoint", argv=("--checkpoint", "{tmp}/garbage.pt", "ni"), status=2,
+         error=("truncated, corrupt or not a checkpoint",)),
+    Case("checkpoint with pickled code", argv=("--checkpoint", "{tmp}/code.pt", "ni"), status=2,
+         error=("truncated, corrupt or not a checkpoint",)),
+    Case("foreign checkpoint", argv=("--checkpoint", "{tmp}/foreign.pt", "ni"), status=2,
+         error=("is not a pinyin_hanzi checkpoint",)),
+    Case("checkpoint of another format version", argv=("--checkpoint", "{tmp}/version99.pt", "ni"), status=2,
+         error=("has checkpoint format 99, this code reads",)),
+    Case("checkpoint whose config does not fit the code", argv=("--checkpoint", "{tmp}/unknown_key.pt", "ni"),
+         status=2, error=("config or vocabularies do not fit this code", "unknown key model.d_modle")),
+    Case("checkpoint whose vocabulary does not fit the code", argv=("--checkpoint", "{tmp}/bad_vocab.pt", "ni"),
+         status=2, error=("config or vocabularies do not fit this code",)),
+    Case("checkpoint whose weights do not fit its config", argv=("--checkpoint", "{tmp}/bad_weights.pt", "ni"),
+         status=2, error=("weights do not fit the model its config describes",)),
+    # ---- train.py
+    Case("train: missing config", "train.py", ("--config", "{tmp}/missing.yaml"), status=2,
+         error=("config file not found:",)),
+    Case("train: config that is not YAML", "train.py", ("--config", "{tmp}/broken.yaml"),
+         files={"broken.yaml": b"model:\n  d_model: [\n"}, status=2, error=("not valid YAML (line",)),
+    Case("train: unknown key", "train.py", ("--config", "{tmp}/unknown.yaml"),
+         files={"unknown.yaml": b"model:\n  d_modle: 64\n"}, status=2,
+         error=("unknown.yaml: unknown key model.d_modle (expected one of",)),
+    Case("train: value of the wrong type", "train.py", ("--config", "{config}", "model.d_model=big"), status=2,
+         error=("model.d_model='big' has the wrong type: expected an integer",)),
+    Case("train: invalid value", "train.py", ("--config", "{config}", "model.n_heads=5"), status=2,
+         error=("model.n_heads=5 is invalid: expected a divisor of model.d_model",)),
+    Case("train: override without section.key=", "train.py", ("--config", "{config}", "lr=1"), status=2,
+         error=("override 'lr=1': expected section.key=value",)),
+    Case("train: missing corpus file", "train.py", ("--config", "{config}", "data.corpus={tmp}/none.txt"),
+         status=2, error=("corpus file not found:",)),
+    Case("train: corpus that is not UTF-8", "train.py", ("--config", "{config}", "data.corpus={tmp}/gbk.txt"),
+         files={"gbk.txt": "你好，世界。\n".encode("gbk")}, status=2, error=("is not UTF-8 (byte",)),
+    Case("train: corpus without Chinese", "train.py",
+         ("--config", "{config}", "data.corpus={tmp}/english.txt", "--prepare-only"),
+         files={"english.txt": b"hello world\nanother line\n"}, status=2, error=("gives too few examples",)),
+    Case("train: --resume with no checkpoint", "train.py", ("--config", "{config}", "--resume"), status=2,
+         error=("checkpoint not found:", "last.pt")),
+    Case("train: learning rate so high the loss overflows", "train.py",
+         ("--config", "{config}", "train.lr=1e30", "train.warmup_steps=0", "train.name=overflow"), status=2,
+         training_log=True, note="warning: skipped a batch at step 2: loss nan",
+         error=("stopped at step 1: loss or gradient not finite for 5 batches in a row",
+                "no checkpoint was written yet; lower train.lr")),
+]
+
+
+def _write_checkpoints(tmp: Path, best: Path) -> None:
+    """Broken checkpoints of every kind the table lists, made from a real one."""
+    data = best.read_bytes()
+    (tmp / "truncated.pt").write_bytes(data[: len(data) // 2])
+    (tmp / "garbage.pt").write_bytes(b"\x00\x01 not a checkpoint at all")
+    torch.save({"weights": torch.zeros(2)}, tmp / "foreign.pt")
+    state = torch.load(best, weights_only=True)
+    torch.save({**state, "format_version": 99}, tmp / "version99.pt")
+    torch.save({**state, "config": {**state["config"], "model": {**state["config"]["model"], "d_modle": 1}}},
+               tmp / "unknown_key.pt")
+    torch.save({**state, "hanzi_vocab": ["not", "specials"]}, tmp / "bad_vocab.pt")
+    torch.save({**state, "model": {**state["model"], "extra.weight": torch.zeros(1)}}, tmp / "bad_weights.pt")
+    torch.save({**state, "code": _RunsCode(tmp / "pickled_code_ran")}, tmp / "code.pt")
+
+
+class _RunsCode:
+    """Unpickling this object would create a file: loading must refuse it without running it."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.makedirs, (str(self.marker),))
+
+
+def _run(script: str, argv: list[str], stdin: bytes | None, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / script), *argv], input=stdin or b"", capture_output=True,
+                          cwd=cwd, timeout=300, check=False,
+                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"})
+
+
+@pytest.fixture(scope="module")
+def results(trained, tiny_corpus, tmp_path_factory) -> dict[str, tuple[int, str, str]]:
+    """Case name -> (exit status, stdout, stderr), every process run once."""
+    _, _, best = trained
+    tmp = tmp_path_factory.mktemp("bad_input")
+    _write_checkpoints(tmp, best)
+    config = write_config(tmp / "tiny.yaml", tiny_config_dict(tmp, tiny_corpus))
+    for case in CASES:
+        for name, content in case.files.items():
+            (tmp / name).write_bytes(content)
+    workdir = tmp / "empty_workdir"  # no checkpoints/ here: only "no checkpoint anywhere" relies on that
+    workdir.mkdir()
+
+    def expand(text: str) -> str:
+        return text.replace("{tmp}", str(tmp)).replace("{ckpt}", str(best)).replace("{config}", str(config))
+
+    jobs = {}
+    line_cases = [case for case in CASES if case.line is not None]
+    lines_file = tmp / "lines.txt"
+    lines_file.write_bytes("".join(case.line + "\n" for case in line_cases).encode("utf-8"))
+    jobs["<lines>"] = ("translate.py", ["--checkpoint", str(best), "--input", str(lines_file)], None)
+    for case in CASES:
+        if case.line is None:
+            argv = [expand(arg) for arg in case.argv]
+            if case.script == "translate.py" and case.name != "no checkpoint anywhere" and "--checkpoint" not in argv:
+                argv = ["--checkpoint", str(best), *argv]
+            jobs[case.name] = (case.script, argv, case.stdin)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=3) as pool:
+        futures = {name: pool.submit(_run, script, argv, stdin, workdir) for name, (script, argv, stdin) in jobs.items()}
+        done = {name: future.result() for name, future in futures.items()}
+
+    out = {}
+    batch = done.pop("<lines>")
+    batch_lines = batch.stdout.decode("utf-8").split("\n")
+    assert len(batch_lines) == len(line_cases) + 1, batch.stderr.decode("utf-8", "replace")
+    for case, output in zip(line_cases, batch_lines):
+        out[case.name] = (batch.returncode, output + "\n", batch.stderr.decode("utf-8", "replace"))
+    for name, result in done.items():
+        out[name] = (result.returncode, result.stdout.decode("utf-8", "replace"),
+                     result.stderr.decode("utf-8", "replace"))
+    out["<marker>"] = (int((tmp / "pickled_code_ran").exists()), "", "")
+    return out
+
+
+def test_there_are_at_least_30_cases_and_each_is_in_the_readme():
+    assert len(CASES) >= 30 and len({case.name for case in CASES}) == len(CASES)
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    table = readme.split("### What bad input gets", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in table.splitlines() if line.startswith("| ")]
+    for case in CASES:
+        assert any(row[2:].startswith(f"{case.name} ") or row[2:].startswith(f"{case.name}:") or
+                   row[2:].startswith(f"`{case.name}`") for row in rows), f"README table lacks {case.name!r}"
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
+def test_case(results, case):
+    status, stdout, stderr = results[case.name]
+    assert "Traceback" not in stderr, stderr
+    assert status == case.status, stderr
+    if case.status == 0:
+        if callable(case.stdout):
+            assert case.stdout(stdout.removesuffix("\n")), stdout
+        elif case.stdout is not None:
+            assert stdout == case.stdout + "\n"
+        else:
+            assert stdout == ""
+        if case.note:
+            assert case.note in stderr
+        assert "error" not in stderr
+        return
+    assert stdout == ""
+    lines = stderr.strip().splitlines()
+    if case.usage:  # argparse: usage lines, then one error line
+        assert lines[0].startswith("usage: ") and lines[-1].startswith(f"{case.script}: error: "), stderr
+    elif case.training_log:
+        assert lines[-1].startswith("error: ") and case.note in stderr, stderr
+    else:
+        assert len(lines) == 1 and lines[0].startswith("error: "), stderr
+    for fragment in case.error:
+        assert fragment in lines[-1], stderr
+
+
+def test_pickled_code_in_a_checkpoint_never_runs(results):
+    assert results["checkpoint with pickled code"][0] == 2
+    assert results["<marker>"][0] == 0, "loading the checkpoint ran the code pickled into it"
