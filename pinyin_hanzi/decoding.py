@@ -142,25 +142,36 @@ class Converter:
                              for keys in key_lists])
         return source, rows
 
-    def _step(self, previous, memory, padding_mask, cache, position: int, rows: torch.Tensor,
-              constrained: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        """One decoder step: log-probabilities over the characters allowed at candidate-table rows (n,) and
-        their hanzi ids, both (n, c).
+    def _allowed(self, rows: torch.Tensor, constrained: bool) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The characters each position may take, for candidate-table rows (n, s): hanzi ids (n, s, c) and
+        (n, s, c) bool, True at real entries (c = the most candidates of any position). None unconstrained:
+        then every character but the specials, c = v."""
+        return self.candidates.ids(rows) if constrained else None
 
-        Constrained, c is the largest candidate count of the rows (padded entries get -inf), and only those
-        characters' logits are computed (``candidates=`` of ``Transformer.decode``): a syllable has a few
-        dozen characters, so this skips the (d x v) output product, the largest single cost of a step.
-        Unconstrained, c = v: all characters, specials excluded."""
-        if constrained:
-            ids, real = self.candidates.ids(rows)
+    def _step(self, previous, memory, cross_mask, cache, position: int, rows: torch.Tensor,
+              allowed: tuple[torch.Tensor, torch.Tensor] | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """One decoder step for the inputs at candidate-table ``rows`` (n,): log-probabilities over the
+        characters they may take and those characters' hanzi ids, both (n, c); padded entries get -inf.
+
+        Constrained, only the allowed characters' logits are computed (``candidates=`` of
+        ``Transformer.decode``): a syllable has a few dozen characters, so this skips the (d x v) output
+        product, the largest single cost of a step."""
+        if allowed is not None:
+            ids, real = allowed[0][:, position], allowed[1][:, position]
             candidates = ids[:, None, :].to(self.device)  # (n, 1, c): one position
-            logits = self.model.decode(previous, memory, padding_mask, cache, start=position, candidates=candidates)
+            logits = self.model.decode(previous, memory, cross_mask, cache, start=position, candidates=candidates)
         else:
             ids = torch.arange(len(self.hanzi_vocab)).expand(len(rows), -1)
             real = torch.where((rows == PAD_ROW)[:, None], self.candidates.table()[rows], self.candidates.unconstrained)
-            logits = self.model.decode(previous, memory, padding_mask, cache, start=position)
+            logits = self.model.decode(previous, memory, cross_mask, cache, start=position)
         log_probs = logits[:, -1].float().cpu().masked_fill(~real, float("-inf")).log_softmax(-1)
         return log_probs, ids
+
+    def _encode(self, source: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Memory (b, s, d) and the cross-attention mask: None when no input is padded (a single sentence),
+        so that attention need not apply an all-True mask at every step."""
+        memory, padding_mask = self.model.encode(source)
+        return memory, None if bool(padding_mask.all()) else padding_mask
 
     @torch.inference_mode()
     def greedy(self, token_lists, key_lists=None, constrained: bool = True) -> list[tuple[list[int], float]]:
@@ -169,13 +180,14 @@ class Converter:
         one position. Returns (hanzi ids, score) per input."""
         key_lists = key_lists or token_lists
         source, rows = self._prepare(token_lists, key_lists)
-        memory, padding_mask = self.model.encode(source)
+        memory, cross_mask = self._encode(source)
+        allowed = self._allowed(rows, constrained)
         cache = self.model.new_cache()
         previous = torch.full((len(token_lists), 1), BOS_ID, dtype=torch.long, device=self.device)
         chosen = torch.empty(source.shape, dtype=torch.long)
         scores = torch.zeros(len(token_lists))
         for position in range(source.shape[1]):
-            log_probs, ids = self._step(previous, memory, padding_mask, cache, position, rows[:, position], constrained)
+            log_probs, ids = self._step(previous, memory, cross_mask, cache, position, rows[:, position], allowed)
             best, index = log_probs.max(dim=-1)
             chosen[:, position] = ids.gather(1, index[:, None]).squeeze(1)
             scores += best
@@ -191,9 +203,13 @@ class Converter:
         key_lists = key_lists or token_lists
         source, rows = self._prepare(token_lists, key_lists)
         batch, length = source.shape
-        memory, padding_mask = self.model.encode(source)  # (b, s, d), (b, 1, 1, s)
+        memory, cross_mask = self._encode(source)  # (b, s, d), (b, 1, 1, s) or None
         memory = repeat(memory, "b s d -> (b k) s d", k=beam)
-        padding_mask = repeat(padding_mask, "b x y s -> (b k) x y s", k=beam)
+        if cross_mask is not None:
+            cross_mask = repeat(cross_mask, "b x y s -> (b k) x y s", k=beam)
+        allowed = self._allowed(rows, constrained)
+        if allowed is not None:
+            allowed = tuple(repeat(part, "b s c -> (b k) s c", k=beam) for part in allowed)
         cache = self.model.new_cache()
         scores = torch.full((batch, beam), float("-inf"))
         scores[:, 0] = 0.0  # one live beam to start from
@@ -201,7 +217,7 @@ class Converter:
         previous = torch.full((batch * beam, 1), BOS_ID, dtype=torch.long, device=self.device)
         for position in range(length):
             beam_rows = repeat(rows[:, position], "b -> (b k)", k=beam)
-            log_probs, ids = self._step(previous, memory, padding_mask, cache, position, beam_rows, constrained)
+            log_probs, ids = self._step(previous, memory, cross_mask, cache, position, beam_rows, allowed)
             width = log_probs.shape[-1]  # c allowed characters, the same for all beams of an input
             total = scores[:, :, None] + rearrange(log_probs, "(b k) c -> b k c", k=beam)
             scores, flat_index = rearrange(total, "b k c -> b (k c)").topk(beam, dim=-1)  # (b, k)

@@ -231,7 +231,8 @@ class Transformer(nn.Module):
         start: int = 0,
         candidates: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """target_input (b, t) ids (already shifted), memory (b, s, d) -> logits (b, t, v).
+        """target_input (b, t) ids (already shifted), memory (b, s, d), padding_mask (b, 1, 1, s) or None
+        (nothing padded) -> logits (b, t, v).
 
         With ``cache`` (from :meth:`new_cache`), ``target_input`` holds only the positions from ``start``
         on, and keys/values of earlier positions come from the cache instead of being recomputed.
