@@ -49,9 +49,10 @@ def test_no_candidate_in_vocabulary_falls_back_to_the_reading_table():
 
 def test_batching_and_order_do_not_change_results():
     converter = _untrained_converter()
-    inputs = [["ni", "hao"], [], ["wo", "men", "bei", "jing", "ba", "。"], ["ba"]]
+    inputs = [["ni", "hao"], [], ["wo", "men", "bei", "jing", "ba", "。"], ["ba"]] * 4
     one_by_one = [converter.convert_tokens([tokens])[0] for tokens in inputs]
     assert converter.convert_tokens(inputs, batch_size=2) == one_by_one
+    assert converter.convert_tokens(inputs) == one_by_one  # 12 x c ids > v: all logits, then the candidates'
     assert one_by_one[1] == ""
 
 
