@@ -6,6 +6,7 @@ fp32 matmul peak is measured in the same run, and achieved FLOP/s are given as a
 
     python bench/train_throughput.py --config configs/quickstart.yaml [--rounds 5 --steps 10 --device cpu]
     python bench/train_throughput.py train.loss=full            # config overrides work as in train.py
+    python bench/train_throughput.py --threads 1                # fix the thread count (0: one per core)
 
 The last line printed is a one-line JSON summary.
 """
@@ -30,7 +31,7 @@ from pinyin_hanzi.corpus import prepare, read_examples  # noqa: E402
 from pinyin_hanzi.data import BatchStream, encode_examples  # noqa: E402
 from pinyin_hanzi.decoding import CandidateTable  # noqa: E402
 from pinyin_hanzi.model import Transformer, shift_right, sinusoidal_table  # noqa: E402
-from pinyin_hanzi.training import autocast_for, loss_fn, select_device  # noqa: E402
+from pinyin_hanzi.training import autocast_for, candidates_of, loss_fn, select_device  # noqa: E402
 from pinyin_hanzi.visualize import flops_per_token  # noqa: E402
 from pinyin_hanzi.vocab import PAD_ID, load_vocab  # noqa: E402
 
@@ -102,14 +103,17 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=10, help="steps per model per round")
     parser.add_argument("--device", default="auto")
+    parser.add_argument("--threads", type=int, default=0, help="CPU threads (0: PyTorch's default, one per core)")
     parser.add_argument("overrides", nargs="*", metavar="section.key=value", help="config overrides, e.g. train.loss=full")
     args = parser.parse_args()
     config = load_config(args.config, args.overrides)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     device = select_device(args.device)
     data_dir = prepare(config.data)
     pinyin_vocab, hanzi_vocab = load_vocab(data_dir / "pinyin_vocab.txt"), load_vocab(data_dir / "hanzi_vocab.txt")
     encoded = encode_examples(read_examples(data_dir / "train.tsv", trusted=True), pinyin_vocab, hanzi_vocab)
-    candidates = CandidateTable(hanzi_vocab).for_vocab(pinyin_vocab).to(device)
+    candidates = tuple(part.to(device) for part in CandidateTable(hanzi_vocab).for_vocab(pinyin_vocab))
     stream = iter(BatchStream(encoded, config.train.batch_tokens, seed=0))
     torch.manual_seed(0)
     ours = Transformer(config.model, source_vocab_size=len(pinyin_vocab), target_vocab_size=len(hanzi_vocab)).to(device)
@@ -127,7 +131,7 @@ def main() -> int:
         batches = []
         for _ in range(args.steps):
             batch = next(stream).to(device)
-            batches.append((batch, candidates[batch.source]))
+            batches.append((batch, candidates_of(batch.source, candidates)))
             lengths.append(float((batch.target != PAD_ID).sum(1).float().mean()))
         for name, model, loss in (("ours", ours, ours_loss), ("reference", reference, reference_loss)):
             tokens, seconds = run_steps(model, optimizers[name], batches, device, loss)

@@ -93,12 +93,15 @@ class CandidateTable:
         real = pad_sequence([torch.ones(len(row), dtype=torch.bool) for row in lists], batch_first=True)
         return ids[inverse], real[inverse]
 
-    def for_vocab(self, pinyin_vocab: Vocab) -> torch.Tensor:
-        """(pinyin vocab size, hanzi vocab size) bool: the candidates of each source id. Special ids and
-        <unk> allow every character (their raw token is unknown)."""
-        table = torch.stack([self._masks[self.row(token)] for token in pinyin_vocab.tokens])
-        table[: len(SPECIALS)] = self.unconstrained
-        return table
+    def for_vocab(self, pinyin_vocab: Vocab) -> tuple[torch.Tensor, torch.Tensor]:
+        """The candidates of each source id, for the training loss: hanzi ids (pinyin vocab size, c) and
+        (pinyin vocab size, c) bool, True at real entries (see :meth:`ids`). Special ids and <unk> have none
+        (their raw token is unknown; the loss then counts the reference character alone)."""
+        rows = torch.tensor([PAD_ROW if index < len(SPECIALS) else self.row(token)
+                             for index, token in enumerate(pinyin_vocab.tokens)])
+        ids, real = self.ids(rows)
+        real[: len(SPECIALS)] = False
+        return ids, real
 
 
 @dataclass

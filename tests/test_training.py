@@ -101,3 +101,24 @@ def test_a_new_run_never_replaces_an_existing_one(trained):
     with pytest.raises(TrainingError, match="--resume.*--overwrite"):
         train(load_config(config_path), log=lambda message: None)
     assert best.read_bytes() == before
+
+
+def test_candidate_loss_equals_the_masked_softmax_over_the_vocabulary():
+    # loss_fn gathers each position's candidate logits; written out over all v logits with a mask it is:
+    generator = torch.Generator().manual_seed(0)
+    b, t, v, c = 3, 5, 30, 4
+    logits = torch.randn(b, t, v, generator=generator, requires_grad=True)
+    target = torch.randint(4, v, (b, t), generator=generator)
+    target[0, 3:] = 0  # padding
+    ids = torch.stack([torch.randperm(v - 4, generator=generator)[:c] + 4 for _ in range(b * t)]).view(b, t, c)
+    ids[1, 1, 0] = target[1, 1]  # the reference among the candidates, too
+    real = torch.rand(b, t, c, generator=generator) > 0.3
+    loss, n_tokens = training.loss_fn(logits, target, 0.1, (ids, real))
+    allowed = torch.zeros(b, t, v, dtype=torch.bool).scatter(-1, ids, real).scatter(-1, target[..., None], True)
+    log_probs = logits.masked_fill(~allowed, float("-inf")).log_softmax(-1)
+    nll = -log_probs.gather(-1, target[..., None]).squeeze(-1)
+    smooth = -log_probs.masked_fill(~allowed, 0.0).sum(-1) / allowed.sum(-1)
+    expected = (0.9 * nll + 0.1 * smooth).masked_fill(target == 0, 0.0).sum() / 13
+    assert n_tokens == 13 and torch.allclose(loss, expected)
+    grad, expected_grad = torch.autograd.grad(loss, logits)[0], torch.autograd.grad(expected, logits)[0]
+    assert torch.allclose(grad, expected_grad, atol=1e-6)
