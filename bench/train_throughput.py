@@ -120,6 +120,7 @@ def main() -> int:
     reference = Reference(config.model, len(pinyin_vocab), len(hanzi_vocab)).to(device)
     optimizers = {name: torch.optim.AdamW(model.parameters(), lr=1e-4) for name, model in
                   (("ours", ours), ("reference", reference))}
+    ours_step = torch.compile(ours) if config.train.compile else ours  # train.compile=true, as train.py does
     use_candidates = config.train.loss == "candidates"
     ours_loss = lambda logits, target, allowed: loss_fn(logits, target, config.train.label_smoothing,  # noqa: E731
                                                         allowed if use_candidates else None)
@@ -133,7 +134,7 @@ def main() -> int:
             batch = next(stream).to(device)
             batches.append((batch, candidates_of(batch.source, candidates)))
             lengths.append(float((batch.target != PAD_ID).sum(1).float().mean()))
-        for name, model, loss in (("ours", ours, ours_loss), ("reference", reference, reference_loss)):
+        for name, model, loss in (("ours", ours_step, ours_loss), ("reference", reference, reference_loss)):
             tokens, seconds = run_steps(model, optimizers[name], batches, device, loss)
             if round_index:
                 rates[name].append(tokens / seconds)
@@ -146,7 +147,7 @@ def main() -> int:
         "benchmark": "train_throughput", "device": str(device), "threads": torch.get_num_threads(),
         "config": args.config, "d_model": config.model.d_model, "layers": [config.model.n_encoder_layers,
                                                                               config.model.n_decoder_layers],
-        "loss": config.train.loss, "batch_tokens": config.train.batch_tokens, "rounds": args.rounds,
+        "loss": config.train.loss, "compile": config.train.compile, "batch_tokens": config.train.batch_tokens, "rounds": args.rounds,
         "steps_per_round": args.steps, "ours_tokens_per_s": round(ours_rate), "reference_tokens_per_s": round(reference_rate),
         "ratio": round(ours_rate / reference_rate, 3), "matmul_peak_gflops": round(peak / 1e9, 1),
         "ours_achieved_gflops": round(ours_rate * training_flops / 1e9, 1),
