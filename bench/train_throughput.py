@@ -8,6 +8,8 @@ fp32 matmul peak is measured in the same run, and achieved FLOP/s are given as a
     python bench/train_throughput.py train.loss=full            # config overrides work as in train.py
     python bench/train_throughput.py --threads 1                # fix the thread count (0: one per core)
 
+With train.loss=candidates our FLOPs count the candidates' logits only, not the full output layer.
+
 The last line printed is a one-line JSON summary.
 """
 
@@ -31,7 +33,7 @@ from pinyin_hanzi.corpus import prepare, read_examples  # noqa: E402
 from pinyin_hanzi.data import BatchStream, encode_examples  # noqa: E402
 from pinyin_hanzi.decoding import CandidateTable  # noqa: E402
 from pinyin_hanzi.model import Transformer, shift_right, sinusoidal_table  # noqa: E402
-from pinyin_hanzi.training import autocast_for, candidates_of, loss_fn, select_device  # noqa: E402
+from pinyin_hanzi.training import autocast_for, loss_fn, model_loss, select_device  # noqa: E402
 from pinyin_hanzi.visualize import flops_per_token  # noqa: E402
 from pinyin_hanzi.vocab import PAD_ID, load_vocab  # noqa: E402
 
@@ -82,11 +84,10 @@ def run_steps(model, optimizer, batches, device, loss) -> tuple[int, float]:
     if device.type == "cuda":
         torch.cuda.synchronize()
     started = time.perf_counter()
-    for batch, allowed in batches:
+    for batch in batches:
         model.train()
         with autocast_for(device):
-            logits = model(batch.source, batch.target)
-        value, n_tokens = loss(logits, batch.target, allowed)
+            value, n_tokens = loss(model, batch)
         optimizer.zero_grad(set_to_none=True)
         value.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -122,18 +123,21 @@ def main() -> int:
                   (("ours", ours), ("reference", reference))}
     ours_step = torch.compile(ours) if config.train.compile else ours  # train.compile=true, as train.py does
     use_candidates = config.train.loss == "candidates"
-    ours_loss = lambda logits, target, allowed: loss_fn(logits, target, config.train.label_smoothing,  # noqa: E731
-                                                        allowed if use_candidates else None)
-    reference_loss = lambda logits, target, allowed: loss_fn(logits, target, config.train.label_smoothing)  # noqa: E731
+    ours_loss = lambda model, batch: model_loss(model, batch, config.train.label_smoothing,  # noqa: E731
+                                                candidates if use_candidates else None)  # as train_step
+    reference_loss = lambda model, batch: loss_fn(model(batch.source, batch.target), batch.target,  # noqa: E731
+                                                  config.train.label_smoothing)
     peak = matmul_peak(device)
     rates: dict[str, list[float]] = {"ours": [], "reference": []}
-    lengths = []
+    lengths, candidate_counts = [], []  # mean target length and characters in the candidate softmax, per batch
     for round_index in range(args.rounds + 1):  # round 0 warms up both and is not counted
         batches = []
         for _ in range(args.steps):
             batch = next(stream).to(device)
-            batches.append((batch, candidates_of(batch.source, candidates)))
-            lengths.append(float((batch.target != PAD_ID).sum(1).float().mean()))
+            batches.append(batch)
+            real = batch.target != PAD_ID
+            lengths.append(float(real.sum(1).float().mean()))
+            candidate_counts.append(1 + float(candidates[1][batch.source].sum(-1)[real].float().mean()))
         for name, model, loss in (("ours", ours_step, ours_loss), ("reference", reference, reference_loss)):
             tokens, seconds = run_steps(model, optimizers[name], batches, device, loss)
             if round_index:
@@ -142,7 +146,10 @@ def main() -> int:
             print(f"round {round_index}: ours {rates['ours'][-1]:,.0f} tok/s, "
                   f"reference {rates['reference'][-1]:,.0f} tok/s", flush=True)
     ours_rate, reference_rate = statistics.median(rates["ours"]), statistics.median(rates["reference"])
-    training_flops = flops_per_token(ours, statistics.mean(lengths))["training"]
+    flops = flops_per_token(ours, statistics.mean(lengths))
+    training_flops = flops["training"]
+    if use_candidates:  # the output layer computes the candidates' logits only (Transformer.logits)
+        training_flops += 3 * (2 * config.model.d_model * statistics.mean(candidate_counts) - flops["output"])
     summary = {
         "benchmark": "train_throughput", "device": str(device), "threads": torch.get_num_threads(),
         "config": args.config, "d_model": config.model.d_model, "layers": [config.model.n_encoder_layers,
@@ -150,6 +157,8 @@ def main() -> int:
         "loss": config.train.loss, "compile": config.train.compile, "batch_tokens": config.train.batch_tokens, "rounds": args.rounds,
         "steps_per_round": args.steps, "ours_tokens_per_s": round(ours_rate), "reference_tokens_per_s": round(reference_rate),
         "ratio": round(ours_rate / reference_rate, 3), "matmul_peak_gflops": round(peak / 1e9, 1),
+        "ours_training_mflops_per_token": round(training_flops / 1e6, 2),
+        "reference_training_mflops_per_token": round(flops["training"] / 1e6, 2),
         "ours_achieved_gflops": round(ours_rate * training_flops / 1e9, 1),
         "ours_fraction_of_peak": round(ours_rate * training_flops / peak, 3),
     }

@@ -257,7 +257,8 @@ def _translate(argv) -> int:
     threads = args.threads or (1 if interactive else 0)
     if threads:
         # One sentence decodes (1, d) x (d, d) products: splitting them over threads costs more in
-        # synchronisation than it gains (10-syllable sentence on 2 cores: 2-4x slower with 2 threads).
+        # synchronisation than it gains (10-syllable sentence, shared 2-core machine: several times slower
+        # with 2 threads).
         import torch
 
         torch.set_num_threads(threads)
