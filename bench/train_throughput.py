@@ -6,6 +6,9 @@ fp32 matmul peak is measured in the same run, and achieved FLOP/s are given as a
 
     python bench/train_throughput.py --config configs/quickstart.yaml [--rounds 5 --steps 10 --device cpu]
     python bench/train_throughput.py train.loss=full            # config overrides work as in train.py
+    python bench/train_throughput.py --threads 1                # fix the thread count (0: one per core)
+
+With train.loss=candidates our FLOPs count the candidates' logits only, not the full output layer.
 
 The last line printed is a one-line JSON summary.
 """
@@ -30,7 +33,7 @@ from pinyin_hanzi.corpus import prepare, read_examples
 from pinyin_hanzi.data import BatchStream, encode_examples
 from pinyin_hanzi.decoding import CandidateTable
 from pinyin_hanzi.model import Transformer, shift_right, sinusoidal_table
-from pinyin_hanzi.training import autocast_for, loss_fn, select_device
+from pinyin_hanzi.training import autocast_for, loss_fn, model_loss, select_device
 from pinyin_hanzi.visualize import flops_per_token
 from pinyin_hanzi.vocab import PAD_ID, load_vocab
 
@@ -81,11 +84,10 @@ def run_steps(model, optimizer, batches, device, loss) -> tuple[int, float]:
     if device.type == "cuda":
         torch.cuda.synchronize()
     started = time.perf_counter()
-    for batch, allowed in batches:
+    for batch in batches:
         model.train()
         with autocast_for(device):
-            logits = model(batch.source, batch.target)
-        value, n_tokens = loss(logits, batch.target, allowed)
+            value, n_tokens = loss(model, batch)
         optimizer.zero_grad(set_to_none=True)
         value.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -102,34 +104,41 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=10, help="steps per model per round")
     parser.add_argument("--device", default="auto")
+    parser.add_argument("--threads", type=int, default=0, help="CPU threads (0: PyTorch's default, one per core)")
     parser.add_argument("overrides", nargs="*", metavar="section.key=value", help="config overrides, e.g. train.loss=full")
     args = parser.parse_args()
     config = load_config(args.config, args.overrides)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     device = select_device(args.device)
     data_dir = prepare(config.data)
     pinyin_vocab, hanzi_vocab = load_vocab(data_dir / "pinyin_vocab.txt"), load_vocab(data_dir / "hanzi_vocab.txt")
     encoded = encode_examples(read_examples(data_dir / "train.tsv", trusted=True), pinyin_vocab, hanzi_vocab)
-    candidates = CandidateTable(hanzi_vocab).for_vocab(pinyin_vocab).to(device)
+    candidates = tuple(part.to(device) for part in CandidateTable(hanzi_vocab).for_vocab(pinyin_vocab))
     stream = iter(BatchStream(encoded, config.train.batch_tokens, seed=0))
     torch.manual_seed(0)
     ours = Transformer(config.model, source_vocab_size=len(pinyin_vocab), target_vocab_size=len(hanzi_vocab)).to(device)
     reference = Reference(config.model, len(pinyin_vocab), len(hanzi_vocab)).to(device)
     optimizers = {name: torch.optim.AdamW(model.parameters(), lr=1e-4) for name, model in
                   (("ours", ours), ("reference", reference))}
+    ours_step = torch.compile(ours) if config.train.compile else ours  # train.compile=true, as train.py does
     use_candidates = config.train.loss == "candidates"
-    ours_loss = lambda logits, target, allowed: loss_fn(logits, target, config.train.label_smoothing,
-                                                        allowed if use_candidates else None)
-    reference_loss = lambda logits, target, allowed: loss_fn(logits, target, config.train.label_smoothing)
+    ours_loss = lambda model, batch: model_loss(model, batch, config.train.label_smoothing,
+                                                candidates if use_candidates else None)  # as train_step
+    reference_loss = lambda model, batch: loss_fn(model(batch.source, batch.target), batch.target,
+                                                  config.train.label_smoothing)
     peak = matmul_peak(device)
     rates: dict[str, list[float]] = {"ours": [], "reference": []}
-    lengths = []
+    lengths, candidate_counts = [], []  # mean target length and characters in the candidate softmax, per batch
     for round_index in range(args.rounds + 1):  # round 0 warms up both and is not counted
         batches = []
         for _ in range(args.steps):
             batch = next(stream).to(device)
-            batches.append((batch, candidates[batch.source]))
-            lengths.append(float((batch.target != PAD_ID).sum(1).float().mean()))
-        for name, model, loss in (("ours", ours, ours_loss), ("reference", reference, reference_loss)):
+            batches.append(batch)
+            real = batch.target != PAD_ID
+            lengths.append(float(real.sum(1).float().mean()))
+            candidate_counts.append(1 + float(candidates[1][batch.source].sum(-1)[real].float().mean()))
+        for name, model, loss in (("ours", ours_step, ours_loss), ("reference", reference, reference_loss)):
             tokens, seconds = run_steps(model, optimizers[name], batches, device, loss)
             if round_index:
                 rates[name].append(tokens / seconds)
@@ -137,14 +146,19 @@ def main() -> int:
             print(f"round {round_index}: ours {rates['ours'][-1]:,.0f} tok/s, "
                   f"reference {rates['reference'][-1]:,.0f} tok/s", flush=True)
     ours_rate, reference_rate = statistics.median(rates["ours"]), statistics.median(rates["reference"])
-    training_flops = flops_per_token(ours, statistics.mean(lengths))["training"]
+    flops = flops_per_token(ours, statistics.mean(lengths))
+    training_flops = flops["training"]
+    if use_candidates:  # the output layer computes the candidates' logits only (Transformer.logits)
+        training_flops += 3 * (2 * config.model.d_model * statistics.mean(candidate_counts) - flops["output"])
     summary = {
         "benchmark": "train_throughput", "device": str(device), "threads": torch.get_num_threads(),
         "config": args.config, "d_model": config.model.d_model, "layers": [config.model.n_encoder_layers,
                                                                               config.model.n_decoder_layers],
-        "loss": config.train.loss, "batch_tokens": config.train.batch_tokens, "rounds": args.rounds,
+        "loss": config.train.loss, "compile": config.train.compile, "batch_tokens": config.train.batch_tokens, "rounds": args.rounds,
         "steps_per_round": args.steps, "ours_tokens_per_s": round(ours_rate), "reference_tokens_per_s": round(reference_rate),
         "ratio": round(ours_rate / reference_rate, 3), "matmul_peak_gflops": round(peak / 1e9, 1),
+        "ours_training_mflops_per_token": round(training_flops / 1e6, 2),
+        "reference_training_mflops_per_token": round(flops["training"] / 1e6, 2),
         "ours_achieved_gflops": round(ours_rate * training_flops / 1e9, 1),
         "ours_fraction_of_peak": round(ours_rate * training_flops / peak, 3),
     }

@@ -2,6 +2,10 @@
 (p50/p95) for single 10-syllable sentences, and the cold start of ``translate.py``.
 
     python bench/translate_speed.py --checkpoint checkpoints/quickstart/best.pt [--latency-sentences 200]
+                                    [--threads N] [--latency-threads 1]
+
+Batched conversion runs with ``--threads`` (0: PyTorch's default, one per core), single sentences with
+``--latency-threads`` (1, what ``translate.py`` uses for text typed on the command line or at the prompt).
 
 The last line printed is a one-line JSON summary.
 """
@@ -36,7 +40,12 @@ def main() -> int:
     parser.add_argument("--checkpoint", default="checkpoints/quickstart/best.pt")
     parser.add_argument("--latency-sentences", type=int, default=200)
     parser.add_argument("--cold-starts", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=0, help="threads for batched conversion (0: default)")
+    parser.add_argument("--latency-threads", type=int, default=1, help="threads for single sentences")
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    batch_threads = torch.get_num_threads()
     converter, config = load_converter(args.checkpoint)
     examples = read_examples(prepared_dir(config.data) / "test.tsv", trusted=True)
     tokens = [e.tokens for e in examples]
@@ -52,6 +61,7 @@ def main() -> int:
 
     ten = [" ".join(t[:10]) for t in tokens if sum(token in syllables() for token in t[:10]) == 10]
     ten = ten[: args.latency_sentences]
+    torch.set_num_threads(args.latency_threads)
     latency = {}
     for beam in (1, 5):
         converter.convert(ten[:5], beam=beam)  # warm-up
@@ -72,7 +82,8 @@ def main() -> int:
         cold.append(time.perf_counter() - started)
     print(f"translate.py cold start: median {statistics.median(cold):.2f} s over {len(cold)} runs")
     print(json.dumps({
-        "benchmark": "translate_speed", "checkpoint": args.checkpoint, "threads": torch.get_num_threads(),
+        "benchmark": "translate_speed", "checkpoint": args.checkpoint, "threads": batch_threads,
+        "latency_threads": args.latency_threads,
         "greedy_sentences_per_s": round(throughput[1], 1), "beam5_sentences_per_s": round(throughput[5], 1),
         "greedy_p50_ms": round(latency[1][0], 2), "greedy_p95_ms": round(latency[1][1], 2),
         "beam5_p50_ms": round(latency[5][0], 2), "beam5_p95_ms": round(latency[5][1], 2),

@@ -213,6 +213,7 @@ class Transformer(nn.Module):
                 nn.init.xavier_uniform_(parameter)
         if c.tie_output:
             self.output.weight = self.target_embedding.tokens.weight
+        self.chunk = 256  # positions per chunk of candidate logits (see logits)
 
     def encode(self, source: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """source (b, s) ids -> memory (b, s, d) and the padding mask (b, 1, 1, s), True at real tokens."""
@@ -229,23 +230,51 @@ class Transformer(nn.Module):
         padding_mask: torch.Tensor,
         cache: Cache | None = None,
         start: int = 0,
+        candidates: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """target_input (b, t) ids (already shifted), memory (b, s, d) -> logits (b, t, v).
+        """target_input (b, t) ids (already shifted), memory (b, s, d), padding_mask (b, 1, 1, s) or None
+        (nothing padded) -> logits (b, t, v).
 
         With ``cache`` (from :meth:`new_cache`), ``target_input`` holds only the positions from ``start``
-        on, and keys/values of earlier positions come from the cache instead of being recomputed."""
+        on, and keys/values of earlier positions come from the cache instead of being recomputed.
+        With ``candidates`` (b, t, c) hanzi ids, the logits of those ids only, (b, t, c)."""
         x = self.target_embedding(target_input, start=start)
         for index, layer in enumerate(self.decoder_layers):
             x = layer(x, memory, padding_mask, cache[index] if cache is not None else None)
-        return self.output(self.decoder_norm(x))
+        return self.logits(self.decoder_norm(x), candidates)
+
+    def logits(self, hidden: torch.Tensor, candidates: torch.Tensor | None = None) -> torch.Tensor:
+        """Output projection: hidden (b, t, d) -> (b, t, v). With ``candidates`` (b, t, c) hanzi ids, each
+        position's list first and <pad> after it, the logits of those ids only -> (b, t, c); entries after
+        a list are meaningless (callers mask them). A syllable has a few dozen candidates, not v characters:
+        this skips the (d x v) product, a quarter of the model's FLOPs. Many positions (training) go in
+        order of their list's length, ``chunk`` at a time, each chunk gathering only as many output rows as
+        its longest list (~20 on average, up to ~100)."""
+        if candidates is None:
+            return self.output(hidden)
+        if candidates.shape[:-1].numel() <= self.chunk:  # a few positions (decoding): one gather
+            rows = F.embedding(candidates, self.output.weight)  # (b, t, c, d)
+            return (rows @ hidden[..., None]).squeeze(-1)  # (b, t, c, d) @ (b, t, d, 1) -> (b, t, c)
+        flat_hidden, flat_ids = hidden.flatten(0, -2), candidates.flatten(0, -2)  # (n, d), (n, c)
+        lengths = (flat_ids != PAD_ID).sum(dim=-1)  # (n,)
+        order = lengths.argsort()
+        pieces = []
+        for chunk in order.split(self.chunk):
+            ids = flat_ids[chunk, : int(lengths[chunk].max())]  # (m, c')
+            rows = F.embedding(ids, self.output.weight)  # (m, c', d)
+            chunk_logits = (rows @ flat_hidden[chunk, :, None]).squeeze(-1)  # (m, c', d) @ (m, d, 1) -> (m, c')
+            pieces.append(F.pad(chunk_logits, (0, flat_ids.shape[1] - ids.shape[1])))
+        return torch.cat(pieces)[order.argsort()].view(candidates.shape)  # back to position order
 
     def new_cache(self) -> Cache:
         return [{"self": {}, "cross": {}} for _ in self.decoder_layers]
 
-    def forward(self, source: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        """Teacher-forced logits: source (b, s), target (b, t) -> (b, t, v); position i predicts target[:, i]."""
+    def forward(self, source: torch.Tensor, target: torch.Tensor, candidates: torch.Tensor | None = None
+                ) -> torch.Tensor:
+        """Teacher-forced logits: source (b, s), target (b, t) -> (b, t, v); position i predicts target[:, i].
+        With ``candidates`` (b, t, c) hanzi ids, the logits of those only (b, t, c), as in :meth:`logits`."""
         memory, padding_mask = self.encode(source)
-        return self.decode(shift_right(target), memory, padding_mask)
+        return self.decode(shift_right(target), memory, padding_mask, candidates=candidates)
 
     @torch.no_grad()
     def attention_maps(self, source: torch.Tensor, target: torch.Tensor) -> dict[str, list[torch.Tensor]]:

@@ -76,19 +76,18 @@ def loss_sum(logits: torch.Tensor, target: torch.Tensor, label_smoothing: float,
     """Label-smoothed cross-entropy summed over real target tokens.
     logits (b, t, v), target (b, t) -> (scalar summed loss, number of target tokens).
 
-    With ``allowed`` (b, t, v) bool, the softmax runs over the allowed characters only (the candidates of
-    each position's syllable; the reference character is always allowed), and label smoothing spreads its
-    mass over those candidates instead of the whole vocabulary."""
+    With ``allowed`` (b, t, c) bool, ``logits`` (b, t, c) are those of :func:`candidate_columns` — the
+    reference in column 0, then the other characters of the position's syllable — and the softmax runs over
+    the allowed columns only; label smoothing spreads its mass over them instead of the whole vocabulary."""
     real = target != PAD_ID
     n_tokens = int(real.sum())
     if allowed is None:
         loss = F.cross_entropy(logits.flatten(0, 1).float(), target.flatten(), ignore_index=PAD_ID,
                                label_smoothing=label_smoothing, reduction="sum")
         return loss, n_tokens
-    allowed = allowed.scatter(-1, target[..., None], True)
-    log_probs = logits.float().masked_fill(~allowed, float("-inf")).log_softmax(dim=-1)  # (b, t, v)
-    nll = -log_probs.gather(-1, target[..., None]).squeeze(-1)  # (b, t)
-    smooth = -log_probs.masked_fill(~allowed, 0.0).sum(dim=-1) / allowed.sum(dim=-1)  # (b, t)
+    log_probs = logits.float().masked_fill(~allowed, float("-inf")).log_softmax(dim=-1)  # (b, t, c)
+    nll = -log_probs[..., 0]  # (b, t)
+    smooth = -log_probs.masked_fill(~allowed, 0.0).sum(dim=-1) / allowed.sum(dim=-1).clamp(min=1)  # (b, t)
     loss = ((1.0 - label_smoothing) * nll + label_smoothing * smooth).masked_fill(~real, 0.0).sum()
     return loss, n_tokens
 
@@ -100,15 +99,46 @@ def loss_fn(logits: torch.Tensor, target: torch.Tensor, label_smoothing: float,
     return loss / max(n_tokens, 1), n_tokens
 
 
+def candidate_columns(source: torch.Tensor, target: torch.Tensor, candidates: tuple[torch.Tensor, torch.Tensor]
+                      ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The characters the candidate loss softmaxes over: hanzi ids (b, t, 1 + c), the reference first and
+    then the other candidates of the position's syllable, and (b, t, 1 + c) bool, True at real entries.
+    ``candidates`` (ids, real), each (pinyin vocab, c), from :meth:`CandidateTable.for_vocab`."""
+    ids, real = candidates[0][source], candidates[1][source]  # (b, t, c)
+    real = real & (ids != target[..., None])  # the reference once, in column 0
+    ids = torch.where(real, ids, PAD_ID)  # each list first, <pad> after it (see Transformer.logits)
+    order = (~real).int().argsort(dim=-1, stable=True)
+    ids, real = ids.gather(-1, order), real.gather(-1, order)
+    return torch.cat([target[..., None], ids], dim=-1), torch.cat([(target != PAD_ID)[..., None], real], dim=-1)
+
+
+def model_loss_sum(model, batch, label_smoothing: float, candidates=None) -> tuple[torch.Tensor, int]:
+    """Teacher-forced loss of ``batch`` summed over its target tokens, and their number: softmax over all
+    characters, or with ``candidates`` (see :func:`candidate_columns`) over each syllable's characters,
+    computing only their logits. The one place that chooses between the two."""
+    if candidates is None:
+        return loss_sum(model(batch.source, batch.target), batch.target, label_smoothing)
+    columns, allowed = candidate_columns(batch.source, batch.target, candidates)
+    return loss_sum(model(batch.source, batch.target, columns), batch.target, label_smoothing, allowed)
+
+
+def model_loss(model, batch, label_smoothing: float, candidates=None) -> tuple[torch.Tensor, int]:
+    """:func:`model_loss_sum` divided by the number of target tokens: (mean loss per token, tokens)."""
+    loss, n_tokens = model_loss_sum(model, batch, label_smoothing, candidates)
+    return loss / max(n_tokens, 1), n_tokens
+
+
 def train_step(model, batches: list[Batch], total_tokens: int, optimizer, scheduler, config: TrainConfig, device,
-               candidates: torch.Tensor | None = None, world_size: int = 1) -> tuple[float, float, bool]:
+               candidates: tuple[torch.Tensor, torch.Tensor] | None = None, world_size: int = 1
+               ) -> tuple[float, float, bool]:
     """One optimizer step on this process's batches of a global batch of ``total_tokens`` target tokens.
 
     Each batch's summed loss is divided by the global batch's token count, so the accumulated gradient is
     exactly that of the mean loss over the whole global batch, not an average of per-batch averages. Under
     DDP (``world_size`` > 1) gradients are averaged over processes, hence the division by
-    ``total_tokens / world_size``; they are synchronised once, on the last batch. ``candidates`` (pinyin
-    vocab, hanzi vocab) bool restricts the softmax (train.loss=candidates).
+    ``total_tokens / world_size``; they are synchronised once, on the last batch. ``candidates`` (ids, real),
+    each (pinyin vocab, c), from :meth:`CandidateTable.for_vocab`, restricts the softmax
+    (train.loss=candidates).
 
     Returns (mean loss of the global batch, gradient norm before clipping, stepped). A non-finite loss or
     gradient norm does not step: the gradients are dropped, stepped is False, the weights are untouched."""
@@ -121,9 +151,7 @@ def train_step(model, batches: list[Batch], total_tokens: int, optimizer, schedu
         with no_sync() if no_sync is not None and not is_last else contextlib.nullcontext():
             batch = batch.to(device)
             with autocast_for(device):
-                logits = model(batch.source, batch.target)
-            allowed = candidates[batch.source] if candidates is not None else None
-            summed, _ = loss_sum(logits, batch.target, config.label_smoothing, allowed)
+                summed, _ = model_loss_sum(model, batch, config.label_smoothing, candidates)
             (summed / (total_tokens / world_size)).backward()
         local_loss += (summed.detach() / total_tokens).item()
     loss = distributed.sum_over_processes([local_loss], device)[0]
@@ -139,7 +167,7 @@ def train_step(model, batches: list[Batch], total_tokens: int, optimizer, schedu
 
 @torch.no_grad()
 def evaluate(model, valid_encoded, valid_examples, converter: Converter, config: Config, device,
-             candidates: torch.Tensor | None = None) -> dict:
+             candidates: tuple[torch.Tensor, torch.Tensor] | None = None) -> dict:
     """Teacher-forced validation loss on the whole valid split (the training loss without smoothing), and
     constrained-greedy character accuracy on its first ``eval_sentences`` examples (a fixed sample, so
     numbers are comparable across steps)."""
@@ -148,9 +176,7 @@ def evaluate(model, valid_encoded, valid_examples, converter: Converter, config:
     for begin in range(0, len(valid_encoded), 256):
         batch = collate(valid_encoded[begin : begin + 256]).to(device)
         with autocast_for(device):
-            logits = model(batch.source, batch.target)
-        allowed = candidates[batch.source] if candidates is not None else None
-        loss, n_tokens = loss_fn(logits, batch.target, 0.0, allowed)
+            loss, n_tokens = model_loss(model, batch, 0.0, candidates)
         total_loss, total_tokens = total_loss + float(loss) * n_tokens, total_tokens + n_tokens
     sample = valid_examples[: config.train.eval_sentences]
     with autocast_for(device):
@@ -326,7 +352,9 @@ def _train(config: Config, process: distributed.Process, *, resume: bool, init_f
             model, device_ids=[device.index] if device.type == "cuda" else None)
     compiled = torch.compile(trained_model) if t.compile else trained_model
     converter = Converter(model, pinyin_vocab, hanzi_vocab, device)
-    candidates = converter.candidates.for_vocab(pinyin_vocab).to(device) if t.loss == "candidates" else None
+    candidates = None
+    if t.loss == "candidates":
+        candidates = tuple(part.to(device) for part in converter.candidates.for_vocab(pinyin_vocab))
     log(f"device {device}, {torch.get_num_threads()} threads | {count_parameters(model) / 1e6:.2f}M parameters | "
         f"vocab {len(pinyin_vocab)} pinyin, {len(hanzi_vocab)} hanzi | "
         f"{len(train_examples)} train, {len(valid_examples)} valid examples")

@@ -4,21 +4,21 @@ from pinyin_hanzi.config import ModelConfig
 from pinyin_hanzi.vocab import Vocab
 from pinyin_hanzi.decoding import Converter
 from pinyin_hanzi.model import Transformer
-from pinyin_hanzi.pinyin import readings
+from pinyin_hanzi.pinyin import alternatives, fewest_syllables, parse_pieces, readings
 
 HANZI = list("你好妮号我们门北京经吧八，。1") + ["A"]
 PINYIN = ["ni", "hao", "wo", "men", "bei", "jing", "ba", "，", "。", "1", "A"]
 
 
-def _untrained_converter(seed=0) -> Converter:
+def _untrained_converter(seed=0, pinyin=PINYIN, hanzi=HANZI, **options) -> Converter:
     """An untrained model: whatever it prefers, the constraint must hold."""
     torch.manual_seed(seed)
     config = ModelConfig(d_model=32, n_heads=4, n_encoder_layers=1, n_decoder_layers=1, d_ff=64, dropout=0.0,
                          max_positions=16)
-    pinyin_vocab = Vocab(["<pad>", "<s>", "</s>", "<unk>"] + PINYIN)
-    hanzi_vocab = Vocab(["<pad>", "<s>", "</s>", "<unk>"] + HANZI)
+    pinyin_vocab = Vocab(["<pad>", "<s>", "</s>", "<unk>"] + list(pinyin))
+    hanzi_vocab = Vocab(["<pad>", "<s>", "</s>", "<unk>"] + list(hanzi))
     model = Transformer(config, source_vocab_size=len(pinyin_vocab), target_vocab_size=len(hanzi_vocab))
-    return Converter(model, pinyin_vocab, hanzi_vocab)
+    return Converter(model, pinyin_vocab, hanzi_vocab, **options)
 
 
 def test_constrained_output_has_one_valid_character_per_syllable():
@@ -49,9 +49,10 @@ def test_no_candidate_in_vocabulary_falls_back_to_the_reading_table():
 
 def test_batching_and_order_do_not_change_results():
     converter = _untrained_converter()
-    inputs = [["ni", "hao"], [], ["wo", "men", "bei", "jing", "ba", "。"], ["ba"]]
+    inputs = [["ni", "hao"], [], ["wo", "men", "bei", "jing", "ba", "。"], ["ba"]] * 4
     one_by_one = [converter.convert_tokens([tokens])[0] for tokens in inputs]
     assert converter.convert_tokens(inputs, batch_size=2) == one_by_one
+    assert converter.convert_tokens(inputs) == one_by_one  # 12 x c ids > v: all logits, then the candidates'
     assert one_by_one[1] == ""
 
 
@@ -88,6 +89,22 @@ def _teacher_forced_score(converter, tokens, chars) -> float:
         log_probs = logits[position].masked_fill(~allowed, float("-inf")).log_softmax(-1)
         total += float(log_probs[converter.hanzi_vocab.ids[char]])
     return total
+
+
+def test_greedy_chooses_the_argmax_of_the_full_constrained_softmax():
+    # Decoding computes logits of the allowed characters only; a full forward pass must agree.
+    for seed in range(3):
+        converter = _untrained_converter(seed)
+        inputs = [["ni", "hao", "，", "wo", "men"], ["bei", "jing", "ba", "1", "A", "。", "ni"]]
+        for tokens, (ids, score) in zip(inputs, converter.greedy(inputs)):
+            chars = converter.hanzi_vocab.decode(ids)
+            assert abs(score - _teacher_forced_score(converter, tokens, chars)) < 1e-4
+            source = torch.tensor([converter.pinyin_vocab.encode(tokens)])
+            with torch.no_grad():
+                logits = converter.model(source, torch.tensor([ids]))[0]  # (t, v)
+            for position, token in enumerate(tokens):
+                allowed = converter.candidates.table()[converter.candidates.row(token)]
+                assert ids[position] == int(logits[position].masked_fill(~allowed, float("-inf")).argmax())
 
 
 def test_beam_search_finds_the_exhaustive_n_best():
@@ -180,3 +197,30 @@ def test_fallback_prefers_a_basic_block_character_and_is_reported():
     conversion = converter.convert(["zhong"])[0][0]
     assert 0x4E00 <= ord(conversion.text) <= 0x9FFF and "zhong" in readings()[conversion.text]
     assert conversion.notes and "zhong" in conversion.notes[0]
+
+
+def _all_readings_ranked(converter, line, beam, nbest):
+    """The n-best of a one-chunk line the slow way: every reading decoded, ranked by model + prior."""
+    options = alternatives(converter._chunks(parse_pieces(line, 4, fewest_syllables))[0], 4)
+    fewest = min(len(reading) for reading in options)
+    readings_ = [([token for token, _ in reading], [key for _, key in reading]) for reading in options]
+    best: dict[str, float] = {}
+    for (tokens, _), conversions in zip(readings_, converter._search(readings_, max(beam, nbest), True, 256)):
+        for conversion in conversions:
+            score = conversion.score - converter.split_penalty * (len(tokens) - fewest)
+            best[conversion.text] = max(score, best.get(conversion.text, float("-inf")))
+    return sorted(best.items(), key=lambda item: -item[1])[:nbest]
+
+
+def test_skipping_readings_that_cannot_win_keeps_the_n_best():
+    # convert() decodes the most probable reading first and skips readings whose prior alone is below the
+    # n-best found: the result must equal decoding every reading.
+    pinyin, hanzi = PINYIN + ["xi", "an", "xian", "zai", "fang", "gan", "fan"], HANZI + list("西希安按先现在再方放感干反饭")
+    for seed, penalty in ((0, 0.0), (1, 0.3), (2, 1.0), (3, 3.0)):
+        converter = _untrained_converter(seed, pinyin, hanzi, split_penalty=penalty)
+        for line in ("xian", "xianzai", "fangan xian", "ni hao xian zai"):
+            for beam, nbest in ((1, 1), (4, 1), (4, 3)):
+                found = [(c.text, c.score) for c in converter.convert([line], beam=beam, nbest=nbest)[0]]
+                expected = _all_readings_ranked(converter, line, beam, nbest)
+                assert [text for text, _ in found] == [text for text, _ in expected], (line, beam, nbest)
+                assert all(abs(a - b) < 1e-4 for (_, a), (_, b) in zip(found, expected))

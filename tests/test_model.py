@@ -73,6 +73,17 @@ def test_incremental_decoding_with_cache_equals_full_decoding():
     assert torch.allclose(full, torch.cat(steps, dim=1), atol=1e-5)
 
 
+def test_logits_of_candidates_equal_the_full_logits_at_those_ids():
+    model = _model()
+    source, target = _ids(3, 6, SOURCE_VOCAB), _ids(3, 6, TARGET_VOCAB, seed=2)
+    candidates = _ids(3 * 6, 5, TARGET_VOCAB, seed=3).view(3, 6, 5)  # (b, t, c)
+    with torch.no_grad():
+        memory, mask = model.encode(source)
+        full = model.decode(shift_right(target), memory, mask)  # (b, t, v)
+        restricted = model.decode(shift_right(target), memory, mask, candidates=candidates)  # (b, t, c)
+    assert torch.allclose(restricted, full.gather(-1, candidates), atol=1e-5)
+
+
 def test_output_projection_is_tied_to_the_target_embedding_when_configured():
     tied, untied = _model(tie_output=True), _model(tie_output=False)
     assert tied.output.weight.data_ptr() == tied.target_embedding.tokens.weight.data_ptr()
