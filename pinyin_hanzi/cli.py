@@ -136,7 +136,8 @@ def load_converter(checkpoint: str | None, device: str = "cpu"):
     model, pinyin_vocab, hanzi_vocab, config = model_from_checkpoint(state, checkpoint)
     syllable_lm = SyllableBigrams.from_state_dict(state["syllable_lm"]) if "syllable_lm" in state else None
     converter = Converter(model, pinyin_vocab, hanzi_vocab, select_device(device), window=config.data.max_len,
-                          split_penalty=config.decode.split_penalty, syllable_lm=syllable_lm)
+                          split_penalty=config.decode.split_penalty, syllable_lm=syllable_lm,
+                          clause_end=config.decode.clause_end)
     return converter, config
 
 

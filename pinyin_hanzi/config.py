@@ -86,6 +86,7 @@ class DecodeConfig:
     constrained: bool = True  # only characters whose reading matches the syllable may be chosen
     batch_sentences: int = 256
     split_penalty: float = 3.0  # score cost of each syllable beyond the fewest-syllable reading of a run
+    clause_end: bool = True  # a line typed without final punctuation is decoded as a whole clause (virtual 。)
 
 
 @dataclass

@@ -23,10 +23,12 @@ from torch.nn.utils.rnn import pad_sequence
 
 from pinyin_hanzi.data import pad
 from pinyin_hanzi.model import Transformer
-from pinyin_hanzi.pinyin import (CLAUSE_PUNCTUATION, Piece, alternatives, fewest_syllables, is_hanzi, is_literal_key,
-                                 parse_pieces, syllable_table, toned_syllable_table)
+from pinyin_hanzi.pinyin import (CLAUSE_PUNCTUATION, LITERAL, Piece, alternatives, fewest_syllables, is_hanzi,
+                                 is_literal_key, parse_pieces, syllable_table, toned_syllable_table)
 from pinyin_hanzi.syllable_lm import SyllableBigrams
 from pinyin_hanzi.vocab import BOS_ID, PAD_ID, SPECIALS, UNK_ID, Vocab
+
+CLAUSE_END_MARK = "。"  # what a typed line that ends in a syllable is decoded as ending with (not shown)
 
 PAD_ROW = 0  # candidate-table row of positions past the end of a sequence: only <pad>, with probability 1
 ASCII_TO_CHINESE_PUNCTUATION = {",": "，", ".": "。", "?": "？", "!": "！"}
@@ -127,13 +129,19 @@ class Converter:
 
     def __init__(self, model: Transformer, pinyin_vocab: Vocab, hanzi_vocab: Vocab,
                  device: torch.device | str = "cpu", window: int | None = None, split_penalty: float = 3.0,
-                 syllable_lm: SyllableBigrams | None = None):
+                 syllable_lm: SyllableBigrams | None = None, clause_end: bool = True):
         self.model = model.to(device).eval()
         self.pinyin_vocab, self.hanzi_vocab = pinyin_vocab, hanzi_vocab
         self.device = torch.device(device)
         self.candidates = CandidateTable(hanzi_vocab)
-        self.window = min(window or model.config.max_positions, model.config.max_positions)
         self.split_penalty, self.syllable_lm = split_penalty, syllable_lm
+        # Training clauses end with their punctuation; typed input usually has none. Without it the model
+        # reads the last syllable as the middle of a clause (ba -> 八, not 吧), so a line that ends in a
+        # syllable is decoded with a virtual 。 after it, which is dropped from the output.
+        end = CLAUSE_END_MARK
+        self.clause_end = clause_end and end in pinyin_vocab.ids and end in hanzi_vocab.ids
+        positions = model.config.max_positions - self.clause_end  # room for the virtual 。
+        self.window = min(window or positions, positions)
 
     # ----------------------------------------------------------------------------------------- search
 
@@ -330,6 +338,7 @@ class Converter:
         priors: list[float] = []  # per reading: log P(syllables) - split_penalty * extra syllables
         chunk_readings: dict[tuple[int, int], list[int]] = {}  # (line, chunk) -> its readings' indices
         chunk_counts = []
+        open_chunks: set[tuple[int, int]] = set()  # decoded with a virtual clause end (see __init__)
         for line_index, line in enumerate(lines):
             score = self.syllable_lm.bigram_log_prob if self.syllable_lm is not None else fewest_syllables
             chunks = self._chunks(parse_pieces(line, alternatives_limit, score))
@@ -337,11 +346,19 @@ class Converter:
             for chunk_index, chunk in enumerate(chunks):
                 options = alternatives(chunk, alternatives_limit)
                 fewest = min(len(reading) for reading in options)
+                # Only the line's last chunk ends the clause; a letter last means no punctuation was typed.
+                ends_open = (self.clause_end and chunk_index == len(chunks) - 1 and bool(chunk)
+                             and not chunk[-1].options[0][-1][1].startswith(LITERAL))
+                if ends_open:
+                    open_chunks.add((line_index, chunk_index))
                 for reading in options:
                     tokens = [token for token, _ in reading]
                     prior = self.syllable_lm.log_prob(tokens) if self.syllable_lm is not None else 0.0
+                    keys = [key for _, key in reading]
+                    if ends_open:
+                        tokens, keys = tokens + [CLAUSE_END_MARK], keys + [LITERAL + CLAUSE_END_MARK]
                     chunk_readings.setdefault((line_index, chunk_index), []).append(len(readings))
-                    readings.append((tokens, [key for _, key in reading]))
+                    readings.append((tokens, keys))
                     priors.append(prior - self.split_penalty * (len(reading) - fewest))
         found: list[list[Conversion] | None] = [None] * len(readings)
 
@@ -367,6 +384,8 @@ class Converter:
         decode(remaining)
         per_chunk = {key: [c for i in indices if found[i] is not None for c in found[i]]
                      for key, indices in chunk_readings.items()}
+        for key in open_chunks:  # the virtual 。 was forced (log-probability 0): drop it, score unchanged
+            per_chunk[key] = [Conversion(c.text[:-1], c.score, c.tokens[:-1], c.notes) for c in per_chunk[key]]
         outputs = []
         for line_index, count in enumerate(chunk_counts):
             ranked = []  # per chunk: distinct texts, each with its best-scoring reading, best first

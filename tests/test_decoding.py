@@ -217,10 +217,36 @@ def test_skipping_readings_that_cannot_win_keeps_the_n_best():
     # n-best found: the result must equal decoding every reading.
     pinyin, hanzi = PINYIN + ["xi", "an", "xian", "zai", "fang", "gan", "fan"], HANZI + list("西希安按先现在再方放感干反饭")
     for seed, penalty in ((0, 0.0), (1, 0.3), (2, 1.0), (3, 3.0)):
-        converter = _untrained_converter(seed, pinyin, hanzi, split_penalty=penalty)
+        # (without the virtual clause end, which _all_readings_ranked does not add)
+        converter = _untrained_converter(seed, pinyin, hanzi, split_penalty=penalty, clause_end=False)
         for line in ("xian", "xianzai", "fangan xian", "ni hao xian zai"):
             for beam, nbest in ((1, 1), (4, 1), (4, 3)):
                 found = [(c.text, c.score) for c in converter.convert([line], beam=beam, nbest=nbest)[0]]
                 expected = _all_readings_ranked(converter, line, beam, nbest)
                 assert [text for text, _ in found] == [text for text, _ in expected], (line, beam, nbest)
                 assert all(abs(a - b) < 1e-4 for (_, a), (_, b) in zip(found, expected))
+
+
+def test_a_line_without_final_punctuation_is_decoded_as_a_whole_clause():
+    """Training clauses end with their punctuation: typed input without it is decoded with a virtual 。 at
+    the end (so that a final ba can be 吧), which never reaches the output and costs no score."""
+    converter = _untrained_converter(3)
+    seen = []
+    search = converter._search
+    converter._search = lambda readings, *args: seen.extend(readings) or search(readings, *args)
+    (best, *_), = converter.convert(["wo men bei jing ba"], beam=3, nbest=3)
+    assert seen and all(tokens[-1] == "。" and keys[-1] == "=。" for tokens, keys in seen)
+    assert len(best.text) == 5 and best.text[-1] in "吧八" and best.tokens == ["wo", "men", "bei", "jing", "ba"]
+    forced = converter.convert_tokens([["wo", "men", "bei", "jing", "ba", "。"]])[0]
+    assert best.text == forced[:-1]  # the same as typing the 。 and cutting it off
+    seen.clear()
+    assert len(converter.convert(["ni hao，wo men"])[0][0].text) == 5 and seen[-1][0][-1] == "。"
+    seen.clear()
+    converter.convert(["ni hao。"])  # typed punctuation: nothing added
+    assert [tokens for tokens, _ in seen] == [["ni", "hao", "。"]]
+    plain = _untrained_converter(3, clause_end=False)
+    plain_search = plain._search
+    plain._search = lambda readings, *args: seen.extend(readings) or plain_search(readings, *args)
+    seen.clear()
+    plain.convert(["wo men bei jing ba"])
+    assert [tokens for tokens, _ in seen] == [["wo", "men", "bei", "jing", "ba"]]
