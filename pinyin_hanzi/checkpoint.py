@@ -100,10 +100,14 @@ def export_checkpoint(source: str | Path, target: str | Path, half: bool = True)
     Returns {"parameters", "bytes"}. Raises CheckpointError as :func:`load_checkpoint` does."""
     state = load_checkpoint(source)
     model_from_checkpoint(state, str(source))  # the weights must fit their config before we ship them
-    weights = {name: tensor.half() if half and tensor.is_floating_point() else tensor
-               for name, tensor in state["model"].items()}
+    weights, converted = {}, {}
+    for name, tensor in state["model"].items():
+        shared = (tensor.data_ptr(), tensor.shape)  # tied weights (embedding = output) stay one tensor, saved once
+        if shared not in converted:
+            converted[shared] = tensor.half() if half and tensor.is_floating_point() else tensor
+        weights[name] = converted[shared]
     save_checkpoint(target, {**{key: state[key] for key in EXPORTED_KEYS if key in state}, "model": weights})
-    return {"parameters": sum(t.numel() for t in weights.values()), "bytes": Path(target).stat().st_size}
+    return {"parameters": sum(t.numel() for t in converted.values()), "bytes": Path(target).stat().st_size}
 
 
 def main(argv=None) -> int:
