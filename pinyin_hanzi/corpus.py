@@ -27,8 +27,8 @@ from tqdm import tqdm
 from pinyin_hanzi import sources as corpus_sources
 from pinyin_hanzi.config import DataConfig
 from pinyin_hanzi.errors import DataError
-from pinyin_hanzi.pinyin import (CLAUSE_PUNCTUATION, hanzi_to_tokens, is_hanzi, normalize_text, phrase_readings,
-                                 readings, syllables)
+from pinyin_hanzi.pinyin import (CLAUSE_PUNCTUATION, HANZI_CLASS, hanzi_to_tokens, is_hanzi, normalize_text,
+                                 phrase_readings, readings, syllables)
 from pinyin_hanzi.sources import read_text_lines
 from pinyin_hanzi.vocab import build_vocabs, save_vocab
 
@@ -84,7 +84,7 @@ TRADITIONAL_ONLY = frozenset(
 )
 
 
-_FOREIGN_WORD = re.compile(r"[^\W\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002fa1f_]+")
+_FOREIGN_WORD = re.compile(f"[^\\W{HANZI_CLASS}_]+")  # a run of letters or digits that are not hanzi
 
 
 def line_problem(raw: str) -> str | None:
@@ -201,10 +201,9 @@ def document_examples(document: corpus_sources.Document, max_len: int, skipped: 
     return examples
 
 
-def source_examples(name: str, config: DataConfig, skipped: Counter,
-                    documents: list | None = None) -> list[tuple[Example, str]]:
-    """(example, split) of every example of one source, in corpus order."""
-    documents = corpus_sources.documents(name, config.raw_dir) if documents is None else documents
+def source_examples(name: str, documents: list[corpus_sources.Document], config: DataConfig,
+                    skipped: Counter) -> list[tuple[Example, str]]:
+    """(example, split) of every example of one source's documents, in corpus order."""
     pairs = []
     for index, document in enumerate(documents):
         label = f"{name} {document.group or index + 1}/{len(documents)}"
@@ -315,16 +314,18 @@ def prepare(config: DataConfig, force: bool = False) -> Path:
     skipped: dict[str, Counter] = {name: Counter() for name in weights}
     per_source: dict[str, list[tuple[Example, str]]] = {}
     pinyin_changed: dict[str, int] = {}
+    lines: dict[str, int] = {}
     table = corpus_sources.phrase_table(config.raw_dir) if config.phrase_pinyin else None
     for name in weights:
         documents = corpus_sources.documents(name, config.raw_dir)
+        lines[name] = sum(len(document.lines) for document in documents)
         if table is None:
-            per_source[name] = source_examples(name, config, skipped[name], documents)
+            per_source[name] = source_examples(name, documents, config, skipped[name])
             continue
         # Convert twice, without and with the phrase readings, to measure what they change.
-        plain = source_examples(name, config, Counter(), documents)
+        plain = source_examples(name, documents, config, Counter())
         with phrase_readings(table):
-            per_source[name] = source_examples(name, config, skipped[name], documents)
+            per_source[name] = source_examples(name, documents, config, skipped[name])
         pinyin_changed[name] = sum(a.tokens != b.tokens for (a, _), (b, _) in zip(plain, per_source[name]))
 
     # Valid/test examples claim their texts first, so that no training example repeats one of them.
@@ -350,8 +351,8 @@ def prepare(config: DataConfig, force: bool = False) -> Path:
             seen.add(example.hanzi)
             splits[name]["train"].append(example)
     merged = {split: [e for name in weights for e in splits[name][split]] for split in ("valid", "test")}
-    merged["train"] = [e for name, weight in weights.items() for e in splits[name]["train"]
-                       for _ in range(copies(e.hanzi, weight))]
+    written = {name: [copies(e.hanzi, weight) for e in splits[name]["train"]] for name, weight in weights.items()}
+    merged["train"] = [e for name in weights for e, n in zip(splits[name]["train"], written[name]) for _ in range(n)]
     if not all(merged.values()):
         counts = ", ".join(f"{split} {len(items)}" for split, items in merged.items())
         raise DataError(f"corpus {config.corpus if len(weights) == 1 else ', '.join(weights)!r} gives too few "
@@ -374,14 +375,13 @@ def prepare(config: DataConfig, force: bool = False) -> Path:
     if several:
         stats["sources"] = {
             name: {**corpus_sources.describe(name), "weight": weight, **_per_split(splits[name]),
-                   "train_written": sum(copies(e.hanzi, weight) for e in splits[name]["train"]),
+                   "train_written": sum(written[name]),
                    **({"pinyin_changed_by_phrase_table": pinyin_changed[name]} if name in pinyin_changed else {}),
                    "skipped": dict(skipped[name].most_common())}
             for name, weight in weights.items()}
     else:
         (name,) = weights
-        stats["source"] = {**corpus_sources.describe(name),
-                           "lines": sum(len(d.lines) for d in corpus_sources.documents(name, config.raw_dir))}
+        stats["source"] = {**corpus_sources.describe(name), "lines": lines[name]}
     stats.update({
         **_per_split(merged),
         "vocab": {"pinyin": len(pinyin_vocab), "hanzi": len(hanzi_vocab)},

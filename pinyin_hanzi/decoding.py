@@ -23,8 +23,8 @@ from torch.nn.utils.rnn import pad_sequence
 
 from pinyin_hanzi.data import pad
 from pinyin_hanzi.model import Transformer
-from pinyin_hanzi.pinyin import (CLAUSE_PUNCTUATION, LITERAL, Piece, alternatives, fewest_syllables, is_hanzi,
-                                 is_literal_key, parse_pieces, syllable_table, toned_syllable_table)
+from pinyin_hanzi.pinyin import (CLAUSE_PUNCTUATION, Piece, alternatives, fewest_syllables, is_hanzi, is_literal_key,
+                                 literal_key, parse_pieces, syllable_table, toned_syllable_table)
 from pinyin_hanzi.syllable_lm import SyllableBigrams
 from pinyin_hanzi.vocab import BOS_ID, PAD_ID, SPECIALS, UNK_ID, Vocab
 
@@ -348,7 +348,7 @@ class Converter:
                 fewest = min(len(reading) for reading in options)
                 # Only the line's last chunk ends the clause; a letter last means no punctuation was typed.
                 ends_open = (self.clause_end and chunk_index == len(chunks) - 1 and bool(chunk)
-                             and not chunk[-1].options[0][-1][1].startswith(LITERAL))
+                             and not is_literal_key(chunk[-1].options[0][-1][1]))
                 if ends_open:
                     open_chunks.add((line_index, chunk_index))
                 for reading in options:
@@ -356,7 +356,7 @@ class Converter:
                     prior = self.syllable_lm.log_prob(tokens) if self.syllable_lm is not None else 0.0
                     keys = [key for _, key in reading]
                     if ends_open:
-                        tokens, keys = tokens + [CLAUSE_END_MARK], keys + [LITERAL + CLAUSE_END_MARK]
+                        tokens, keys = tokens + [CLAUSE_END_MARK], keys + [literal_key(CLAUSE_END_MARK)]
                     chunk_readings.setdefault((line_index, chunk_index), []).append(len(readings))
                     readings.append((tokens, keys))
                     priors.append(prior - self.split_penalty * (len(reading) - fewest))

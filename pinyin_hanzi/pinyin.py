@@ -33,6 +33,10 @@ _HANZI_RANGES = (
 )
 
 
+# The same ranges as a regular-expression character class body.
+HANZI_CLASS = "".join(f"{chr(low)}-{chr(high)}" for low, high in _HANZI_RANGES)
+
+
 def is_hanzi(char: str) -> bool:
     code = ord(char)
     return any(low <= code <= high for low, high in _HANZI_RANGES)
