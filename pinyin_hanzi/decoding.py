@@ -164,17 +164,16 @@ class Converter:
         """One decoder step for the inputs at candidate-table ``rows`` (n,): log-probabilities over the
         characters they may take and those characters' hanzi ids, both (n, c); padded entries get -inf.
 
-        Constrained, for a few inputs only the allowed characters' logits are computed (``candidates=`` of
-        ``Transformer.decode``): a syllable has a few dozen characters, so this skips the (d x v) output
-        product, the largest single cost of a step for one sentence."""
+        Constrained, only the allowed characters' logits are computed (``candidates=`` of
+        ``Transformer.decode``): a syllable has a few dozen characters, so gathering their n x c output rows
+        is several times cheaper than the (n, d) x (d, v) output product, for one sentence and for a batch
+        (measured 4x at n=256, c=60)."""
         if allowed is not None:
             ids, real = allowed[0][:, position], allowed[1][:, position]
-            if ids.numel() < len(self.hanzi_vocab):  # a sentence or a few: gather the candidates' rows
-                candidates = ids[:, None, :].to(self.device)  # (n, 1, c): one position
-                logits = self.model.decode(previous, memory, cross_mask, cache, start=position, candidates=candidates)
-            else:  # a batch: one (n, d) x (d, v) product is cheaper than gathering n x c rows
-                logits = self.model.decode(previous, memory, cross_mask, cache, start=position)
-                logits = logits.gather(-1, ids[:, None, :].to(self.device))  # (n, 1, c)
+            width = max(1, int(real.sum(dim=-1).max()))  # the longest list at this position
+            ids, real = ids[:, :width], real[:, :width]
+            candidates = ids[:, None, :].to(self.device)  # (n, 1, c): one position
+            logits = self.model.decode(previous, memory, cross_mask, cache, start=position, candidates=candidates)
         else:
             ids = torch.arange(len(self.hanzi_vocab)).expand(len(rows), -1)
             real = torch.where((rows == PAD_ROW)[:, None], self.candidates.table()[rows], self.candidates.unconstrained)
