@@ -272,13 +272,14 @@ def _translate(argv) -> int:
     parser = argparse.ArgumentParser(
         prog="translate.py", description="Convert pinyin into hanzi with a trained checkpoint.",
         epilog='examples: python translate.py "ni hao" | python translate.py --nbest 5 xian | '
-               "python translate.py --input lines.txt | python translate.py --evaluate test --beam 5")
+               "python translate.py --input lines.txt | python translate.py --evaluate test --beam 1")
     parser.add_argument("text", nargs="*", help="pinyin to convert (all arguments form one line); without "
                         "text or --input, an interactive prompt on a terminal, else standard input")
     parser.add_argument("--checkpoint", help="checkpoint file (default: the newest checkpoints/*/best.pt if "
                         "newer than the shipped checkpoints/pretrained/model.pt, else the shipped model)")
     parser.add_argument("--input", metavar="FILE", help="convert each line of FILE ('-' for stdin)")
-    parser.add_argument("--beam", type=int, default=1, help="beam size (default 1: greedy)")
+    parser.add_argument("--beam", type=int, help="beam size, 1 for greedy (default: the checkpoint's decode.beam, "
+                        "5 unless its config says otherwise)")
     parser.add_argument("--nbest", type=int, default=1,
                         help=f"print the N best conversions with their scores, tab-separated (1-{MAX_NBEST})")
     parser.add_argument("--json", action="store_true", help="one JSON object per line: input, output, "
@@ -304,7 +305,7 @@ def _translate(argv) -> int:
     args = parser.parse_args(argv)
     if sum([bool(args.text), args.input is not None, args.evaluate is not None]) > 1:
         parser.error("give pinyin text, --input FILE or --evaluate SPLIT_OR_FILE, not several")
-    if args.beam < 1:
+    if args.beam is not None and args.beam < 1:
         parser.error("--beam must be at least 1")
     if not 1 <= args.nbest <= MAX_NBEST:
         parser.error(f"--nbest must be between 1 and {MAX_NBEST}")
@@ -328,6 +329,7 @@ def _translate(argv) -> int:
         user_pairs = _read_pairs(args.evaluate)  # before loading the model: a bad file fails at once
     converter, config = load_converter(args.checkpoint, args.device)
     args.constrained = config.decode.constrained and not args.unconstrained
+    args.beam = args.beam or config.decode.beam
     if args.evaluate is not None:
         return _evaluate(converter, config, args, user_pairs)
     if args.attention and not args.text:

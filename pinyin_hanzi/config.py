@@ -84,6 +84,7 @@ class TrainConfig:
 @dataclass
 class DecodeConfig:
     constrained: bool = True  # only characters whose reading matches the syllable may be chosen
+    beam: int = 5  # translate.py's beam size unless --beam is given (1: greedy)
     batch_sentences: int = 256
     split_penalty: float = 3.0  # score cost of each syllable beyond the fewest-syllable reading of a run
     clause_end: bool = True  # a line typed without final punctuation is decoded as a whole clause (virtual 。)
@@ -148,6 +149,7 @@ def _validate(config: Config, where: str) -> None:
     check(t.eval_every > 0, "train.eval_every", "a positive integer")
     check(t.eval_sentences > 0, "train.eval_sentences", "a positive integer")
     check(t.attention_sentences >= 0, "train.attention_sentences", "an integer >= 0")
+    check(dec.beam > 0, "decode.beam", "a positive integer")
     check(dec.batch_sentences > 0, "decode.batch_sentences", "a positive integer")
     check(dec.split_penalty >= 0, "decode.split_penalty", "a number >= 0")
 

@@ -59,6 +59,25 @@ def test_translate_evaluate_reports_scores(trained):
     assert "character accuracy 100.00%" in result.stdout
 
 
+def test_translate_beam_defaults_to_the_checkpoints_decode_beam(trained, tmp_path):
+    tmp, _, best = trained
+    split = tmp / "prepared" / "tiny" / "train.tsv"
+
+    def beam_used(checkpoint, *extra):
+        result = run(ROOT / "translate.py", "--checkpoint", checkpoint, "--evaluate", split, *extra)
+        assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout.strip().splitlines()[-1])["beam"]
+
+    assert beam_used(best) == 5  # DecodeConfig's default
+    assert beam_used(best, "--beam", "1") == 1
+    greedy_by_default = tmp_path / "greedy.pt"
+    state = torch.load(best, weights_only=True)
+    state["config"]["decode"]["beam"] = 1
+    torch.save(state, greedy_by_default)
+    assert beam_used(greedy_by_default) == 1
+    assert beam_used(greedy_by_default, "--beam", "3") == 3
+
+
 def test_translate_errors_are_one_line(trained, tmp_path):
     _, _, best = trained
     _one_line_error(run(ROOT / "translate.py", "--checkpoint", best, "--input", tmp_path / "missing.txt"), "not found")
