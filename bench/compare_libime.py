@@ -9,7 +9,7 @@ in place. Our model converts the whole typed line exactly as ``translate.py --ev
     bash /work/shared/peers/build.sh /tmp/peers          # builds the libime wrapper (Debian packages, root)
     python bench/compare_libime.py --checkpoint checkpoints/quickstart/best.pt \\
         --split data/prepared/pd1998/test.tsv [--split more.tsv ...] [--libime /tmp/peers/libime_convert] \\
-        [--limit N] [--beam 5] [--engines ours,libime] [--threads 1] [--dump hyps.tsv]
+        [--limit N] [--beam 1] [--engines ours,libime] [--threads 1] [--dump hyps.tsv]
 
 libime is a measuring tool only: nothing of it is part of this repository or the product. Sentences/s
 exclude start-up (libime: loading its dictionary and language model, measured on empty input; ours:
@@ -178,7 +178,8 @@ def main() -> int:
     parser.add_argument("--libime", default="/tmp/peers/libime_convert", help="the wrapper built by build.sh")
     parser.add_argument("--engines", default="ours,libime", help="comma-separated: ours, libime")
     parser.add_argument("--limit", type=int, default=0, help="first N examples of each split (0: all)")
-    parser.add_argument("--beam", type=int, default=1, help="our beam size (1: greedy)")
+    parser.add_argument("--beam", type=int, help="our beam size, 1 for greedy (default: the checkpoint's "
+                        "decode.beam, as translate.py)")
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (libime uses one)")
     parser.add_argument("--dump", help="write split, engine, input, reference, hypothesis lines to this TSV")
@@ -193,8 +194,9 @@ def main() -> int:
         from pinyin_hanzi.cli import load_converter
 
         started = time.perf_counter()
-        converter, _ = load_converter(args.checkpoint)
+        converter, config = load_converter(args.checkpoint)
         ours_load = time.perf_counter() - started
+        args.beam = args.beam or config.decode.beam
     libime_load = libime_startup(args.libime) if "libime" in engines else None
 
     rows, dump = [], []
