@@ -181,6 +181,14 @@ class Converter:
         log_probs = logits[:, -1].float().cpu().masked_fill(~real, float("-inf")).log_softmax(-1)
         return log_probs, ids
 
+    @staticmethod
+    def _forced(allowed: tuple[torch.Tensor, torch.Tensor] | None, position: int) -> torch.Tensor | None:
+        """The one character every input may take at ``position``, (n,) hanzi ids; None where some input
+        has a choice (or decoding is unconstrained). Such a step has log-probability 0."""
+        if allowed is None or not bool((allowed[1][:, position].sum(dim=-1) == 1).all()):
+            return None
+        return allowed[0][:, position, 0]
+
     def _encode(self, source: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Memory (b, s, d) and the cross-attention mask: None when no input is padded (a single sentence),
         so that attention need not apply an all-True mask at every step."""
@@ -201,6 +209,9 @@ class Converter:
         chosen = torch.empty(source.shape, dtype=torch.long)
         scores = torch.zeros(len(token_lists))
         for position in range(source.shape[1]):
+            if position == source.shape[1] - 1 and (forced := self._forced(allowed, position)) is not None:
+                chosen[:, position] = forced  # a fixed last character (the virtual 。): no decoder step
+                break
             log_probs, ids = self._step(previous, memory, cross_mask, cache, position, rows[:, position], allowed)
             best, index = log_probs.max(dim=-1)
             chosen[:, position] = ids.gather(1, index[:, None]).squeeze(1)
@@ -230,6 +241,10 @@ class Converter:
         history = torch.empty(batch, beam, 0, dtype=torch.long)
         previous = torch.full((batch * beam, 1), BOS_ID, dtype=torch.long, device=self.device)
         for position in range(length):
+            if position == length - 1 and (forced := self._forced(allowed, position)) is not None:
+                token = rearrange(forced, "(b k) -> b k", k=beam)  # a fixed last character: no decoder step
+                history = torch.cat([history, token[..., None]], 2)
+                break
             beam_rows = repeat(rows[:, position], "b -> (b k)", k=beam)
             log_probs, ids = self._step(previous, memory, cross_mask, cache, position, beam_rows, allowed)
             width = log_probs.shape[-1]  # c allowed characters, the same for all beams of an input

@@ -250,3 +250,24 @@ def test_a_line_without_final_punctuation_is_decoded_as_a_whole_clause():
     seen.clear()
     plain.convert(["wo men bei jing ba"])
     assert [tokens for tokens, _ in seen] == [["wo", "men", "bei", "jing", "ba"]]
+
+
+def test_a_forced_last_character_skips_its_decoder_step_and_changes_nothing(monkeypatch):
+    converter = _untrained_converter(seed=6)
+    inputs = [["ni", "hao", "wo", "men", "。"], ["bei", "jing", "ba", "。"]]  # both end in a fixed 。
+    calls = []
+    decode = converter.model.decode
+    monkeypatch.setattr(converter.model, "decode", lambda *args, **kwargs: calls.append(1) or decode(*args, **kwargs))
+    skipped = converter.greedy(inputs), converter.beam_search(inputs, beam=3)
+    assert len(calls) == 2 * 4  # 4 decoder steps each, not 5
+    monkeypatch.setattr(Converter, "_forced", staticmethod(lambda allowed, position: None))
+    calls.clear()
+    stepped = converter.greedy(inputs), converter.beam_search(inputs, beam=3)
+    assert len(calls) == 2 * 5
+    assert [ids for ids, _ in skipped[0]] == [ids for ids, _ in stepped[0]]
+    assert [[ids for ids, _ in hypotheses] for hypotheses in skipped[1]] == \
+           [[ids for ids, _ in hypotheses] for hypotheses in stepped[1]]
+    for ours, theirs in zip([score for _, score in skipped[0]] + [s for h in skipped[1] for _, s in h],
+                            [score for _, score in stepped[0]] + [s for h in stepped[1] for _, s in h]):
+        assert abs(ours - theirs) < 1e-5
+    assert all(ids[-1] == converter.hanzi_vocab.ids["。"] for ids, _ in skipped[0])
