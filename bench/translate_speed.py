@@ -7,6 +7,10 @@
 Batched conversion runs with ``--threads`` (0: PyTorch's default, one per core), single sentences with
 ``--latency-threads`` (1, what ``translate.py`` uses for text typed on the command line or at the prompt).
 
+Single sentences are also decoded through the model's modules (``Transformer.decode`` with a key/value
+cache) instead of ``StepDecoder``, alternating sentence by sentence with it in the same process, so that
+the ratio holds on a noisy machine; ``--no-reference`` skips that.
+
 The last line printed is a one-line JSON summary.
 """
 
@@ -25,6 +29,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from pinyin_hanzi import decoding
 from pinyin_hanzi.cli import load_converter
 from pinyin_hanzi.corpus import prepared_dir, read_examples
 from pinyin_hanzi.pinyin import syllables
@@ -35,6 +40,22 @@ def percentile(values: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
 
 
+class ModulePath:
+    """The reference for ``StepDecoder``: each step through ``Transformer.decode`` with its cache."""
+
+    def __init__(self, model, memory, cross_mask):
+        self.model, self.memory, self.cross_mask, self.cache = model, memory, cross_mask, model.new_cache()
+
+    def step(self, previous, position, candidates=None):
+        return self.model.decode(previous, self.memory, self.cross_mask, self.cache, start=position,
+                                 candidates=candidates)
+
+    def reorder(self, order):
+        for layer_cache in self.cache:
+            for name in ("k", "v"):
+                layer_cache["self"][name] = layer_cache["self"][name].index_select(0, order)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--checkpoint", default="checkpoints/quickstart/best.pt")
@@ -42,6 +63,7 @@ def main() -> int:
     parser.add_argument("--cold-starts", type=int, default=3)
     parser.add_argument("--threads", type=int, default=0, help="threads for batched conversion (0: default)")
     parser.add_argument("--latency-threads", type=int, default=1, help="threads for single sentences")
+    parser.add_argument("--no-reference", action="store_true", help="skip the module-path latency reference")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -62,17 +84,26 @@ def main() -> int:
     ten = [" ".join(t[:10]) for t in tokens if sum(token in syllables() for token in t[:10]) == 10]
     ten = ten[: args.latency_sentences]
     torch.set_num_threads(args.latency_threads)
-    latency = {}
+    latency, reference = {}, {}
+    paths = {"step": decoding.StepDecoder} | ({} if args.no_reference else {"modules": ModulePath})
     for beam in (1, 5):
         converter.convert(ten[:5], beam=beam)  # warm-up
-        times = []
+        times = {name: [] for name in paths}
         for line in ten:
-            started = time.perf_counter()
-            converter.convert([line], beam=beam)
-            times.append((time.perf_counter() - started) * 1000)
-        latency[beam] = (statistics.median(times), percentile(times, 0.95))
-        print(f"single 10-syllable sentence, {'greedy' if beam == 1 else 'beam 5'}: p50 {latency[beam][0]:.1f} ms, "
-              f"p95 {latency[beam][1]:.1f} ms ({len(times)} sentences)", flush=True)
+            for name, path in paths.items():
+                decoding.StepDecoder = path
+                started = time.perf_counter()
+                converter.convert([line], beam=beam)
+                times[name].append((time.perf_counter() - started) * 1000)
+        decoding.StepDecoder = paths["step"]
+        kind = "greedy" if beam == 1 else "beam 5"
+        latency[beam] = (statistics.median(times["step"]), percentile(times["step"], 0.95))
+        print(f"single 10-syllable sentence, {kind}: p50 {latency[beam][0]:.1f} ms, "
+              f"p95 {latency[beam][1]:.1f} ms ({len(times['step'])} sentences)", flush=True)
+        if "modules" in times:
+            reference[beam] = statistics.median(times["modules"])
+            print(f"  same sentences through the modules (alternating): p50 {reference[beam]:.1f} ms, "
+                  f"{reference[beam] / latency[beam][0]:.2f}x the time", flush=True)
 
     cold = []
     for _ in range(args.cold_starts):
@@ -87,6 +118,8 @@ def main() -> int:
         "greedy_sentences_per_s": round(throughput[1], 1), "beam5_sentences_per_s": round(throughput[5], 1),
         "greedy_p50_ms": round(latency[1][0], 2), "greedy_p95_ms": round(latency[1][1], 2),
         "beam5_p50_ms": round(latency[5][0], 2), "beam5_p95_ms": round(latency[5][1], 2),
+        "module_path_greedy_p50_ms": round(reference[1], 2) if reference else None,
+        "module_path_beam5_p50_ms": round(reference[5], 2) if reference else None,
         "cold_start_s": round(statistics.median(cold), 2), "test_sentences": len(tokens), "latency_sentences": len(ten),
     }))
     return 0

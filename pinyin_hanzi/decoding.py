@@ -22,7 +22,7 @@ from einops import rearrange, repeat
 from torch.nn.utils.rnn import pad_sequence
 
 from pinyin_hanzi.data import pad
-from pinyin_hanzi.model import Transformer
+from pinyin_hanzi.model import StepDecoder, Transformer
 from pinyin_hanzi.pinyin import (CLAUSE_PUNCTUATION, Piece, alternatives, fewest_syllables, is_hanzi, is_literal_key,
                                  literal_key, parse_pieces, syllable_table, toned_syllable_table)
 from pinyin_hanzi.syllable_lm import SyllableBigrams
@@ -159,13 +159,13 @@ class Converter:
         then every character but the specials, c = v."""
         return self.candidates.ids(rows) if constrained else None
 
-    def _step(self, previous, memory, cross_mask, cache, position: int, rows: torch.Tensor,
+    def _step(self, decoder: StepDecoder, previous: torch.Tensor, position: int, rows: torch.Tensor,
               allowed: tuple[torch.Tensor, torch.Tensor] | None) -> tuple[torch.Tensor, torch.Tensor]:
         """One decoder step for the inputs at candidate-table ``rows`` (n,): log-probabilities over the
         characters they may take and those characters' hanzi ids, both (n, c); padded entries get -inf.
 
         Constrained, only the allowed characters' logits are computed (``candidates=`` of
-        ``Transformer.decode``): a syllable has a few dozen characters, so gathering their n x c output rows
+        ``StepDecoder.step``): a syllable has a few dozen characters, so gathering their n x c output rows
         is several times cheaper than the (n, d) x (d, v) output product, for one sentence and for a batch
         (measured 4x at n=256, c=60)."""
         if allowed is not None:
@@ -173,11 +173,11 @@ class Converter:
             width = max(1, int(real.sum(dim=-1).max()))  # the longest list at this position
             ids, real = ids[:, :width], real[:, :width]
             candidates = ids[:, None, :].to(self.device)  # (n, 1, c): one position
-            logits = self.model.decode(previous, memory, cross_mask, cache, start=position, candidates=candidates)
+            logits = decoder.step(previous, position, candidates)
         else:
             ids = torch.arange(len(self.hanzi_vocab)).expand(len(rows), -1)
             real = torch.where((rows == PAD_ROW)[:, None], self.candidates.table()[rows], self.candidates.unconstrained)
-            logits = self.model.decode(previous, memory, cross_mask, cache, start=position)
+            logits = decoder.step(previous, position)
         log_probs = logits[:, -1].float().cpu().masked_fill(~real, float("-inf")).log_softmax(-1)
         return log_probs, ids
 
@@ -204,7 +204,7 @@ class Converter:
         source, rows = self._prepare(token_lists, key_lists)
         memory, cross_mask = self._encode(source)
         allowed = self._allowed(rows, constrained)
-        cache = self.model.new_cache()
+        decoder = StepDecoder(self.model, memory, cross_mask)
         previous = torch.full((len(token_lists), 1), BOS_ID, dtype=torch.long, device=self.device)
         chosen = torch.empty(source.shape, dtype=torch.long)
         scores = torch.zeros(len(token_lists))
@@ -212,7 +212,7 @@ class Converter:
             if position == source.shape[1] - 1 and (forced := self._forced(allowed, position)) is not None:
                 chosen[:, position] = forced  # a fixed last character (the virtual 。): no decoder step
                 break
-            log_probs, ids = self._step(previous, memory, cross_mask, cache, position, rows[:, position], allowed)
+            log_probs, ids = self._step(decoder, previous, position, rows[:, position], allowed)
             best, index = log_probs.max(dim=-1)
             chosen[:, position] = ids.gather(1, index[:, None]).squeeze(1)
             scores += best
@@ -235,7 +235,7 @@ class Converter:
         allowed = self._allowed(rows, constrained)
         if allowed is not None:
             allowed = tuple(repeat(part, "b s c -> (b k) s c", k=beam) for part in allowed)
-        cache = self.model.new_cache()
+        decoder = StepDecoder(self.model, memory, cross_mask)
         scores = torch.full((batch, beam), float("-inf"))
         scores[:, 0] = 0.0  # one live beam to start from
         history = torch.empty(batch, beam, 0, dtype=torch.long)
@@ -246,7 +246,7 @@ class Converter:
                 history = torch.cat([history, token[..., None]], 2)
                 break
             beam_rows = repeat(rows[:, position], "b -> (b k)", k=beam)
-            log_probs, ids = self._step(previous, memory, cross_mask, cache, position, beam_rows, allowed)
+            log_probs, ids = self._step(decoder, previous, position, beam_rows, allowed)
             width = log_probs.shape[-1]  # c allowed characters, the same for all beams of an input
             total = scores[:, :, None] + rearrange(log_probs, "(b k) c -> b k c", k=beam)
             scores, flat_index = rearrange(total, "b k c -> b (k c)").topk(beam, dim=-1)  # (b, k)
@@ -254,9 +254,7 @@ class Converter:
             token = ids[::beam].gather(1, flat_index % width)  # (b, k) hanzi ids
             history = torch.cat([history.gather(1, repeat(parent, "b k -> b k t", t=position)), token[..., None]], 2)
             order = (torch.arange(batch)[:, None] * beam + parent).flatten().to(self.device)
-            for layer_cache in cache:  # cross-attention keys/values are the same for all beams of an input
-                layer_cache["self"]["k"] = layer_cache["self"]["k"].index_select(0, order)
-                layer_cache["self"]["v"] = layer_cache["self"]["v"].index_select(0, order)
+            decoder.reorder(order)  # cross-attention keys/values are the same for all beams of an input
             previous = rearrange(token, "b k -> (b k) 1").to(self.device)
         results = []
         for i, tokens in enumerate(token_lists):

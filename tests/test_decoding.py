@@ -3,7 +3,7 @@ import torch
 from pinyin_hanzi.config import ModelConfig
 from pinyin_hanzi.vocab import Vocab
 from pinyin_hanzi.decoding import Converter
-from pinyin_hanzi.model import Transformer
+from pinyin_hanzi.model import StepDecoder, Transformer
 from pinyin_hanzi.pinyin import alternatives, fewest_syllables, parse_pieces, readings
 
 HANZI = list("你好妮号我们门北京经吧八，。1") + ["A"]
@@ -256,8 +256,8 @@ def test_a_forced_last_character_skips_its_decoder_step_and_changes_nothing(monk
     converter = _untrained_converter(seed=6)
     inputs = [["ni", "hao", "wo", "men", "。"], ["bei", "jing", "ba", "。"]]  # both end in a fixed 。
     calls = []
-    decode = converter.model.decode
-    monkeypatch.setattr(converter.model, "decode", lambda *args, **kwargs: calls.append(1) or decode(*args, **kwargs))
+    step = StepDecoder.step
+    monkeypatch.setattr(StepDecoder, "step", lambda *args, **kwargs: calls.append(1) or step(*args, **kwargs))
     skipped = converter.greedy(inputs), converter.beam_search(inputs, beam=3)
     assert len(calls) == 2 * 4  # 4 decoder steps each, not 5
     monkeypatch.setattr(Converter, "_forced", staticmethod(lambda allowed, position: None))

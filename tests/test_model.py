@@ -3,7 +3,7 @@ import torch
 
 from pinyin_hanzi.config import ModelConfig
 from pinyin_hanzi.vocab import BOS_ID, PAD_ID
-from pinyin_hanzi.model import Transformer, shift_right, sinusoidal_table
+from pinyin_hanzi.model import StepDecoder, Transformer, shift_right, sinusoidal_table
 
 SOURCE_VOCAB, TARGET_VOCAB = 30, 40
 
@@ -71,6 +71,46 @@ def test_incremental_decoding_with_cache_equals_full_decoding():
         for position in range(6):
             steps.append(model.decode(decoder_input[:, position : position + 1], memory, mask, cache, start=position))
     assert torch.allclose(full, torch.cat(steps, dim=1), atol=1e-5)
+
+
+@pytest.mark.parametrize("norm", ["pre", "post"])
+def test_step_decoder_gives_the_modules_logits_step_by_step_and_after_reordering(norm):
+    model = _model(norm=norm)
+    source, target = _ids(3, 6, SOURCE_VOCAB), _ids(3, 6, TARGET_VOCAB, seed=2)
+    source[1, 4:] = PAD_ID  # one padded input: the cross-attention mask matters
+    candidates = _ids(3 * 6, 5, TARGET_VOCAB, seed=3).view(3, 6, 5)
+    decoder_input = shift_right(target)
+    with torch.no_grad():
+        memory, mask = model.encode(source)
+        full = model.decode(decoder_input, memory, mask)  # (b, t, v), the module path without a cache
+        restricted = model.decode(decoder_input, memory, mask, candidates=candidates)
+        decoder = StepDecoder(model, memory, mask)
+        steps = []
+        for position in range(6):
+            steps.append(decoder.step(decoder_input[:, position : position + 1], position))
+        assert torch.allclose(torch.cat(steps, dim=1), full, atol=1e-5)
+        assert not torch.allclose(steps[1], steps[2], atol=1e-3)  # positions differ: the check has teeth
+        decoder = StepDecoder(model, memory, mask)
+        for position in range(6):
+            logits = decoder.step(decoder_input[:, position : position + 1], position,
+                                  candidates[:, position : position + 1])
+            assert torch.allclose(logits, restricted[:, position : position + 1], atol=1e-5)
+        # Beam search: rows of one input, each with its own prefix; reordering keeps each row's history.
+        one, one_mask = memory[:1].expand(3, -1, -1), mask[:1].expand(3, -1, -1, -1)
+        beams = model.decode(decoder_input, one, one_mask)  # (3, t, v): row r continues prefix r
+        decoder = StepDecoder(model, one, one_mask)
+        for position in range(3):
+            decoder.step(decoder_input[:, position : position + 1], position)
+        order = torch.tensor([2, 0, 2])
+        decoder.reorder(order)
+        assert torch.allclose(decoder.step(decoder_input[order, 3:4], 3), beams[order, 3:4], atol=1e-5)
+
+
+def test_step_decoder_refuses_positions_past_max_positions():
+    model = _model()
+    memory, mask = model.encode(_ids(1, 3, SOURCE_VOCAB))
+    with pytest.raises(ValueError, match="max_positions"):
+        StepDecoder(model, memory, mask).step(torch.tensor([[BOS_ID]]), 64)
 
 
 def test_logits_of_candidates_equal_the_full_logits_at_those_ids():
