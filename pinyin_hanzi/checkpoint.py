@@ -80,7 +80,7 @@ def newest_checkpoint(root: str | Path = "checkpoints", name: str = "best.pt") -
 # The model shipped with the repository (see checkpoints/README.md, the model card).
 PRETRAINED = Path(__file__).resolve().parents[1] / "checkpoints" / "pretrained" / "model.pt"
 # What an exported (inference-only) checkpoint keeps of a training checkpoint.
-EXPORTED_KEYS = ("config", "pinyin_vocab", "hanzi_vocab", "step", "syllable_lm", "valid_char_accuracy",
+EXPORTED_KEYS = ("config", "pinyin_vocab", "hanzi_vocab", "step", "syllable_lm", "char_lm", "valid_char_accuracy",
                  "elapsed_seconds")
 
 

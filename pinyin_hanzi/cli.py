@@ -117,9 +117,11 @@ def _chunks(lines: Iterable[str], size: int) -> Iterator[list[str]]:
         yield chunk
 
 
-def load_converter(checkpoint: str | None, device: str = "cpu"):
+def load_converter(checkpoint: str | None, device: str = "cpu", lm_weight: float | None = None):
     """A Converter for ``checkpoint``; without one, for the newest ``checkpoints/*/best.pt`` if it is newer
-    than the shipped ``checkpoints/pretrained/model.pt``, else for the shipped model (named on stderr)."""
+    than the shipped ``checkpoints/pretrained/model.pt``, else for the shipped model (named on stderr).
+    ``lm_weight``: the character n-gram model's weight, instead of the checkpoint's decode.lm_weight."""
+    from pinyin_hanzi.char_lm import CharNgramLM
     from pinyin_hanzi.checkpoint import default_checkpoint, load_checkpoint, model_from_checkpoint
     from pinyin_hanzi.decoding import Converter
     from pinyin_hanzi.syllable_lm import SyllableBigrams
@@ -135,9 +137,15 @@ def load_converter(checkpoint: str | None, device: str = "cpu"):
     state = load_checkpoint(checkpoint)
     model, pinyin_vocab, hanzi_vocab, config = model_from_checkpoint(state, checkpoint)
     syllable_lm = SyllableBigrams.from_state_dict(state["syllable_lm"]) if "syllable_lm" in state else None
+    char_lm = CharNgramLM.from_state_dict(state["char_lm"]) if "char_lm" in state else None
+    if lm_weight is not None:
+        config.decode.lm_weight = lm_weight
+    if config.decode.lm_weight > 0 and char_lm is None:
+        print(f"note: {checkpoint} has no character n-gram model: decoding without one "
+              f"(add one with python -m pinyin_hanzi.char_lm)", file=sys.stderr)
     converter = Converter(model, pinyin_vocab, hanzi_vocab, select_device(device), window=config.data.max_len,
                           split_penalty=config.decode.split_penalty, syllable_lm=syllable_lm,
-                          clause_end=config.decode.clause_end)
+                          clause_end=config.decode.clause_end, char_lm=char_lm, lm_weight=config.decode.lm_weight)
     return converter, config
 
 
@@ -280,6 +288,9 @@ def _translate(argv) -> int:
     parser.add_argument("--input", metavar="FILE", help="convert each line of FILE ('-' for stdin)")
     parser.add_argument("--beam", type=int, help="beam size, 1 for greedy (default: the checkpoint's decode.beam, "
                         "5 unless its config says otherwise)")
+    parser.add_argument("--lm-weight", type=float, metavar="W",
+                        help="weight of the checkpoint's character n-gram model (default: its decode.lm_weight; "
+                             "0: the Transformer alone)")
     parser.add_argument("--nbest", type=int, default=1,
                         help=f"print the N best conversions with their scores, tab-separated (1-{MAX_NBEST})")
     parser.add_argument("--json", action="store_true", help="one JSON object per line: input, output, "
@@ -311,6 +322,8 @@ def _translate(argv) -> int:
         parser.error(f"--nbest must be between 1 and {MAX_NBEST}")
     if args.batch_size < 1:
         parser.error("--batch-size must be at least 1")
+    if args.lm_weight is not None and not args.lm_weight >= 0:
+        parser.error("--lm-weight must be a number >= 0")
     if args.threads < 0:
         parser.error("--threads must be at least 0")
     interactive = args.input is None and args.evaluate is None and (args.text or sys.stdin.isatty())
@@ -327,7 +340,7 @@ def _translate(argv) -> int:
     user_pairs = None
     if args.evaluate is not None and not _is_prepared_split(args.evaluate):
         user_pairs = _read_pairs(args.evaluate)  # before loading the model: a bad file fails at once
-    converter, config = load_converter(args.checkpoint, args.device)
+    converter, config = load_converter(args.checkpoint, args.device, args.lm_weight)
     args.constrained = config.decode.constrained and not args.unconstrained
     args.beam = args.beam or config.decode.beam
     if args.evaluate is not None:

@@ -88,6 +88,9 @@ class DecodeConfig:
     batch_sentences: int = 256
     split_penalty: float = 3.0  # score cost of each syllable beyond the fewest-syllable reading of a run
     clause_end: bool = True  # a line typed without final punctuation is decoded as a whole clause (virtual 。)
+    lm_weight: float = 0.0  # weight of the character n-gram model in decoding scores (0: none; see char_lm.py)
+    lm_order: int = 3  # its n (counted by train.py from the training split when lm_weight > 0)
+    lm_min_count: int = 1  # highest-order n-grams seen fewer times are left out (a smaller model)
 
 
 @dataclass
@@ -128,6 +131,9 @@ def _validate(config: Config, where: str) -> None:
     check(0.0 <= m.dropout < 1.0, "model.dropout", "a number in [0, 1)")
     check(m.norm in ("pre", "post"), "model.norm", "'pre' or 'post'")
     check(m.max_positions >= d.max_len, "model.max_positions", f">= data.max_len ({d.max_len})")
+    check(dec.lm_weight >= 0, "decode.lm_weight", "a number >= 0")
+    check(1 <= dec.lm_order <= 4, "decode.lm_order", "an integer in 1..4")
+    check(dec.lm_min_count >= 1, "decode.lm_min_count", "an integer >= 1")
     check(bool(t.name) and "/" not in t.name, "train.name", "a non-empty name without '/'")
     check(t.device in ("auto", "cpu", "cuda", "mps"), "train.device", "auto, cpu, cuda or mps")
     check(t.threads >= 0, "train.threads", "an integer >= 0")

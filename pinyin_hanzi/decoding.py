@@ -9,7 +9,9 @@ Where the vocabulary has no candidate (a syllable whose characters never occurre
 never seen), the output is fixed without the model: the first character of the reading table, or the
 symbol itself; the model is fed ``<unk>`` there.
 
-Scores are sums of log-probabilities, each a softmax over the allowed characters of its position.
+Scores are sums of log-probabilities, each a softmax over the allowed characters of its position, plus
+``lm_weight`` times the character n-gram model's log-probability of each character where there is one
+(shallow fusion, see char_lm.py).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from einops import rearrange, repeat
 from torch.nn.utils.rnn import pad_sequence
 
 from pinyin_hanzi.data import pad
+from pinyin_hanzi.char_lm import CharNgramLM
 from pinyin_hanzi.model import StepDecoder, Transformer
 from pinyin_hanzi.pinyin import (CLAUSE_PUNCTUATION, Piece, alternatives, fewest_syllables, is_hanzi, is_literal_key,
                                  literal_key, parse_pieces, syllable_table, toned_syllable_table)
@@ -125,16 +128,23 @@ class Converter:
     Readings of ambiguous letters: log P(hanzi | syllables) of different readings condition on different
     syllables and are not comparable as they are (an extra syllable with few candidates costs almost
     nothing). With ``syllable_lm`` the score is the joint log P(hanzi, syllables) = log P(hanzi | syllables)
-    + log P(syllables); ``split_penalty`` further charges each syllable beyond the fewest-syllable reading."""
+    + log P(syllables); ``split_penalty`` further charges each syllable beyond the fewest-syllable reading.
+
+    With ``char_lm`` and ``lm_weight`` > 0 every character's score also gets lm_weight x log P_lm(character |
+    the characters before it), in greedy and beam search alike."""
 
     def __init__(self, model: Transformer, pinyin_vocab: Vocab, hanzi_vocab: Vocab,
                  device: torch.device | str = "cpu", window: int | None = None, split_penalty: float = 3.0,
-                 syllable_lm: SyllableBigrams | None = None, clause_end: bool = True):
+                 syllable_lm: SyllableBigrams | None = None, clause_end: bool = True,
+                 char_lm: CharNgramLM | None = None, lm_weight: float = 0.0):
         self.model = model.to(device).eval()
         self.pinyin_vocab, self.hanzi_vocab = pinyin_vocab, hanzi_vocab
         self.device = torch.device(device)
         self.candidates = CandidateTable(hanzi_vocab)
         self.split_penalty, self.syllable_lm = split_penalty, syllable_lm
+        self.char_lm = char_lm if lm_weight > 0 else None
+        self.lm_weight = lm_weight
+        self._history = char_lm.order - 1 if self.char_lm is not None and char_lm.order > 1 else 1
         # Training clauses end with their punctuation; typed input usually has none. Without it the model
         # reads the last syllable as the middle of a clause (ba -> 八, not 吧), so a line that ends in a
         # syllable is decoded with a virtual 。 after it, which is dropped from the output.
@@ -160,9 +170,11 @@ class Converter:
         return self.candidates.ids(rows) if constrained else None
 
     def _step(self, decoder: StepDecoder, previous: torch.Tensor, position: int, rows: torch.Tensor,
-              allowed: tuple[torch.Tensor, torch.Tensor] | None) -> tuple[torch.Tensor, torch.Tensor]:
-        """One decoder step for the inputs at candidate-table ``rows`` (n,): log-probabilities over the
-        characters they may take and those characters' hanzi ids, both (n, c); padded entries get -inf.
+              allowed: tuple[torch.Tensor, torch.Tensor] | None, context: torch.Tensor
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One decoder step for the inputs at candidate-table ``rows`` (n,): scores of the characters they
+        may take (log-probabilities, plus the n-gram model's share given each input's ``context``, the
+        characters chosen before) and those characters' hanzi ids, both (n, c); padded entries get -inf.
 
         Constrained, only the allowed characters' logits are computed (``candidates=`` of
         ``StepDecoder.step``): a syllable has a few dozen characters, so gathering their n x c output rows
@@ -179,12 +191,25 @@ class Converter:
             real = torch.where((rows == PAD_ROW)[:, None], self.candidates.table()[rows], self.candidates.unconstrained)
             logits = decoder.step(previous, position)
         log_probs = logits[:, -1].float().cpu().masked_fill(~real, float("-inf")).log_softmax(-1)
-        return log_probs, ids
+        return log_probs + self._lm_scores(context, ids), ids
+
+    def _lm_scores(self, context: torch.Tensor, ids: torch.Tensor) -> torch.Tensor | float:
+        """lm_weight x log P_lm(ids (n, c) | context (n, m)), or 0 without a character n-gram model. <pad>
+        (past the end of a shorter input in the batch) scores 0, or inputs would pay for their neighbours'
+        length."""
+        if self.char_lm is None:
+            return 0.0
+        return (self.lm_weight * self.char_lm.log_prob(context, ids)).masked_fill(ids == PAD_ID, 0.0)
+
+    def _start_context(self, rows: int) -> torch.Tensor:
+        """(rows, m) the n-gram model's context before a sentence: <s> only."""
+        return torch.full((rows, self._history), BOS_ID, dtype=torch.long)
 
     @staticmethod
     def _forced(allowed: tuple[torch.Tensor, torch.Tensor] | None, position: int) -> torch.Tensor | None:
         """The one character every input may take at ``position``, (n,) hanzi ids; None where some input
-        has a choice (or decoding is unconstrained). Such a step has log-probability 0."""
+        has a choice (or decoding is unconstrained). Such a step has log-probability 0 under the model (the
+        n-gram model, if any, still scores it)."""
         if allowed is None or not bool((allowed[1][:, position].sum(dim=-1) == 1).all()):
             return None
         return allowed[0][:, position, 0]
@@ -208,15 +233,18 @@ class Converter:
         previous = torch.full((len(token_lists), 1), BOS_ID, dtype=torch.long, device=self.device)
         chosen = torch.empty(source.shape, dtype=torch.long)
         scores = torch.zeros(len(token_lists))
+        context = self._start_context(len(token_lists))
         for position in range(source.shape[1]):
             if position == source.shape[1] - 1 and (forced := self._forced(allowed, position)) is not None:
                 chosen[:, position] = forced  # a fixed last character (the virtual 。): no decoder step
+                scores += self._lm_scores(context, forced[:, None])[..., 0] if self.char_lm is not None else 0.0
                 break
-            log_probs, ids = self._step(decoder, previous, position, rows[:, position], allowed)
+            log_probs, ids = self._step(decoder, previous, position, rows[:, position], allowed, context)
             best, index = log_probs.max(dim=-1)
             chosen[:, position] = ids.gather(1, index[:, None]).squeeze(1)
             scores += best
             previous = chosen[:, position : position + 1].to(self.device)
+            context = torch.cat([context[:, 1:], chosen[:, position : position + 1]], dim=1)
         return [(chosen[i, : len(tokens)].tolist(), float(scores[i])) for i, tokens in enumerate(token_lists)]
 
     @torch.inference_mode()
@@ -240,21 +268,27 @@ class Converter:
         scores[:, 0] = 0.0  # one live beam to start from
         history = torch.empty(batch, beam, 0, dtype=torch.long)
         previous = torch.full((batch * beam, 1), BOS_ID, dtype=torch.long, device=self.device)
+        context = self._start_context(batch * beam)
         for position in range(length):
             if position == length - 1 and (forced := self._forced(allowed, position)) is not None:
                 token = rearrange(forced, "(b k) -> b k", k=beam)  # a fixed last character: no decoder step
                 history = torch.cat([history, token[..., None]], 2)
+                if self.char_lm is not None:  # the n-gram model may still change the beams' order
+                    scores = scores + rearrange(self._lm_scores(context, forced[:, None]), "(b k) 1 -> b k", k=beam)
+                    scores, rank = scores.sort(dim=-1, descending=True)
+                    history = history.gather(1, repeat(rank, "b k -> b k t", t=history.shape[2]))
                 break
             beam_rows = repeat(rows[:, position], "b -> (b k)", k=beam)
-            log_probs, ids = self._step(decoder, previous, position, beam_rows, allowed)
+            log_probs, ids = self._step(decoder, previous, position, beam_rows, allowed, context)
             width = log_probs.shape[-1]  # c allowed characters, the same for all beams of an input
             total = scores[:, :, None] + rearrange(log_probs, "(b k) c -> b k c", k=beam)
             scores, flat_index = rearrange(total, "b k c -> b (k c)").topk(beam, dim=-1)  # (b, k)
             parent = flat_index // width
             token = ids[::beam].gather(1, flat_index % width)  # (b, k) hanzi ids
             history = torch.cat([history.gather(1, repeat(parent, "b k -> b k t", t=position)), token[..., None]], 2)
-            order = (torch.arange(batch)[:, None] * beam + parent).flatten().to(self.device)
-            decoder.reorder(order)  # cross-attention keys/values are the same for all beams of an input
+            order = (torch.arange(batch)[:, None] * beam + parent).flatten()
+            decoder.reorder(order.to(self.device))  # cross-attention keys/values are the same for all beams
+            context = torch.cat([context[order, 1:], rearrange(token, "b k -> (b k) 1")], dim=1)
             previous = rearrange(token, "b k -> (b k) 1").to(self.device)
         results = []
         for i, tokens in enumerate(token_lists):

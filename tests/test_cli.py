@@ -89,9 +89,43 @@ def test_translate_errors_are_one_line(trained, tmp_path):
     assert shipped.returncode == 0 and "using the shipped pretrained model" in shipped.stderr
     usage = run(ROOT / "translate.py", "--checkpoint", best, "--input", "-", "ni hao")
     assert usage.returncode == 2 and "not several" in usage.stderr
-    for bad in (["--beam", "0"], ["--nbest", "1000"], ["--nbest", "0"]):
+    for bad in (["--beam", "0"], ["--nbest", "1000"], ["--nbest", "0"], ["--lm-weight", "-1"]):
         usage = run(ROOT / "translate.py", "--checkpoint", best, *bad, "ni hao")
         assert usage.returncode == 2 and "Traceback" not in usage.stderr and "must be" in usage.stderr
+
+
+def test_a_character_ngram_model_added_to_a_checkpoint_is_used_and_can_be_turned_off(trained, tmp_path):
+    tmp, _, best = trained
+    with_lm = tmp_path / "with_lm.pt"
+    added = run("-m", "pinyin_hanzi.char_lm", best, with_lm, "--order", "3", "--weight", "0.5")
+    assert added.returncode == 0, added.stderr
+    state = torch.load(with_lm, weights_only=True)
+    assert state["config"]["decode"]["lm_weight"] == 0.5 and state["char_lm"]["order"] == 3
+
+    def best_score(checkpoint, *extra):
+        result = run(ROOT / "translate.py", "--checkpoint", checkpoint, "--json", "wo men qu bei jing ba", *extra)
+        assert result.returncode == 0, result.stderr
+        found = json.loads(result.stdout)
+        assert found["output"] == "我们去北京吧"  # a sentence of the training data, with or without the n-grams
+        return found["candidates"][0]["score"], result.stderr
+
+    plain, _ = best_score(best)
+    fused, _ = best_score(with_lm)
+    off, _ = best_score(with_lm, "--lm-weight", "0")
+    assert off == plain and fused < plain  # the n-gram log-probabilities (< 0) are added
+    missing, note = best_score(best, "--lm-weight", "1")
+    assert missing == plain and "has no character n-gram model" in note
+    _one_line_error(run("-m", "pinyin_hanzi.char_lm", tmp_path / "none.pt", tmp_path / "out.pt"), "not found")
+
+
+def test_training_with_lm_weight_counts_the_ngram_model_into_the_checkpoint(tmp_path, tiny_corpus):
+    config = tiny_config_dict(tmp_path, tiny_corpus, max_steps=2, eval_every=2)
+    config["decode"].update(lm_weight=0.4, lm_order=2)
+    result = run(ROOT / "train.py", "--config", write_config(tmp_path / "lm.yaml", config))
+    assert result.returncode == 0, result.stderr
+    state = torch.load(tmp_path / "checkpoints" / "tiny" / "best.pt", weights_only=True)
+    assert state["char_lm"]["order"] == 2 and state["char_lm"]["vocab_size"] == len(state["hanzi_vocab"])
+    _one_line_error(run(ROOT / "train.py", "--config", tmp_path / "lm.yaml", "decode.lm_order=9"), "decode.lm_order=9")
 
 
 def test_train_errors_are_one_line(tmp_path, tiny_corpus):

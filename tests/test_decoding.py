@@ -271,3 +271,44 @@ def test_a_forced_last_character_skips_its_decoder_step_and_changes_nothing(monk
                             [score for _, score in stepped[0]] + [s for h in stepped[1] for _, s in h]):
         assert abs(ours - theirs) < 1e-5
     assert all(ids[-1] == converter.hanzi_vocab.ids["。"] for ids, _ in skipped[0])
+
+
+def _lm_preferring(converter, sentences: list[str], order: int = 2):
+    from pinyin_hanzi.char_lm import CharNgramLM
+
+    return CharNgramLM.count([converter.hanzi_vocab.encode(s) for s in sentences], len(converter.hanzi_vocab), order)
+
+
+def test_a_character_ngram_model_moves_decoding_toward_what_it_has_seen():
+    plain = _untrained_converter(seed=3)
+    tokens = [["ni", "hao", "wo", "men"]]
+    for sentences, wanted in ((["你好我们"] * 5, "你好我们"), (["妮号我门"] * 5, "妮号我门")):
+        lm = _lm_preferring(plain, sentences)
+        fused = _untrained_converter(seed=3, char_lm=lm, lm_weight=5.0)
+        assert fused.convert_tokens(tokens, beam=1) == [wanted]
+        assert fused.convert_tokens(tokens, beam=3) == [wanted]
+        off = _untrained_converter(seed=3, char_lm=lm, lm_weight=0.0)
+        assert off.convert_tokens(tokens, beam=3) == plain.convert_tokens(tokens, beam=3)
+
+
+def test_ngram_scores_add_to_the_model_scores_exactly():
+    plain = _untrained_converter(seed=4)
+    lm = _lm_preferring(plain, ["你好我们北京吧。", "我们北京。"], order=3)
+    fused = _untrained_converter(seed=4, char_lm=lm, lm_weight=0.5)
+    ids, fused_score = fused.greedy([["ni", "hao", "wo", "men", "。"]])[0]
+    forced = plain.beam_search([["ni", "hao", "wo", "men", "。"]], beam=50)[0]  # every sequence, model scores
+    model_score = next(score for hypothesis, score in forced if hypothesis == ids)
+    assert abs(fused_score - (model_score + 0.5 * lm.sentence_log_prob(ids))) < 1e-4
+
+
+def test_with_an_ngram_model_a_batch_decodes_each_input_as_it_would_alone():
+    plain = _untrained_converter(seed=5)
+    lm = _lm_preferring(plain, ["你好我们", "北京吧", "我们北京"], order=3)
+    fused = _untrained_converter(seed=5, char_lm=lm, lm_weight=1.0)
+    inputs = [["ni"], ["wo", "men", "bei", "jing", "ba", "。"], ["ni", "hao"]]  # different lengths: padding
+    for beam in (1, 4):
+        together = fused.convert_tokens(inputs, beam=beam)
+        assert together == [fused.convert_tokens([tokens], beam=beam)[0] for tokens in inputs]
+    lines = ["nihao", "wo men bei jing ba", "xian"]  # readings of different lengths decoded together
+    assert [c[0].text for c in fused.convert(lines, beam=3)] == [fused.convert([line], beam=3)[0][0].text
+                                                                 for line in lines]

@@ -1,0 +1,210 @@
+"""A character n-gram language model (interpolated Kneser-Ney), fused into decoding.
+
+The Transformer learns P(hanzi | syllables) from the training pairs. A count-based model of the hanzi
+alone, built from the same training split in seconds, knows which characters follow which; classic input
+methods are built on one. Decoding adds it to the model's score ("shallow fusion"): each position's
+characters are ranked by
+
+    log P_model(c_i | syllables, c_<i) + lm_weight * log P_lm(c_i | c_{i-n+1} .. c_{i-1})
+
+P_lm is interpolated Kneser-Ney with one discount D: at the highest order the counts of n-grams, below it
+the number of distinct characters seen before an (n-1)-gram (how many contexts it continues), each order
+interpolated with the one below it; add-one at the bottom, so no character has probability 0.
+
+The tables are sorted int64 keys (an n-gram's hanzi ids as digits in base v, the vocabulary size) with
+their counts, looked up with ``torch.searchsorted``, so one call scores every (hypothesis, candidate)
+pair of a decoding step at once. The model lives in the checkpoint (``char_lm``, stored compactly: see
+``state_dict``) and counts ids of the checkpoint's hanzi vocabulary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Iterable, Sequence
+
+import torch
+
+from pinyin_hanzi.vocab import BOS_ID
+
+DISCOUNT = 0.75
+
+
+def _lookup(keys: torch.Tensor, values: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:
+    """values[keys == query] for each query (any shape), 0 where a query is not among the sorted keys."""
+    if len(keys) == 0:
+        return torch.zeros(queries.shape, dtype=values.dtype)
+    index = torch.searchsorted(keys, queries).clamp_(max=len(keys) - 1)
+    return torch.where(keys[index] == queries, values[index], torch.zeros((), dtype=values.dtype))
+
+
+class CharNgramLM:
+    """``order``-gram model over hanzi ids < ``vocab_size``; the context of a sentence's first characters
+    is padded with ``<s>`` (BOS_ID)."""
+
+    def __init__(self, order: int, vocab_size: int, unigrams: torch.Tensor, grams: dict[int, tuple],
+                 contexts: dict[int, tuple], discount: float = DISCOUNT):
+        self.order, self.vocab_size, self.discount = order, vocab_size, discount
+        self.unigram_log_probs = unigrams  # (v,) log P_1
+        self.grams = grams  # order k >= 2 -> (sorted keys, counts): raw counts at the top, continuation below
+        self.contexts = contexts  # order k >= 2 -> (sorted context keys, total count, distinct next characters)
+
+    @classmethod
+    def count(cls, id_lists: Iterable[Sequence[int]], vocab_size: int, order: int = 3, min_count: int = 1,
+              discount: float = DISCOUNT) -> "CharNgramLM":
+        """Counts over sentences given as hanzi id lists. ``min_count``: highest-order n-grams seen fewer
+        times are dropped from the table (their context keeps its totals, so their probability mass goes to
+        the lower orders): a smaller model at some cost in accuracy."""
+        if order < 1 or vocab_size ** order >= 2**63:
+            raise ValueError(f"order {order} over {vocab_size} characters does not fit in int64 keys")
+        pad = [BOS_ID] * (order - 1)
+        flat, targets = [], []  # every sentence after order - 1 <s>; targets: positions of real characters
+        for ids in id_lists:
+            start = len(flat) + order - 1
+            flat += pad + list(ids)
+            targets.append(torch.arange(start, start + len(ids)))
+        stream = torch.tensor(flat, dtype=torch.long)
+        positions = torch.cat(targets) if targets else torch.zeros(0, dtype=torch.long)
+        # keys[k]: the k-gram ending at each target position, its ids as base-v digits (oldest first)
+        keys, key = {}, torch.zeros_like(positions)
+        for k in range(1, order + 1):
+            key = key + stream[positions - (k - 1)] * vocab_size ** (k - 1)
+            keys[k] = key
+        # Kneser-Ney: raw counts at the top; below, the number of distinct left neighbours (continuations)
+        grams = {order: torch.unique(keys[order], return_counts=True)}
+        if min_count > 1 and order > 1:
+            top_keys, top_counts = grams[order]
+            kept = top_counts >= min_count
+        for k in range(order - 1, 0, -1):
+            distinct_longer = grams[k + 1][0]
+            grams[k] = torch.unique(distinct_longer % vocab_size**k, return_counts=True)  # drop the oldest id
+        # unigrams: continuation counts, add-one (order 1: raw counts, add-one)
+        unigram_counts = torch.zeros(vocab_size)
+        unigram_counts.index_add_(0, grams[1][0], grams[1][1].float())
+        unigrams = ((unigram_counts + 1) / (unigram_counts.sum() + vocab_size)).log()
+        contexts = {}
+        for k in range(2, order + 1):
+            gram_keys, gram_counts = grams[k]
+            context_keys, inverse = torch.unique(gram_keys // vocab_size, return_inverse=True)
+            totals = torch.zeros(len(context_keys), dtype=torch.long).index_add_(0, inverse, gram_counts)
+            distinct = torch.zeros(len(context_keys), dtype=torch.long).index_add_(0, inverse,
+                                                                                torch.ones_like(gram_counts))
+            contexts[k] = (context_keys, totals.int(), distinct.int())
+        if min_count > 1 and order > 1:
+            grams[order] = (top_keys[kept], top_counts[kept])
+            context_keys, totals, distinct = contexts[order]  # keep the contexts that still have an n-gram
+            has_gram = torch.zeros(len(context_keys), dtype=torch.bool)
+            has_gram[torch.searchsorted(context_keys, grams[order][0] // vocab_size)] = True
+            contexts[order] = (context_keys[has_gram], totals[has_gram], distinct[has_gram])
+        return cls(order, vocab_size, unigrams, {k: (g[0], g[1].int()) for k, g in grams.items() if k >= 2},
+                   contexts, discount)
+
+    def log_prob(self, context: torch.Tensor, candidates: torch.Tensor) -> torch.Tensor:
+        """context (n, m): each row's preceding hanzi ids, oldest first (m >= order - 1; <s> before a
+        sentence's start); candidates (n, c) hanzi ids -> (n, c) log P(candidate | context)."""
+        candidates = candidates.clamp(max=self.vocab_size - 1)  # (ids past the counted vocabulary: none)
+        probs = self.unigram_log_probs[candidates].exp()
+        history = torch.zeros(len(context), dtype=torch.long)
+        for k in range(2, self.order + 1):
+            history = history + context[:, -(k - 1)] * self.vocab_size ** (k - 2)  # the last k-1 ids
+            totals = _lookup(self.contexts[k][0], self.contexts[k][1], history).float()[:, None]  # (n, 1)
+            distinct = _lookup(self.contexts[k][0], self.contexts[k][2], history).float()[:, None]
+            counts = _lookup(self.grams[k][0], self.grams[k][1], history[:, None] * self.vocab_size + candidates)
+            interpolated = ((counts.float() - self.discount).clamp(min=0) + self.discount * distinct * probs) / totals
+            probs = torch.where(totals > 0, interpolated, probs)
+        return probs.log()
+
+    def sentence_log_prob(self, ids: Sequence[int]) -> float:
+        """log P of a whole sentence of hanzi ids, character by character."""
+        context = torch.full((1, self.order - 1 or 1), BOS_ID, dtype=torch.long)
+        total = 0.0
+        for id_ in ids:
+            total += float(self.log_prob(context, torch.tensor([[id_]]))[0, 0])
+            context = torch.cat([context[:, 1:], torch.tensor([[id_]])], dim=1) if self.order > 1 else context
+        return total
+
+    def size(self) -> int:
+        """The number of n-grams in the tables (all orders >= 2)."""
+        return sum(len(keys) for keys, _ in self.grams.values())
+
+    def state_dict(self) -> dict:
+        """Compact tables for the checkpoint: an n-gram's key is its context's key * v + its last id, and the
+        n-grams of a context are consecutive, so each order stores the last ids (int16 where v allows) and
+        how many n-grams each context has; counts in the narrowest integer type that holds them."""
+        tables = {}
+        for k, (gram_keys, counts) in self.grams.items():
+            context_keys, totals, distinct = self.contexts[k]
+            runs = torch.bincount(torch.searchsorted(context_keys, gram_keys // self.vocab_size),
+                                  minlength=len(context_keys))
+            tables[k] = {"context_keys": _narrow(context_keys), "totals": _narrow(totals),
+                         "distinct": _narrow(distinct), "runs": _narrow(runs),
+                         "last_ids": _narrow(gram_keys % self.vocab_size), "counts": _narrow(counts)}
+        return {"order": self.order, "vocab_size": self.vocab_size, "discount": self.discount,
+                "unigrams": self.unigram_log_probs, "tables": tables}
+
+    @classmethod
+    def from_state_dict(cls, state: dict) -> "CharNgramLM":
+        grams, contexts = {}, {}
+        for k, table in state["tables"].items():
+            context_keys = table["context_keys"].long()
+            contexts[k] = (context_keys, table["totals"].int(), table["distinct"].int())
+            gram_keys = context_keys.repeat_interleave(table["runs"].long()) * state["vocab_size"] + table["last_ids"].long()
+            grams[k] = (gram_keys, table["counts"].int())
+        return cls(state["order"], state["vocab_size"], state["unigrams"].float(), grams, contexts, state["discount"])
+
+
+def _narrow(values: torch.Tensor) -> torch.Tensor:
+    """``values`` (integers) in int16 or int32 where they fit, else as they are."""
+    if len(values) == 0:
+        return values.short()
+    low, high = int(values.min()), int(values.max())
+    for dtype in (torch.int16, torch.int32):
+        if torch.iinfo(dtype).min <= low and high <= torch.iinfo(dtype).max:
+            return values.to(dtype)
+    return values
+
+
+def count_for(examples, hanzi_vocab, order: int = 3, min_count: int = 1) -> CharNgramLM:
+    """The model of the hanzi of training examples, over ``hanzi_vocab``'s ids."""
+    return CharNgramLM.count((hanzi_vocab.encode(example.hanzi) for example in examples), len(hanzi_vocab),
+                             order, min_count)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """python -m pinyin_hanzi.char_lm CHECKPOINT OUT [--order 3] [--min-count 1] [--weight W]: a copy of a
+    checkpoint with a character n-gram model counted from its training split (for checkpoints trained
+    without one; train.py adds it itself when decode.lm_weight > 0)."""
+    from pinyin_hanzi.checkpoint import load_checkpoint
+    from pinyin_hanzi.config import config_from_dict
+    from pinyin_hanzi.corpus import prepared_dir, read_examples
+    from pinyin_hanzi.errors import PinyinHanziError
+    from pinyin_hanzi.vocab import Vocab
+
+    parser = argparse.ArgumentParser(prog="python -m pinyin_hanzi.char_lm", description=main.__doc__.splitlines()[0])
+    parser.add_argument("checkpoint")
+    parser.add_argument("out")
+    parser.add_argument("--order", type=int, default=3)
+    parser.add_argument("--min-count", type=int, default=1)
+    parser.add_argument("--weight", type=float, default=0.6, help="decode.lm_weight stored with it (default 0.6)")
+    args = parser.parse_args(argv)
+    try:
+        state = load_checkpoint(args.checkpoint)
+        config = config_from_dict(state["config"], args.checkpoint)
+        train = prepared_dir(config.data) / "train.tsv"
+        if not train.is_file():
+            print(f"error: {train} is missing: prepare the data first "
+                  f"(python train.py --config CONFIG --prepare-only)", file=sys.stderr)
+            return 2
+        lm = count_for(read_examples(train, trusted=True), Vocab(state["hanzi_vocab"]), args.order, args.min_count)
+    except PinyinHanziError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    config.decode.lm_weight, config.decode.lm_order, config.decode.lm_min_count = args.weight, args.order, args.min_count
+    state["config"], state["char_lm"] = config.to_dict(), lm.state_dict()
+    torch.save(state, args.out)
+    print(f"{args.out}: {args.order}-gram model of {train} ({lm.size():,} n-grams), decode.lm_weight={args.weight}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,73 @@
+import math
+
+import pytest
+import torch
+
+from pinyin_hanzi.char_lm import CharNgramLM
+from pinyin_hanzi.vocab import BOS_ID
+
+V = 12  # ids 0-3 are specials (<pad>, <s>, </s>, <unk>), 4-11 characters
+SENTENCES = [[4, 5, 6], [4, 5, 7], [4, 5, 6, 8], [9, 5, 6], [10, 11], [4, 10, 11, 5]]
+
+
+def _all_next(lm: CharNgramLM, context: list[int]) -> torch.Tensor:
+    """P(every id | context), (V,)."""
+    return lm.log_prob(torch.tensor([context]), torch.arange(V)[None]).exp()[0]
+
+
+@pytest.mark.parametrize("order", [1, 2, 3, 4])
+def test_probabilities_of_every_next_character_sum_to_one_in_seen_and_unseen_contexts(order):
+    lm = CharNgramLM.count(SENTENCES, V, order)
+    for context in ([BOS_ID, BOS_ID, BOS_ID], [BOS_ID, BOS_ID, 4], [BOS_ID, 4, 5], [6, 4, 5], [11, 11, 11]):
+        total = float(_all_next(lm, context).sum())
+        assert abs(total - 1.0) < 1e-5, (order, context, total)
+
+
+def test_kneser_ney_values_by_hand():
+    lm = CharNgramLM.count([[4, 5], [4, 5], [4, 6]], V, order=2, discount=0.75)
+    # Unigrams: continuation counts (distinct left neighbours): 4 <- {<s>}, 5 <- {4}, 6 <- {4}: 1 each of 3,
+    # add-one over V ids.
+    unigram = {4: 2 / (3 + V), 5: 2 / (3 + V), 6: 2 / (3 + V), 7: 1 / (3 + V)}
+    # After 4: seen 3 times, followed by 2 distinct characters (5 twice, 6 once).
+    expected = {5: (2 - 0.75 + 0.75 * 2 * unigram[5]) / 3, 6: (1 - 0.75 + 0.75 * 2 * unigram[6]) / 3,
+                7: 0.75 * 2 * unigram[7] / 3}
+    for char, probability in expected.items():
+        assert math.isclose(math.exp(float(lm.log_prob(torch.tensor([[4]]), torch.tensor([[char]]))[0, 0])),
+                            probability, rel_tol=1e-5)
+    # An unseen context backs off to the unigrams alone.
+    assert math.isclose(float(_all_next(lm, [7])[5]), unigram[5], rel_tol=1e-5)
+
+
+def test_context_changes_the_prediction():
+    lm = CharNgramLM.count(SENTENCES, V, order=3)
+    after_4_5 = _all_next(lm, [4, 5])
+    after_9_5 = _all_next(lm, [9, 5])
+    assert int(after_4_5.argmax()) == 6 and after_4_5[7] > after_9_5[7]  # 4 5 7 was seen, 9 5 7 never
+    assert lm.sentence_log_prob([4, 5, 6]) > lm.sentence_log_prob([4, 6, 5])
+
+
+def test_state_dict_round_trip_is_exact_and_compact():
+    lm = CharNgramLM.count(SENTENCES, V, order=3)
+    state = lm.state_dict()
+    assert all(table["last_ids"].dtype == torch.int16 for table in state["tables"].values())
+    again = CharNgramLM.from_state_dict(state)
+    contexts = torch.tensor([[BOS_ID, BOS_ID], [4, 5], [9, 5], [11, 11]])
+    candidates = torch.arange(V).expand(4, -1)
+    assert torch.equal(lm.log_prob(contexts, candidates), again.log_prob(contexts, candidates))
+
+
+def test_min_count_drops_rare_top_order_ngrams_and_their_empty_contexts():
+    full = CharNgramLM.count(SENTENCES, V, order=3)
+    pruned = CharNgramLM.count(SENTENCES, V, order=3, min_count=2)
+    assert len(pruned.grams[3][0]) < len(full.grams[3][0]) and len(pruned.contexts[3][0]) < len(full.contexts[3][0])
+    assert torch.equal(pruned.grams[2][0], full.grams[2][0])  # lower orders are kept whole
+    kept = torch.tensor([[4, 5]]), torch.tensor([[6]])  # 4 5 6 was seen twice: the same probability
+    assert torch.allclose(pruned.log_prob(*kept), full.log_prob(*kept))
+    contexts, candidates = torch.tensor([[BOS_ID, BOS_ID], [4, 5], [10, 11]]), torch.arange(V).expand(3, -1)
+    again = CharNgramLM.from_state_dict(pruned.state_dict())
+    assert torch.equal(pruned.log_prob(contexts, candidates), again.log_prob(contexts, candidates))
+
+
+def test_keys_that_do_not_fit_are_refused():
+    with pytest.raises(ValueError, match="int64"):
+        CharNgramLM.count(SENTENCES, 10**7, order=3)
