@@ -137,7 +137,13 @@ def load_converter(checkpoint: str | None, device: str = "cpu", lm_weight: float
     state = load_checkpoint(checkpoint)
     model, pinyin_vocab, hanzi_vocab, config = model_from_checkpoint(state, checkpoint)
     syllable_lm = SyllableBigrams.from_state_dict(state["syllable_lm"]) if "syllable_lm" in state else None
-    char_lm = CharNgramLM.from_state_dict(state["char_lm"]) if "char_lm" in state else None
+    char_lm = None
+    if "char_lm" in state:
+        try:
+            char_lm = CharNgramLM.from_state_dict(state["char_lm"])
+        except (KeyError, TypeError, ValueError, AttributeError, RuntimeError) as error:
+            raise CheckpointError(f"{checkpoint}: its character n-gram model cannot be read ({error!r}); count it "
+                                  f"again with python -m pinyin_hanzi.char_lm") from None
     if lm_weight is not None:
         config.decode.lm_weight = lm_weight
     if config.decode.lm_weight > 0 and char_lm is None:

@@ -126,6 +126,8 @@ CASES = [
          status=2, error=("config or vocabularies do not fit this code",)),
     Case("checkpoint whose weights do not fit its config", argv=("--checkpoint", "{tmp}/bad_weights.pt", "ni"),
          status=2, error=("weights do not fit the model its config describes",)),
+    Case("checkpoint with an unreadable character n-gram model", argv=("--checkpoint", "{tmp}/bad_lm.pt", "ni"),
+         status=2, error=("character n-gram model cannot be read", "python -m pinyin_hanzi.char_lm")),
     # ---- train.py
     Case("train: missing config", "train.py", ("--config", "{tmp}/missing.yaml"), status=2,
          error=("config file not found:",)),
@@ -169,6 +171,7 @@ def _write_checkpoints(tmp: Path, best: Path) -> None:
                tmp / "unknown_key.pt")
     torch.save({**state, "hanzi_vocab": ["not", "specials"]}, tmp / "bad_vocab.pt")
     torch.save({**state, "model": {**state["model"], "extra.weight": torch.zeros(1)}}, tmp / "bad_weights.pt")
+    torch.save({**state, "char_lm": {"order": 3}}, tmp / "bad_lm.pt")
     torch.save({**state, "code": _RunsCode(tmp / "pickled_code_ran")}, tmp / "code.pt")
 
 
