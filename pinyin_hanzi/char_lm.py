@@ -30,12 +30,12 @@ from pinyin_hanzi.vocab import BOS_ID
 DISCOUNT = 0.75
 
 
-def _lookup(keys: torch.Tensor, values: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:
-    """values[keys == query] for each query (any shape), 0 where a query is not among the sorted keys."""
+def _find(keys: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:
+    """The index of each query (any shape) in the sorted ``keys``, -1 where it is not there."""
     if len(keys) == 0:
-        return torch.zeros(queries.shape, dtype=values.dtype)
+        return torch.full(queries.shape, -1, dtype=torch.long)
     index = torch.searchsorted(keys, queries).clamp_(max=len(keys) - 1)
-    return torch.where(keys[index] == queries, values[index], torch.zeros((), dtype=values.dtype))
+    return torch.where(keys[index] == queries, index, -1)
 
 
 class CharNgramLM:
@@ -48,6 +48,18 @@ class CharNgramLM:
         self.unigram_log_probs = unigrams  # (v,) log P_1
         self.grams = grams  # order k >= 2 -> (sorted keys, counts): raw counts at the top, continuation below
         self.contexts = contexts  # order k >= 2 -> (sorted context keys, total count, distinct next characters)
+        # For lookups, all orders in one sorted table each (keys + k * offset, offset > any key), so that
+        # one searchsorted call serves every order: per decoding step, the lookups' cost is cache misses in
+        # these tables and per-call overhead, not arithmetic.
+        self._offset = vocab_size**order
+        orders = range(2, order + 1)
+        self._gram_keys = torch.cat([torch.zeros(0, dtype=torch.long)] +
+                                    [grams[k][0] + k * self._offset for k in orders])
+        self._gram_counts = torch.cat([torch.zeros(0)] + [grams[k][1].float() for k in orders])
+        self._context_keys = torch.cat([torch.zeros(0, dtype=torch.long)] +
+                                       [contexts[k][0] + k * self._offset for k in orders])
+        self._context_totals = torch.cat([torch.zeros(0)] + [contexts[k][1].float() for k in orders])
+        self._context_distinct = torch.cat([torch.zeros(0)] + [contexts[k][2].float() for k in orders])
 
     @classmethod
     def count(cls, id_lists: Iterable[Sequence[int]], vocab_size: int, order: int = 3, min_count: int = 1,
@@ -55,7 +67,7 @@ class CharNgramLM:
         """Counts over sentences given as hanzi id lists. ``min_count``: highest-order n-grams seen fewer
         times are dropped from the table (their context keeps its totals, so their probability mass goes to
         the lower orders): a smaller model at some cost in accuracy."""
-        if order < 1 or vocab_size ** order >= 2**63:
+        if order < 1 or (order + 1) * vocab_size**order >= 2**63:
             raise ValueError(f"order {order} over {vocab_size} characters does not fit in int64 keys")
         pad = [BOS_ID] * (order - 1)
         flat, targets = [], []  # every sentence after order - 1 <s>; targets: positions of real characters
@@ -103,15 +115,25 @@ class CharNgramLM:
         """context (n, m): each row's preceding hanzi ids, oldest first (m >= order - 1; <s> before a
         sentence's start); candidates (n, c) hanzi ids -> (n, c) log P(candidate | context)."""
         candidates = candidates.clamp(max=self.vocab_size - 1)  # (ids past the counted vocabulary: none)
-        probs = self.unigram_log_probs[candidates].exp()
-        history = torch.zeros(len(context), dtype=torch.long)
-        for k in range(2, self.order + 1):
-            history = history + context[:, -(k - 1)] * self.vocab_size ** (k - 2)  # the last k-1 ids
-            totals = _lookup(self.contexts[k][0], self.contexts[k][1], history).float()[:, None]  # (n, 1)
-            distinct = _lookup(self.contexts[k][0], self.contexts[k][2], history).float()[:, None]
-            counts = _lookup(self.grams[k][0], self.grams[k][1], history[:, None] * self.vocab_size + candidates)
-            interpolated = ((counts.float() - self.discount).clamp(min=0) + self.discount * distinct * probs) / totals
-            probs = torch.where(totals > 0, interpolated, probs)
+        probs = self.unigram_log_probs[candidates].exp()  # (n, c)
+        if self.order == 1:
+            return probs.log()
+        m = self.order - 1
+        recent = context[:, -m:].flip(1)  # (n, m): the last id first
+        powers = self.vocab_size ** torch.arange(m)
+        histories = (recent * powers).cumsum(1)  # (n, m): column j = key of the last j+1 ids (order j+2)
+        order_offsets = torch.arange(2, self.order + 1) * self._offset  # (m,)
+        index = _find(self._context_keys, histories + order_offsets)  # (n, m), -1 where unseen
+        seen = index >= 0
+        totals = torch.where(seen, self._context_totals[index.clamp(min=0)], 0.0)  # (n, m)
+        distinct = torch.where(seen, self._context_distinct[index.clamp(min=0)], 0.0)
+        gram_keys = histories[:, :, None] * self.vocab_size + candidates[:, None, :] + order_offsets[:, None]
+        found = _find(self._gram_keys, gram_keys)  # (n, m, c)
+        counts = torch.where(found >= 0, self._gram_counts[found.clamp(min=0)], 0.0)
+        for j in range(m):  # interpolate upwards: order 2, 3, ...
+            total = totals[:, j, None]
+            interpolated = ((counts[:, j] - self.discount).clamp(min=0) + self.discount * distinct[:, j, None] * probs)
+            probs = torch.where(total > 0, interpolated / total.clamp(min=1), probs)
         return probs.log()
 
     def sentence_log_prob(self, ids: Sequence[int]) -> float:
