@@ -64,11 +64,15 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=0, help="threads for batched conversion (0: default)")
     parser.add_argument("--latency-threads", type=int, default=1, help="threads for single sentences")
     parser.add_argument("--no-reference", action="store_true", help="skip the module-path latency reference")
+    parser.add_argument("--lm-weight", type=float, help="the character n-gram model's weight (default: the "
+                        "checkpoint's decode.lm_weight; 0: the Transformer alone)")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     batch_threads = torch.get_num_threads()
-    converter, config = load_converter(args.checkpoint)
+    converter, config = load_converter(args.checkpoint, lm_weight=args.lm_weight)
+    lm = f"{config.decode.lm_order}-gram model at weight {config.decode.lm_weight}" if converter.char_lm else "none"
+    print(f"character n-gram model: {lm}", flush=True)
     examples = read_examples(prepared_dir(config.data) / "test.tsv", trusted=True)
     tokens = [e.tokens for e in examples]
 
@@ -114,6 +118,7 @@ def main() -> int:
     print(f"translate.py cold start: median {statistics.median(cold):.2f} s over {len(cold)} runs")
     print(json.dumps({
         "benchmark": "translate_speed", "checkpoint": args.checkpoint, "threads": batch_threads,
+        "lm_weight": config.decode.lm_weight if converter.char_lm else 0.0,
         "latency_threads": args.latency_threads,
         "greedy_sentences_per_s": round(throughput[1], 1), "beam5_sentences_per_s": round(throughput[5], 1),
         "greedy_p50_ms": round(latency[1][0], 2), "greedy_p95_ms": round(latency[1][1], 2),
