@@ -2,7 +2,7 @@
 (p50/p95) for single 10-syllable sentences, and the cold start of ``translate.py``.
 
     python bench/translate_speed.py --checkpoint checkpoints/quickstart/best.pt [--latency-sentences 200]
-                                    [--threads N] [--latency-threads 1]
+                                    [--threads N] [--latency-threads 1] [--lm-weight 0]
 
 Batched conversion runs with ``--threads`` (0: PyTorch's default, one per core), single sentences with
 ``--latency-threads`` (1, what ``translate.py`` uses for text typed on the command line or at the prompt).

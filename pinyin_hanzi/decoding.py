@@ -222,8 +222,8 @@ class Converter:
 
     @torch.inference_mode()
     def greedy(self, token_lists, key_lists=None, constrained: bool = True) -> list[tuple[list[int], float]]:
-        """Greedy decoding, as in the book: at each step the most probable allowed character, fed back as
-        the next decoder input. The encoder runs once; the decoder caches keys/values, so each step costs
+        """Greedy decoding, as in the book: at each step the most probable allowed character (the best-scoring
+        one with a character n-gram model), fed back as the next decoder input. The encoder runs once; the decoder caches keys/values, so each step costs
         one position. Returns (hanzi ids, score) per input."""
         key_lists = key_lists or token_lists
         source, rows = self._prepare(token_lists, key_lists)
