@@ -223,8 +223,8 @@ class Converter:
     @torch.inference_mode()
     def greedy(self, token_lists, key_lists=None, constrained: bool = True) -> list[tuple[list[int], float]]:
         """Greedy decoding, as in the book: at each step the most probable allowed character (the best-scoring
-        one with a character n-gram model), fed back as the next decoder input. The encoder runs once; the decoder caches keys/values, so each step costs
-        one position. Returns (hanzi ids, score) per input."""
+        one with a character n-gram model), fed back as the next decoder input. The encoder runs once; the
+        decoder caches keys/values, so each step costs one position. Returns (hanzi ids, score) per input."""
         key_lists = key_lists or token_lists
         source, rows = self._prepare(token_lists, key_lists)
         memory, cross_mask = self._encode(source)
@@ -421,7 +421,8 @@ class Converter:
         # ambiguous 10-syllable test lines). Not so with the n-gram model: its terms lower every score, and
         # most alternatives survive. Then, when one batch holds all the readings (a typed line), they are
         # decoded together at once, instead of in two passes one after the other (10-syllable PD lines,
-        # greedy, one thread: 36 -> 25 ms; without the n-gram model one pass would cost 13 -> 20 ms).
+        # greedy, one thread, measured once on a loaded machine: 36 -> 25 ms; without the n-gram model one
+        # pass would cost 13 -> 20 ms).
         if self.char_lm is not None and len(readings) <= batch_size:
             decode(list(range(len(readings))))
         decode([max(indices, key=priors.__getitem__) for indices in chunk_readings.values()

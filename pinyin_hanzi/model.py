@@ -47,6 +47,17 @@ def sinusoidal_table(max_positions: int, d_model: int) -> torch.Tensor:
     return table
 
 
+def split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """(b, t, h*k) -> (b, h, t, k), i.e. einops' rearrange "b t (h k) -> b h t k", written out as a view: at
+    one position per decoding step, einops' per-call overhead showed in the latency."""
+    return x.unflatten(-1, (n_heads, -1)).transpose(1, 2)
+
+
+def merge_heads(x: torch.Tensor) -> torch.Tensor:
+    """(b, h, t, k) -> (b, t, h*k): the inverse of :func:`split_heads`."""
+    return x.transpose(1, 2).flatten(2)
+
+
 class Embedding(nn.Module):
     """Token embedding x sqrt(d) + sinusoidal positional encoding, then dropout."""
 
@@ -81,14 +92,9 @@ class MultiHeadAttention(nn.Module):
         self.key_value = nn.Linear(d_model, 2 * d_model)
         self.out = nn.Linear(d_model, d_model)
 
-    def _split_heads(self, x: torch.Tensor) -> torch.Tensor:
-        """(b, t, h*k) -> (b, h, t, k), i.e. einops' rearrange "b t (h k) -> b h t k" (written out as a view:
-        at one position per decoding step, einops' per-call overhead showed in the latency)."""
-        return x.unflatten(-1, (self.n_heads, -1)).transpose(1, 2)
-
     def _keys_values(self, source: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         keys, values = self.key_value(source).chunk(2, dim=-1)  # (b, s, 2d) -> two (b, s, d)
-        return self._split_heads(keys), self._split_heads(values)  # two (b, h, s, k)
+        return split_heads(keys, self.n_heads), split_heads(values, self.n_heads)  # two (b, h, s, k)
 
     def forward(
         self,
@@ -101,7 +107,7 @@ class MultiHeadAttention(nn.Module):
     ) -> torch.Tensor:
         """x (b, t, d) -> (b, t, d). ``cache`` (incremental decoding): self-attention appends this step's
         keys/values to it; cross-attention projects the memory once and reuses it."""
-        query = self._split_heads(self.query(x))
+        query = split_heads(self.query(x), self.n_heads)
         if memory is None:
             keys, values = self._keys_values(x)
             if cache is not None:
@@ -121,7 +127,7 @@ class MultiHeadAttention(nn.Module):
             attended = F.scaled_dot_product_attention(
                 query, keys, values, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0,
                 is_causal=causal)
-        return self.out(attended.transpose(1, 2).flatten(2))  # (b, h, t, k) -> (b, t, h*k)
+        return self.out(merge_heads(attended))
 
     def _attend_explicitly(self, query, keys, values, mask, causal) -> torch.Tensor:
         """softmax(QK^T / sqrt(k)) V written out, as in the book, keeping the weights (b, h, t, s)."""
@@ -341,9 +347,6 @@ class StepDecoder:
         self.keys: list[torch.Tensor | None] = [None] * len(self.layers)  # per layer: (n, h, t, k) so far
         self.values: list[torch.Tensor | None] = [None] * len(self.layers)
 
-    def _heads(self, x: torch.Tensor) -> torch.Tensor:
-        return x.unflatten(-1, (self.n_heads, -1)).transpose(1, 2)  # (n, 1, d) -> (n, h, 1, k)
-
     def _residual(self, x: torch.Tensor, norm, function) -> torch.Tensor:
         if self.pre_norm:
             return x + function(F.layer_norm(x, *norm))
@@ -357,20 +360,21 @@ class StepDecoder:
         x = F.embedding(previous, self.embedding) * self.scale + self.positions[position]  # (n, 1, d)
         for index, weights in enumerate(self.layers):
             def self_attention(y: torch.Tensor) -> torch.Tensor:
-                query = self._heads(F.linear(y, *weights["self_query"]))
-                keys, values = (self._heads(part) for part in F.linear(y, *weights["self_key_value"]).chunk(2, -1))
+                query = split_heads(F.linear(y, *weights["self_query"]), self.n_heads)
+                keys, values = (split_heads(part, self.n_heads)
+                                for part in F.linear(y, *weights["self_key_value"]).chunk(2, -1))
                 if self.keys[index] is not None:  # earlier positions
                     keys = torch.cat([self.keys[index], keys], dim=2)
                     values = torch.cat([self.values[index], values], dim=2)
                 self.keys[index], self.values[index] = keys, values
                 attended = F.scaled_dot_product_attention(query, keys, values)  # sees every earlier position
-                return F.linear(attended.transpose(1, 2).flatten(2), *weights["self_out"])
+                return F.linear(merge_heads(attended), *weights["self_out"])
 
             def cross_attention(y: torch.Tensor) -> torch.Tensor:
-                query = self._heads(F.linear(y, *weights["cross_query"]))
+                query = split_heads(F.linear(y, *weights["cross_query"]), self.n_heads)
                 attended = F.scaled_dot_product_attention(query, weights["cross_keys"], weights["cross_values"],
                                                           attn_mask=self.cross_mask)
-                return F.linear(attended.transpose(1, 2).flatten(2), *weights["cross_out"])
+                return F.linear(merge_heads(attended), *weights["cross_out"])
 
             def feed_forward(y: torch.Tensor) -> torch.Tensor:
                 return F.linear(F.relu(F.linear(y, *weights["hidden"])), *weights["output"])

@@ -312,12 +312,13 @@ def _train(config: Config, process: distributed.Process, *, resume: bool, init_f
     model.to(device)
 
     syllable_lm = SyllableBigrams.count(example.tokens for example in train_examples)  # for decoding
-    char_lm = None
+    char_lm_state = {}  # the checkpoint's "char_lm" entry, computed once
     if config.decode.lm_weight > 0:  # a character n-gram model for decoding, counted in seconds (char_lm.py)
         started_counting = time.time()
         char_lm = count_for(train_examples, hanzi_vocab, config.decode.lm_order, config.decode.lm_min_count)
         log(f"character {config.decode.lm_order}-gram model: {char_lm.size():,} "
             f"n-grams counted in {time.time() - started_counting:.1f} s (decode.lm_weight={config.decode.lm_weight})")
+        char_lm_state = {"char_lm": char_lm.state_dict()}
     train_encoded = encode_examples(train_examples, pinyin_vocab, hanzi_vocab)
     valid_encoded = encode_examples(valid_examples, pinyin_vocab, hanzi_vocab)
     stream = BatchStream(train_encoded, t.batch_tokens, t.seed)  # the same stream on every process
@@ -379,7 +380,7 @@ def _train(config: Config, process: distributed.Process, *, resume: bool, init_f
                 "model": model.state_dict(), "optimizer": optimizer.state_dict(),
                 "scheduler": scheduler.state_dict(), "step": step, "best_accuracy": best_accuracy,
                 "valid_char_accuracy": accuracy, "batches": stream.state_dict(), "rng": rng_state(),
-                "syllable_lm": syllable_lm.state_dict(), **({"char_lm": char_lm.state_dict()} if char_lm else {})}
+                "syllable_lm": syllable_lm.state_dict(), **char_lm_state}
 
     def last_good() -> str:
         if last_saved_step is None:
