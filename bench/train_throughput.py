@@ -2,11 +2,18 @@
 
 Both train on the same token-budget batches of the prepared training split, alternating round by round
 so that machine noise hits both alike; each reports target tokens/s (median over rounds). The machine's
-fp32 matmul peak is measured in the same run, and achieved FLOP/s are given as a fraction of it.
+fp32 and bf16 matmul peaks are measured in the same run, and our achieved FLOP/s are given as a fraction
+of the peak of the precision we train in.
 
     python bench/train_throughput.py --config configs/quickstart.yaml [--rounds 5 --steps 10 --device cpu]
     python bench/train_throughput.py train.loss=full            # config overrides work as in train.py
+    python bench/train_throughput.py train.precision=fp32       # ours in fp32 (default: the config's, auto)
+    python bench/train_throughput.py --reference-precision fp32 bf16   # the reference in each, same run
     python bench/train_throughput.py --threads 1                # fix the thread count (0: one per core)
+
+Ours trains in train.precision as train.py does (auto: bf16 autocast on CUDA and on CPUs with native bf16
+matrix units). The reference trains in fp32 unless --reference-precision says otherwise: the stock way to
+train nn.Transformer on a CPU; on CUDA, compare with ``--reference-precision bf16``.
 
 With train.loss=candidates our FLOPs count the candidates' logits only, not the full output layer.
 
@@ -33,7 +40,7 @@ from pinyin_hanzi.corpus import prepare, read_examples
 from pinyin_hanzi.data import BatchStream, encode_examples
 from pinyin_hanzi.decoding import CandidateTable
 from pinyin_hanzi.model import Transformer, shift_right, sinusoidal_table
-from pinyin_hanzi.training import autocast_for, loss_fn, model_loss, select_device
+from pinyin_hanzi.training import autocast_for, loss_fn, model_loss, resolve_precision, select_device
 from pinyin_hanzi.visualize import flops_per_token
 from pinyin_hanzi.vocab import PAD_ID, load_vocab
 
@@ -63,9 +70,10 @@ class Reference(nn.Module):
         return self.output(hidden)
 
 
-def matmul_peak(device: torch.device, size: int = 2048, repeats: int = 5) -> float:
-    """Median fp32 FLOP/s of a (size x size) @ (size x size) product on this device."""
-    a, b = torch.randn(size, size, device=device), torch.randn(size, size, device=device)
+def matmul_peak(device: torch.device, dtype: torch.dtype = torch.float32, size: int = 2048, repeats: int = 5) -> float:
+    """Median FLOP/s of a (size x size) @ (size x size) product in ``dtype`` on this device."""
+    a = torch.randn(size, size, device=device, dtype=dtype)
+    b = torch.randn(size, size, device=device, dtype=dtype)
     times = []
     for _ in range(repeats + 1):
         if device.type == "cuda":
@@ -78,15 +86,15 @@ def matmul_peak(device: torch.device, size: int = 2048, repeats: int = 5) -> flo
     return 2 * size**3 / statistics.median(times[1:])
 
 
-def run_steps(model, optimizer, batches, device, loss) -> tuple[int, float]:
-    """Train on ``batches``; returns (target tokens, seconds)."""
+def run_steps(model, optimizer, batches, device, loss, precision: str) -> tuple[int, float]:
+    """Train on ``batches`` in ``precision``; returns (target tokens, seconds)."""
     tokens = 0
     if device.type == "cuda":
         torch.cuda.synchronize()
     started = time.perf_counter()
     for batch in batches:
         model.train()
-        with autocast_for(device):
+        with autocast_for(device, precision):
             value, n_tokens = loss(model, batch)
         optimizer.zero_grad(set_to_none=True)
         value.backward()
@@ -105,12 +113,15 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=10, help="steps per model per round")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--threads", type=int, default=0, help="CPU threads (0: PyTorch's default, one per core)")
+    parser.add_argument("--reference-precision", nargs="+", choices=("fp32", "bf16"), default=["fp32"],
+                        help="the reference's precision(s); each one is a reference in the same run (default fp32)")
     parser.add_argument("overrides", nargs="*", metavar="section.key=value", help="config overrides, e.g. train.loss=full")
     args = parser.parse_args()
     config = load_config(args.config, args.overrides)
     if args.threads:
         torch.set_num_threads(args.threads)
     device = select_device(args.device)
+    precision = resolve_precision(config.train.precision, device)
     data_dir = prepare(config.data)
     pinyin_vocab, hanzi_vocab = load_vocab(data_dir / "pinyin_vocab.txt"), load_vocab(data_dir / "hanzi_vocab.txt")
     encoded = encode_examples(read_examples(data_dir / "train.tsv", trusted=True), pinyin_vocab, hanzi_vocab)
@@ -118,19 +129,24 @@ def main() -> int:
     stream = iter(BatchStream(encoded, config.train.batch_tokens, seed=0))
     torch.manual_seed(0)
     ours = Transformer(config.model, source_vocab_size=len(pinyin_vocab), target_vocab_size=len(hanzi_vocab)).to(device)
-    reference = Reference(config.model, len(pinyin_vocab), len(hanzi_vocab)).to(device)
-    optimizers = {name: torch.optim.AdamW(model.parameters(), lr=1e-4) for name, model in
-                  (("ours", ours), ("reference", reference))}
     ours_step = torch.compile(ours) if config.train.compile else ours  # train.compile=true, as train.py does
     use_candidates = config.train.loss == "candidates"
     ours_loss = lambda model, batch: model_loss(model, batch, config.train.label_smoothing,
                                                 candidates if use_candidates else None)  # as train_step
     reference_loss = lambda model, batch: loss_fn(model(batch.source, batch.target), batch.target,
                                                   config.train.label_smoothing)
-    peak = matmul_peak(device)
-    rates: dict[str, list[float]] = {"ours": [], "reference": []}
+    # name -> (model as stepped, optimizer, loss, precision); each reference precision gets its own copy
+    runners = {"ours": (ours_step, torch.optim.AdamW(ours.parameters(), lr=1e-4), ours_loss, precision)}
+    for reference_precision in dict.fromkeys(args.reference_precision):
+        reference = Reference(config.model, len(pinyin_vocab), len(hanzi_vocab)).to(device)
+        runners[f"reference {reference_precision}"] = (reference, torch.optim.AdamW(reference.parameters(), lr=1e-4),
+                                                      reference_loss, reference_precision)
+    peaks = {"fp32": matmul_peak(device), "bf16": matmul_peak(device, torch.bfloat16)}
+    print(f"ours in {precision}; matmul peak fp32 {peaks['fp32'] / 1e9:,.1f}, bf16 {peaks['bf16'] / 1e9:,.1f} GFLOP/s",
+          flush=True)
+    rates: dict[str, list[float]] = {name: [] for name in runners}
     lengths, candidate_counts = [], []  # mean target length and characters in the candidate softmax, per batch
-    for round_index in range(args.rounds + 1):  # round 0 warms up both and is not counted
+    for round_index in range(args.rounds + 1):  # round 0 warms up every model and is not counted
         batches = []
         for _ in range(args.steps):
             batch = next(stream).to(device)
@@ -138,33 +154,43 @@ def main() -> int:
             real = batch.target != PAD_ID
             lengths.append(float(real.sum(1).float().mean()))
             candidate_counts.append(1 + float(candidates[1][batch.source].sum(-1)[real].float().mean()))
-        for name, model, loss in (("ours", ours_step, ours_loss), ("reference", reference, reference_loss)):
-            tokens, seconds = run_steps(model, optimizers[name], batches, device, loss)
+        for name, (model, optimizer, loss, model_precision) in runners.items():
+            tokens, seconds = run_steps(model, optimizer, batches, device, loss, model_precision)
             if round_index:
                 rates[name].append(tokens / seconds)
         if round_index:
-            print(f"round {round_index}: ours {rates['ours'][-1]:,.0f} tok/s, "
-                  f"reference {rates['reference'][-1]:,.0f} tok/s", flush=True)
-    ours_rate, reference_rate = statistics.median(rates["ours"]), statistics.median(rates["reference"])
+            print(f"round {round_index}: " + ", ".join(f"{name} {rates[name][-1]:,.0f} tok/s" for name in runners),
+                  flush=True)
+    medians = {name: statistics.median(values) for name, values in rates.items()}
+    ours_rate = medians["ours"]
     flops = flops_per_token(ours, statistics.mean(lengths))
     training_flops = flops["training"]
     if use_candidates:  # the output layer computes the candidates' logits only (Transformer.logits)
         training_flops += 3 * (2 * config.model.d_model * statistics.mean(candidate_counts) - flops["output"])
+    ratios = {name.split()[1]: ours_rate / rate for name, rate in medians.items() if name != "ours"}
+    first = args.reference_precision[0]
     summary = {
         "benchmark": "train_throughput", "device": str(device), "threads": torch.get_num_threads(),
         "config": args.config, "d_model": config.model.d_model, "layers": [config.model.n_encoder_layers,
                                                                               config.model.n_decoder_layers],
-        "loss": config.train.loss, "compile": config.train.compile, "batch_tokens": config.train.batch_tokens, "rounds": args.rounds,
-        "steps_per_round": args.steps, "ours_tokens_per_s": round(ours_rate), "reference_tokens_per_s": round(reference_rate),
-        "ratio": round(ours_rate / reference_rate, 3), "matmul_peak_gflops": round(peak / 1e9, 1),
+        "loss": config.train.loss, "compile": config.train.compile, "precision": precision,
+        "reference_precision": first, "batch_tokens": config.train.batch_tokens, "rounds": args.rounds,
+        "steps_per_round": args.steps, "ours_tokens_per_s": round(ours_rate),
+        "reference_tokens_per_s": round(medians[f"reference {first}"]), "ratio": round(ratios[first], 3),
+        **{f"ratio_vs_reference_{p}": round(r, 3) for p, r in ratios.items() if p != first},
+        **{f"reference_{p}_tokens_per_s": round(medians[f"reference {p}"]) for p in ratios if p != first},
+        "matmul_peak_gflops": round(peaks[precision] / 1e9, 1), "matmul_peak_fp32_gflops": round(peaks["fp32"] / 1e9, 1),
+        "matmul_peak_bf16_gflops": round(peaks["bf16"] / 1e9, 1),
         "ours_training_mflops_per_token": round(training_flops / 1e6, 2),
         "reference_training_mflops_per_token": round(flops["training"] / 1e6, 2),
         "ours_achieved_gflops": round(ours_rate * training_flops / 1e9, 1),
-        "ours_fraction_of_peak": round(ours_rate * training_flops / peak, 3),
+        "ours_fraction_of_peak": round(ours_rate * training_flops / peaks[precision], 3),
     }
-    print(f"ours {ours_rate:,.0f} tok/s vs reference {reference_rate:,.0f} tok/s: ratio {summary['ratio']}; "
-          f"ours at {summary['ours_achieved_gflops']} GFLOP/s = {summary['ours_fraction_of_peak']:.0%} of the "
-          f"{summary['matmul_peak_gflops']} GFLOP/s matmul peak")
+    for reference_precision, ratio in ratios.items():
+        print(f"ours ({precision}) {ours_rate:,.0f} tok/s vs reference ({reference_precision}) "
+              f"{medians[f'reference {reference_precision}']:,.0f} tok/s: ratio {ratio:.3f}")
+    print(f"ours at {summary['ours_achieved_gflops']} GFLOP/s = {summary['ours_fraction_of_peak']:.0%} of the "
+          f"{summary['matmul_peak_gflops']} GFLOP/s {precision} matmul peak")
     print(json.dumps(summary))
     return 0
 

@@ -79,6 +79,8 @@ class TrainConfig:
     checkpoint_dir: str = "checkpoints"
     runs_dir: str = "runs"
     compile: bool = False  # torch.compile the model
+    precision: str = "auto"  # "fp32", "bf16" (autocast; weights and optimizer stay fp32) or "auto": bf16 on CUDA
+    # and on CPUs with native bf16 matrix units (AVX512-BF16 or AMX), fp32 elsewhere
 
 
 @dataclass
@@ -150,6 +152,7 @@ def _validate(config: Config, where: str) -> None:
     check(0.0 <= t.beta2 < 1.0, "train.beta2", "a number in [0, 1)")
     check(0.0 <= t.label_smoothing < 1.0, "train.label_smoothing", "a number in [0, 1)")
     check(t.loss in ("full", "candidates"), "train.loss", "'full' or 'candidates'")
+    check(t.precision in ("auto", "fp32", "bf16"), "train.precision", "'auto', 'fp32' or 'bf16'")
     check(t.grad_clip >= 0, "train.grad_clip", "a number >= 0 (0 = no clipping)")
     check(t.log_every > 0, "train.log_every", "a positive integer")
     check(t.eval_every > 0, "train.eval_every", "a positive integer")

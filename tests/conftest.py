@@ -40,6 +40,7 @@ def tiny_config_dict(tmp: Path, corpus: Path, **train_overrides) -> dict:
         "name": "tiny", "seed": 7, "device": "cpu", "threads": 1, "max_steps": 220, "batch_tokens": 160,
         "lr": 3e-3, "warmup_steps": 20, "min_lr_ratio": 0.1, "weight_decay": 0.0, "label_smoothing": 0.0,
         "log_every": 10, "eval_every": 110, "eval_sentences": 20,
+        "precision": "fp32",  # the same arithmetic on every machine (train.precision=auto depends on the CPU)
         "checkpoint_dir": str(tmp / "checkpoints"), "runs_dir": str(tmp / "runs"),
     }
     train.update(train_overrides)

@@ -208,3 +208,43 @@ def test_candidate_loss_equals_the_masked_softmax_over_the_vocabulary():
     expected_gradients = torch.autograd.grad(expected, list(model.parameters()))
     for gradient, expected_gradient in zip(gradients, expected_gradients):
         assert torch.allclose(gradient, expected_gradient, atol=1e-6)
+
+
+def test_precision_auto_is_bf16_on_cuda_and_on_cpus_with_native_bf16(monkeypatch):
+    cpu, cuda, mps = torch.device("cpu"), torch.device("cuda"), torch.device("mps")
+    monkeypatch.setattr(training, "cpu_has_native_bf16", lambda: True)
+    assert [training.resolve_precision("auto", d) for d in (cpu, cuda, mps)] == ["bf16", "bf16", "fp32"]
+    monkeypatch.setattr(training, "cpu_has_native_bf16", lambda: False)
+    assert [training.resolve_precision("auto", d) for d in (cpu, cuda, mps)] == ["fp32", "bf16", "fp32"]
+    assert training.resolve_precision("fp32", cuda) == "fp32" and training.resolve_precision("bf16", cpu) == "bf16"
+
+
+def test_a_bf16_step_multiplies_in_bf16_and_keeps_fp32_weights_close_to_an_fp32_step():
+    from pinyin_hanzi.config import ModelConfig
+    from pinyin_hanzi.data import Batch
+    from pinyin_hanzi.model import Transformer
+
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig(d_model=32, n_heads=4, n_encoder_layers=1, n_decoder_layers=1, d_ff=64,
+                                    dropout=0.0, max_positions=16), source_vocab_size=20, target_vocab_size=40)
+    generator = torch.Generator().manual_seed(1)
+    batch = Batch(torch.randint(4, 20, (4, 7), generator=generator), torch.randint(4, 40, (4, 7), generator=generator))
+    results = {}
+    for precision in ("fp32", "bf16"):
+        copy = Transformer(model.config, source_vocab_size=20, target_vocab_size=40)
+        copy.load_state_dict(model.state_dict())
+        output_dtypes = []
+        copy.decoder_layers[0].feed_forward.net[0].register_forward_hook(lambda m, i, out: output_dtypes.append(out.dtype))
+        optimizer = torch.optim.AdamW(copy.parameters(), lr=1e-3)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+        config = TrainConfig(precision=precision, label_smoothing=0.0)
+        loss, _, stepped = training.train_step(copy, [batch], batch.n_target_tokens, optimizer, scheduler, config,
+                                               torch.device("cpu"))
+        assert stepped and all(p.dtype == torch.float32 for p in copy.parameters())  # master weights stay fp32
+        results[precision] = (loss, output_dtypes, torch.cat([p.detach().flatten() for p in copy.parameters()]))
+    assert results["fp32"][1] == [torch.float32] and results["bf16"][1] == [torch.bfloat16]
+    assert results["bf16"][0] != results["fp32"][0]  # it did run in lower precision...
+    assert results["bf16"][0] == pytest.approx(results["fp32"][0], rel=0.02)  # ...and computed the same loss
+    before = torch.cat([p.detach().flatten() for p in model.parameters()])
+    fp32_update, bf16_update = results["fp32"][2] - before, results["bf16"][2] - before
+    assert torch.nn.functional.cosine_similarity(fp32_update, bf16_update, dim=0) > 0.95
