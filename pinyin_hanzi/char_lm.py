@@ -11,10 +11,12 @@ P_lm is interpolated Kneser-Ney with one discount D: at the highest order the co
 the number of distinct characters seen before an (n-1)-gram (how many contexts it continues), each order
 interpolated with the one below it; add-one at the bottom, so no character has probability 0.
 
-The tables are sorted int64 keys (an n-gram's hanzi ids as digits in base v, the vocabulary size) with
-their counts, looked up with ``torch.searchsorted``, so one call scores every (hypothesis, candidate)
-pair of a decoding step at once. The model lives in the checkpoint (``char_lm``, stored compactly: see
-``state_dict``) and counts ids of the checkpoint's hanzi vocabulary.
+The tables are sorted int64 keys (an n-gram's hanzi ids as digits in base v, the vocabulary size),
+looked up with ``torch.searchsorted``, so one call scores every (hypothesis, candidate) pair of a decoding
+step at once. For lookups the counts are turned into backoff form once, when the model is built: each
+stored n-gram's interpolated log-probability and each context's log backoff weight. The model lives in the
+checkpoint (``char_lm``, its counts stored compactly: see ``state_dict``) and counts ids of the
+checkpoint's hanzi vocabulary.
 """
 
 from __future__ import annotations
@@ -48,18 +50,32 @@ class CharNgramLM:
         self.unigram_log_probs = unigrams  # (v,) log P_1
         self.grams = grams  # order k >= 2 -> (sorted keys, counts): raw counts at the top, continuation below
         self.contexts = contexts  # order k >= 2 -> (sorted context keys, total count, distinct next characters)
-        # For lookups, all orders in one sorted table each (keys + k * offset, offset > any key), so that
-        # one searchsorted call serves every order: per decoding step, the lookups' cost is cache misses in
-        # these tables and per-call overhead, not arithmetic.
+        # For lookups, backoff form: each stored n-gram's full interpolated log-probability, and each context's
+        # log backoff weight log(D * distinct / total), which multiplies the lower order's probability for
+        # characters not seen after it. All orders share one sorted table each (keys + k * offset, offset >
+        # any key), so that one searchsorted call serves every order: per decoding step the lookups' cost is
+        # cache misses in these tables and per-call overhead, not arithmetic.
         self._offset = vocab_size**order
-        orders = range(2, order + 1)
-        self._gram_keys = torch.cat([torch.zeros(0, dtype=torch.long)] +
-                                    [grams[k][0] + k * self._offset for k in orders])
-        self._gram_counts = torch.cat([torch.zeros(0)] + [grams[k][1].float() for k in orders])
-        self._context_keys = torch.cat([torch.zeros(0, dtype=torch.long)] +
-                                       [contexts[k][0] + k * self._offset for k in orders])
-        self._context_totals = torch.cat([torch.zeros(0)] + [contexts[k][1].float() for k in orders])
-        self._context_distinct = torch.cat([torch.zeros(0)] + [contexts[k][2].float() for k in orders])
+        gram_keys, gram_log_probs, context_keys, context_log_backoffs = [], [], [], []
+        lower = unigrams.double().exp()  # P_{k-1} of the order below, indexed like its keys
+        lower_keys = None  # None: order 1, indexed by character id
+        for k in range(2, order + 1):
+            keys, counts = grams[k]
+            ctx_keys, totals, distinct = contexts[k]
+            context_index = torch.searchsorted(ctx_keys, keys // vocab_size)
+            total, backoff = totals.double()[context_index], discount * distinct.double() / totals.double()
+            suffix = keys % vocab_size ** (k - 1)  # the same n-gram without its oldest character: always counted
+            lower_probs = lower[suffix] if lower_keys is None else lower[torch.searchsorted(lower_keys, suffix)]
+            probs = (counts.double() - discount).clamp(min=0) / total + backoff[context_index] * lower_probs
+            gram_keys.append(keys + k * self._offset)
+            gram_log_probs.append(probs.log().float())
+            context_keys.append(ctx_keys + k * self._offset)
+            context_log_backoffs.append(backoff.log().float())
+            lower, lower_keys = probs, keys
+        self._gram_keys = torch.cat([torch.zeros(0, dtype=torch.long)] + gram_keys)
+        self._gram_log_probs = torch.cat([torch.zeros(0)] + gram_log_probs)
+        self._context_keys = torch.cat([torch.zeros(0, dtype=torch.long)] + context_keys)
+        self._context_log_backoffs = torch.cat([torch.zeros(0)] + context_log_backoffs)
 
     @classmethod
     def count(cls, id_lists: Iterable[Sequence[int]], vocab_size: int, order: int = 3, min_count: int = 1,
@@ -113,28 +129,28 @@ class CharNgramLM:
 
     def log_prob(self, context: torch.Tensor, candidates: torch.Tensor) -> torch.Tensor:
         """context (n, m): each row's preceding hanzi ids, oldest first (m >= order - 1; <s> before a
-        sentence's start); candidates (n, c) hanzi ids -> (n, c) log P(candidate | context)."""
+        sentence's start); candidates (n, c) hanzi ids -> (n, c) log P(candidate | context).
+
+        In backoff form: the log-probability of the longest stored n-gram (context suffix + candidate), plus
+        the log backoff weights of the longer contexts that were seen without this candidate after them."""
         candidates = candidates.clamp(max=self.vocab_size - 1)  # (ids past the counted vocabulary: none)
-        probs = self.unigram_log_probs[candidates].exp()  # (n, c)
+        unigram = self.unigram_log_probs[candidates]  # (n, c)
         if self.order == 1:
-            return probs.log()
+            return unigram
         m = self.order - 1
         recent = context[:, -m:].flip(1)  # (n, m): the last id first
-        powers = self.vocab_size ** torch.arange(m)
-        histories = (recent * powers).cumsum(1)  # (n, m): column j = key of the last j+1 ids (order j+2)
+        histories = (recent * self.vocab_size ** torch.arange(m)).cumsum(1)  # column j: order j + 2's context
         order_offsets = torch.arange(2, self.order + 1) * self._offset  # (m,)
         index = _find(self._context_keys, histories + order_offsets)  # (n, m), -1 where unseen
-        seen = index >= 0
-        totals = torch.where(seen, self._context_totals[index.clamp(min=0)], 0.0)  # (n, m)
-        distinct = torch.where(seen, self._context_distinct[index.clamp(min=0)], 0.0)
-        gram_keys = histories[:, :, None] * self.vocab_size + candidates[:, None, :] + order_offsets[:, None]
-        found = _find(self._gram_keys, gram_keys)  # (n, m, c)
-        counts = torch.where(found >= 0, self._gram_counts[found.clamp(min=0)], 0.0)
-        for j in range(m):  # interpolate upwards: order 2, 3, ...
-            total = totals[:, j, None]
-            interpolated = ((counts[:, j] - self.discount).clamp(min=0) + self.discount * distinct[:, j, None] * probs)
-            probs = torch.where(total > 0, interpolated / total.clamp(min=1), probs)
-        return probs.log()
+        log_backoffs = torch.where(index >= 0, self._context_log_backoffs[index.clamp(min=0)], 0.0)  # (n, m)
+        found = _find(self._gram_keys, histories[:, :, None] * self.vocab_size + candidates[:, None, :]
+                      + order_offsets[:, None])  # (n, m, c)
+        log_probs = self._gram_log_probs[found.clamp(min=0)]  # (n, m, c), valid where found
+        # backoff weights of the contexts above each order: above[:, j] = sum of log_backoffs[:, j + 1:]
+        above = log_backoffs.flip(1).cumsum(1).flip(1) - log_backoffs  # (n, m)
+        options = torch.cat([(unigram + above[:, :1] + log_backoffs[:, :1])[:, None], log_probs + above[:, :, None]], 1)
+        longest = ((found >= 0) * torch.arange(1, m + 1)[:, None]).amax(dim=1)  # (n, c): 0 = unigram only
+        return options.gather(1, longest[:, None]).squeeze(1)
 
     def sentence_log_prob(self, ids: Sequence[int]) -> float:
         """log P of a whole sentence of hanzi ids, character by character."""

@@ -151,7 +151,8 @@ def load_converter(checkpoint: str | None, device: str = "cpu", lm_weight: float
               f"(add one with python -m pinyin_hanzi.char_lm)", file=sys.stderr)
     converter = Converter(model, pinyin_vocab, hanzi_vocab, select_device(device), window=config.data.max_len,
                           split_penalty=config.decode.split_penalty, syllable_lm=syllable_lm,
-                          clause_end=config.decode.clause_end, char_lm=char_lm, lm_weight=config.decode.lm_weight)
+                          clause_end=config.decode.clause_end, char_lm=char_lm, lm_weight=config.decode.lm_weight,
+                          reading_margin=config.decode.reading_margin)
     return converter, config
 
 

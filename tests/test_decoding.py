@@ -314,3 +314,17 @@ def test_with_an_ngram_model_a_batch_decodes_each_input_as_it_would_alone():
     lines = ["nihao", "wo men bei jing ba", "xian"]  # readings of different lengths decoded together
     assert [c[0].text for c in fused.convert(lines, beam=3)] == [fused.convert([line], beam=3)[0][0].text
                                                                  for line in lines]
+
+
+def test_with_an_ngram_model_readings_far_below_the_best_prior_are_not_decoded():
+    pinyin, hanzi = PINYIN + ["xi", "an", "xian"], HANZI + list("西希安按先现")
+    plain = _untrained_converter(0, pinyin, hanzi)
+    lm = _lm_preferring(plain, ["西安", "先"])
+    lengths = {}
+    for name, options in (("near", dict(lm_weight=1.0, reading_margin=8.0)),  # xi'an is 3 below xian: decoded
+                          ("far", dict(lm_weight=1.0, reading_margin=2.0)),  # 3 > 2: not decoded
+                          ("no n-gram model", dict(lm_weight=0.0, reading_margin=2.0))):  # the margin does not apply
+        converter = _untrained_converter(0, pinyin, hanzi, split_penalty=3.0, char_lm=lm, **options)
+        conversions = converter.convert(["xian"], nbest=10, beam=10)[0]
+        lengths[name] = {len(c.tokens) for c in conversions}
+    assert lengths == {"near": {1, 2}, "far": {1}, "no n-gram model": {1, 2}}
