@@ -8,7 +8,7 @@ of the peak of the precision we train in.
     python bench/train_throughput.py --config configs/quickstart.yaml [--rounds 5 --steps 10 --device cpu]
     python bench/train_throughput.py train.loss=full            # config overrides work as in train.py
     python bench/train_throughput.py train.precision=fp32       # ours in fp32 (default: the config's, auto)
-    python bench/train_throughput.py --reference-precision fp32 bf16   # the reference in each, same run
+    python bench/train_throughput.py --reference-precision fp32,bf16   # the reference in each, same run
     python bench/train_throughput.py --threads 1                # fix the thread count (0: one per core)
 
 Ours trains in train.precision as train.py does (auto: bf16 autocast on CUDA and on CPUs with native bf16
@@ -113,10 +113,14 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=10, help="steps per model per round")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--threads", type=int, default=0, help="CPU threads (0: PyTorch's default, one per core)")
-    parser.add_argument("--reference-precision", nargs="+", choices=("fp32", "bf16"), default=["fp32"],
-                        help="the reference's precision(s); each one is a reference in the same run (default fp32)")
+    parser.add_argument("--reference-precision", default="fp32", metavar="fp32[,bf16]",
+                        help="the reference's precision(s), comma-separated; each one is a reference in the same run "
+                        "(default fp32)")
     parser.add_argument("overrides", nargs="*", metavar="section.key=value", help="config overrides, e.g. train.loss=full")
     args = parser.parse_args()
+    args.reference_precision = args.reference_precision.split(",")
+    if not set(args.reference_precision) <= {"fp32", "bf16"}:
+        parser.error(f"--reference-precision: expected fp32, bf16 or fp32,bf16, not {','.join(args.reference_precision)}")
     config = load_config(args.config, args.overrides)
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -11,6 +11,9 @@ Single sentences are also decoded through the model's modules (``Transformer.dec
 cache) instead of ``StepDecoder``, alternating sentence by sentence with it in the same process, so that
 the ratio holds on a noisy machine; ``--no-reference`` skips that.
 
+With a character n-gram model in the checkpoint, beam search uses it and greedy decoding does not (as in
+``translate.py``); ``lm_weight`` in the summary is the beam search's.
+
 The last line printed is a one-line JSON summary.
 """
 

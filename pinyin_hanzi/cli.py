@@ -296,8 +296,8 @@ def _translate(argv) -> int:
     parser.add_argument("--beam", type=int, help="beam size, 1 for greedy (default: the checkpoint's decode.beam, "
                         "5 unless its config says otherwise)")
     parser.add_argument("--lm-weight", type=float, metavar="W",
-                        help="weight of the checkpoint's character n-gram model (default: its decode.lm_weight; "
-                             "0: the Transformer alone)")
+                        help="weight of the checkpoint's character n-gram model in beam search (default: its "
+                             "decode.lm_weight; 0: the Transformer alone; greedy decoding never uses it)")
     parser.add_argument("--nbest", type=int, default=1,
                         help=f"print the N best conversions with their scores, tab-separated (1-{MAX_NBEST})")
     parser.add_argument("--json", action="store_true", help="one JSON object per line: input, output, "

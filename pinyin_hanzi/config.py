@@ -90,7 +90,8 @@ class DecodeConfig:
     batch_sentences: int = 256
     split_penalty: float = 3.0  # score cost of each syllable beyond the fewest-syllable reading of a run
     clause_end: bool = True  # a line typed without final punctuation is decoded as a whole clause (virtual 。)
-    lm_weight: float = 0.0  # weight of the character n-gram model in decoding scores (0: none; see char_lm.py)
+    lm_weight: float = 0.0  # weight of the character n-gram model in beam search scores (0: none; greedy never
+    # uses it; see char_lm.py)
     lm_order: int = 3  # its n (counted by train.py from the training split when lm_weight > 0)
     lm_min_count: int = 1  # highest-order n-grams seen fewer times are left out (a smaller model)
     reading_margin: float = 8.0  # with the n-gram model: readings of ambiguous letters whose prior is more

@@ -287,8 +287,10 @@ def test_a_character_ngram_model_moves_decoding_toward_what_it_has_seen():
     for sentences, wanted in ((["你好我们"] * 5, "你好我们"), (["妮号我门"] * 5, "妮号我门")):
         lm = _lm_preferring(plain, sentences)
         fused = _untrained_converter(seed=3, char_lm=lm, lm_weight=5.0)
-        assert fused.convert_tokens(tokens, beam=1) == [wanted]
+        assert "".join(fused.hanzi_vocab.decode(fused.greedy(tokens)[0][0])) == wanted
         assert fused.convert_tokens(tokens, beam=3) == [wanted]
+        # convert decodes greedily without the n-gram model (it cost accuracy there)
+        assert fused.convert_tokens(tokens, beam=1) == plain.convert_tokens(tokens, beam=1)
         off = _untrained_converter(seed=3, char_lm=lm, lm_weight=0.0)
         assert off.convert_tokens(tokens, beam=3) == plain.convert_tokens(tokens, beam=3)
 
