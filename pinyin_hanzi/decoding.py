@@ -197,11 +197,15 @@ class Converter:
         log_probs = logits[:, -1].float().cpu().masked_fill(~real, float("-inf")).log_softmax(-1)
         return log_probs + self._lm_scores(context, ids), ids
 
+    def _uses_lm(self, beam: int) -> bool:
+        """Whether a search of this beam size adds the n-gram model's scores: beam search does, greedy
+        decoding does not (see the class docstring)."""
+        return self.char_lm is not None and beam > 1
+
     def _lm_scores(self, context: torch.Tensor | None, ids: torch.Tensor) -> torch.Tensor | float:
         """lm_weight x log P_lm(ids (n, c) | context (n, m)), or 0 without a character n-gram model (or without
-        a context: the n-gram model is not used in this search). <pad>
-        (past the end of a shorter input in the batch) scores 0, or inputs would pay for their neighbours'
-        length."""
+        a context: the n-gram model is not used in this search). <pad> (past the end of a shorter input in
+        the batch) scores 0, or inputs would pay for their neighbours' length."""
         if self.char_lm is None or context is None:
             return 0.0
         return (self.lm_weight * self.char_lm.log_prob(context, ids)).masked_fill(ids == PAD_ID, 0.0)
@@ -231,7 +235,8 @@ class Converter:
         """Greedy decoding, as in the book: at each step the most probable allowed character (the best-scoring
         one with a character n-gram model, unless ``lm`` is False), fed back as the next decoder input. The
         encoder runs once; the decoder caches keys/values, so each step costs one position. Returns (hanzi
-        ids, score) per input. (``convert`` decodes greedily without the n-gram model: see there.)"""
+        ids, score) per input. (``convert`` and ``convert_tokens`` decode greedily without the n-gram model:
+        see :meth:`_uses_lm`.)"""
         key_lists = key_lists or token_lists
         source, rows = self._prepare(token_lists, key_lists)
         memory, cross_mask = self._encode(source)
@@ -330,8 +335,8 @@ class Converter:
                 continue
             tokens = [readings[i][0] for i in indices]
             keys = [readings[i][1] for i in indices]
-            if beam == 1:  # without the n-gram model: see convert
-                found = [[hypothesis] for hypothesis in self.greedy(tokens, keys, constrained, lm=False)]
+            if beam == 1:
+                found = [[hypothesis] for hypothesis in self.greedy(tokens, keys, constrained, self._uses_lm(beam))]
             else:
                 found = self.beam_search(tokens, keys, beam, constrained)
             for i, hypotheses in zip(indices, found):
@@ -388,7 +393,7 @@ class Converter:
         score picks among them. Input longer than one window is converted chunk by chunk (cut at
         punctuation); its n-best list then holds the best conversion only."""
         beam = max(beam, nbest)
-        lm_active = self.char_lm is not None and beam > 1  # greedy decodes without it (see the class docstring)
+        lm_active = self._uses_lm(beam)
         readings: list[tuple[list[str], list[str]]] = []
         priors: list[float] = []  # per reading: log P(syllables) - split_penalty * extra syllables
         chunk_readings: dict[tuple[int, int], list[int]] = {}  # (line, chunk) -> its readings' indices
@@ -410,7 +415,8 @@ class Converter:
                 for reading in options:
                     tokens = [token for token, _ in reading]
                     prior = self.syllable_lm.log_prob(tokens) if self.syllable_lm is not None else 0.0
-                    scored.append((tokens, [key for _, key in reading], prior - self.split_penalty * (len(reading) - fewest)))
+                    prior -= self.split_penalty * (len(reading) - fewest)
+                    scored.append((tokens, [key for _, key in reading], prior))
                 if lm_active:  # see below: with the n-gram model, only readings near the best
                     best_prior = max(prior for _, _, prior in scored)
                     scored = [entry for entry in scored if entry[2] >= best_prior - self.reading_margin]
@@ -434,13 +440,14 @@ class Converter:
         # decoded. Decoding each chunk's most probable reading first leaves almost nothing else (for 97% of
         # ambiguous 10-syllable test lines). Not so with the n-gram model: its terms lower every score, and
         # most alternatives would survive. So with it, readings whose prior is more than reading_margin below
-        # the chunk's best were dropped above: a heuristic, not a bound. On 600 PD test clauses (4-gram model,
-        # greedy search with it) a reading other than the best-prior one won 2 times segmented and 3 times run together,
-        # always within 3 of the best prior (and always wrongly), while 70% of the alternatives of 10-syllable
-        # lines lie more than 8 below it. Then, when one batch holds the remaining readings (a typed line),
-        # they are decoded together at once, instead of in two passes one after the other (10-syllable PD
-        # lines, greedy, one thread, measured once on a loaded machine: 36 -> 25 ms; without the n-gram model
-        # one pass would cost 13 -> 20 ms).
+        # the chunk's best were dropped above: a heuristic, not a bound. On 600 PD test clauses (4-gram
+        # model, then still used by greedy search) a reading other than the best-prior one won 2 times
+        # segmented and 3 times run together, always within 3 of the best prior (and always wrongly), while
+        # 70% of the alternatives of 10-syllable lines lie more than 8 below it. Then, when one batch holds
+        # the remaining readings (a typed line), they are decoded together at once, instead of in two passes
+        # one after the other (10-syllable PD lines, greedy search with the n-gram model, one thread,
+        # measured once on a loaded machine: 36 -> 25 ms; without the n-gram model one pass would cost
+        # 13 -> 20 ms).
         if lm_active and len(readings) <= batch_size:
             decode(list(range(len(readings))))
         decode([max(indices, key=priors.__getitem__) for indices in chunk_readings.values()
