@@ -11,6 +11,10 @@ P_lm is interpolated Kneser-Ney with one discount D: at the highest order the co
 the number of distinct characters seen before an (n-1)-gram (how many contexts it continues), each order
 interpolated with the one below it; add-one at the bottom, so no character has probability 0.
 
+The training text has seen many idioms and terms once or never (仗势欺人, 心肌梗塞); ``count_for`` can add
+a phrase table's entries (pypinyin-dict's, ``decode.lm_phrases``), each counted as a sentence of its own,
+so that their n-grams are there when the typed syllables call for them.
+
 The tables are sorted int64 keys (an n-gram's hanzi ids as digits in base v, the vocabulary size),
 looked up with ``torch.searchsorted``, so one call scores every (hypothesis, candidate) pair of a decoding
 step at once. For lookups the counts are turned into backoff form once, when the model is built: each
@@ -192,29 +196,39 @@ class CharNgramLM:
 
 
 def _narrow(values: torch.Tensor) -> torch.Tensor:
-    """``values`` (integers) in int16 or int32 where they fit, else as they are."""
+    """``values`` (integers) in int16, uint16 or int32 where they fit, else as they are."""
     if len(values) == 0:
         return values.short()
     low, high = int(values.min()), int(values.max())
-    for dtype in (torch.int16, torch.int32):
+    for dtype in (torch.int16, torch.uint16, torch.int32):
         if torch.iinfo(dtype).min <= low and high <= torch.iinfo(dtype).max:
             return values.to(dtype)
     return values
 
 
-def count_for(examples, hanzi_vocab, order: int = 3, min_count: int = 1) -> CharNgramLM:
-    """The model of the hanzi of training examples, over ``hanzi_vocab``'s ids."""
-    return CharNgramLM.count((hanzi_vocab.encode(example.hanzi) for example in examples), len(hanzi_vocab),
-                             order, min_count)
+def count_for(examples, hanzi_vocab, order: int = 3, min_count: int = 1, phrases: Sequence[str] = (),
+              phrase_copies: int = 0) -> CharNgramLM:
+    """The model of the hanzi of training examples, over ``hanzi_vocab``'s ids; each of ``phrases`` (a
+    phrase table's entries) is counted ``phrase_copies`` more times, as a sentence of its own, except those
+    with a character outside the vocabulary (see ``known_phrases``)."""
+    id_lists = [hanzi_vocab.encode(example.hanzi) for example in examples]
+    id_lists += [hanzi_vocab.encode(phrase) for phrase in known_phrases(phrases, hanzi_vocab)] * phrase_copies
+    return CharNgramLM.count(id_lists, len(hanzi_vocab), order, min_count)
+
+
+def known_phrases(phrases: Sequence[str], hanzi_vocab) -> list[str]:
+    """The phrases whose every character is in ``hanzi_vocab``: a phrase with a character the model
+    cannot write would only add counts of <unk>."""
+    return [phrase for phrase in phrases if all(char in hanzi_vocab.ids for char in phrase)]
 
 
 def main(argv: list[str] | None = None) -> int:
-    """python -m pinyin_hanzi.char_lm CHECKPOINT OUT [--order 3] [--min-count 1] [--weight W]: a copy of a
-    checkpoint with a character n-gram model counted from its training split (for checkpoints trained
-    without one; train.py adds it itself when decode.lm_weight > 0)."""
+    """python -m pinyin_hanzi.char_lm CHECKPOINT OUT [--order 3] [--min-count 1] [--phrases 0] [--weight W]: a
+    copy of a checkpoint with a character n-gram model counted from its training split (for checkpoints
+    trained without one, or to count it again; train.py adds it itself when decode.lm_weight > 0)."""
     from pinyin_hanzi.checkpoint import load_checkpoint
     from pinyin_hanzi.config import config_from_dict
-    from pinyin_hanzi.corpus import prepared_dir, read_examples
+    from pinyin_hanzi.corpus import phrase_texts, prepared_dir, read_examples
     from pinyin_hanzi.errors import PinyinHanziError
     from pinyin_hanzi.vocab import Vocab
 
@@ -223,8 +237,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("out")
     parser.add_argument("--order", type=int, default=3)
     parser.add_argument("--min-count", type=int, default=1)
+    parser.add_argument("--phrases", type=int, default=0, metavar="N",
+                        help="count each entry of pypinyin-dict's phrase table N more times (decode.lm_phrases)")
     parser.add_argument("--weight", type=float, default=0.6, help="decode.lm_weight stored with it (default 0.6)")
     args = parser.parse_args(argv)
+    for ok, message in ((1 <= args.order <= 4, "--order must be in 1..4"), (args.min_count >= 1, "--min-count must be >= 1"),
+                        (args.phrases >= 0, "--phrases must be >= 0"), (args.weight >= 0, "--weight must be >= 0")):
+        if not ok:
+            parser.error(message)
     try:
         state = load_checkpoint(args.checkpoint)
         config = config_from_dict(state["config"], args.checkpoint)
@@ -233,14 +253,19 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {train} is missing: prepare the data first "
                   f"(python train.py --config CONFIG --prepare-only)", file=sys.stderr)
             return 2
-        lm = count_for(read_examples(train, trusted=True), Vocab(state["hanzi_vocab"]), args.order, args.min_count)
+        phrases = phrase_texts(config.data.raw_dir) if args.phrases else []
+        lm = count_for(read_examples(train, trusted=True), Vocab(state["hanzi_vocab"]), args.order, args.min_count,
+                       phrases, args.phrases)
     except PinyinHanziError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    config.decode.lm_weight, config.decode.lm_order, config.decode.lm_min_count = args.weight, args.order, args.min_count
+    dec = config.decode
+    dec.lm_weight, dec.lm_order, dec.lm_min_count, dec.lm_phrases = args.weight, args.order, args.min_count, args.phrases
     state["config"], state["char_lm"] = config.to_dict(), lm.state_dict()
     torch.save(state, args.out)
-    print(f"{args.out}: {args.order}-gram model of {train} ({lm.size():,} n-grams), decode.lm_weight={args.weight}")
+    with_phrases = f" and the phrase table x {args.phrases}" if args.phrases else ""
+    print(f"{args.out}: {args.order}-gram model of {train}{with_phrases} ({lm.size():,} n-grams), "
+          f"decode.lm_weight={args.weight}")
     return 0
 
 

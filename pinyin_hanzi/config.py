@@ -94,6 +94,8 @@ class DecodeConfig:
     # uses it; see char_lm.py)
     lm_order: int = 3  # its n (counted by train.py from the training split when lm_weight > 0)
     lm_min_count: int = 1  # highest-order n-grams seen fewer times are left out (a smaller model)
+    lm_phrases: int = 0  # each entry of pypinyin-dict's phrase table is counted this many more times into it
+    # (idioms and terms the training text has seldom seen; 0: none). With lm_min_count m, m copies keep them all
     reading_margin: float = 8.0  # with the n-gram model: readings of ambiguous letters whose prior is more
     # than this below the best reading's are not decoded (see Converter.convert)
 
@@ -139,6 +141,7 @@ def _validate(config: Config, where: str) -> None:
     check(dec.lm_weight >= 0, "decode.lm_weight", "a number >= 0")
     check(1 <= dec.lm_order <= 4, "decode.lm_order", "an integer in 1..4")
     check(dec.lm_min_count >= 1, "decode.lm_min_count", "an integer >= 1")
+    check(dec.lm_phrases >= 0, "decode.lm_phrases", "an integer >= 0")
     check(dec.reading_margin >= 0, "decode.reading_margin", "a number >= 0")
     check(bool(t.name) and "/" not in t.name, "train.name", "a non-empty name without '/'")
     check(t.device in ("auto", "cpu", "cuda", "mps"), "train.device", "auto, cpu, cuda or mps")

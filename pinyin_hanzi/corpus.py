@@ -201,6 +201,13 @@ def document_examples(document: corpus_sources.Document, max_len: int, skipped: 
     return examples
 
 
+def phrase_texts(raw_dir: str | Path) -> list[str]:
+    """The hanzi of every usable entry of pypinyin-dict's phrase table (fetched into ``raw_dir`` if needed),
+    each once: what the ``phrases`` source would give at weight 1."""
+    (document,) = corpus_sources.documents("phrases", raw_dir)
+    return [example.hanzi for example in document_examples(document, max_len=10**6, skipped=Counter())]
+
+
 def source_examples(name: str, documents: list[corpus_sources.Document], config: DataConfig,
                     skipped: Counter) -> list[tuple[Example, str]]:
     """(example, split) of every example of one source's documents, in corpus order."""

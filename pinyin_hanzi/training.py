@@ -28,10 +28,10 @@ from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
 from pinyin_hanzi import distributed, visualize
-from pinyin_hanzi.char_lm import count_for
+from pinyin_hanzi.char_lm import count_for, known_phrases
 from pinyin_hanzi.checkpoint import load_checkpoint, model_from_checkpoint, save_checkpoint
 from pinyin_hanzi.config import Config, TrainConfig, save_config
-from pinyin_hanzi.corpus import prepare, read_examples
+from pinyin_hanzi.corpus import phrase_texts, prepare, read_examples
 from pinyin_hanzi.data import Batch, BatchStream, collate, encode_examples
 from pinyin_hanzi.decoding import Converter
 from pinyin_hanzi.errors import CheckpointError, ConfigError, TrainingError
@@ -339,9 +339,13 @@ def _train(config: Config, process: distributed.Process, *, resume: bool, init_f
     char_lm_state = {}  # the checkpoint's "char_lm" entry, computed once
     if config.decode.lm_weight > 0:  # a character n-gram model for decoding, counted in seconds (char_lm.py)
         started_counting = time.time()
-        char_lm = count_for(train_examples, hanzi_vocab, config.decode.lm_order, config.decode.lm_min_count)
-        log(f"character {config.decode.lm_order}-gram model: {char_lm.size():,} "
-            f"n-grams counted in {time.time() - started_counting:.1f} s (decode.lm_weight={config.decode.lm_weight})")
+        dec = config.decode
+        phrases = phrase_texts(config.data.raw_dir) if dec.lm_phrases > 0 else []
+        char_lm = count_for(train_examples, hanzi_vocab, dec.lm_order, dec.lm_min_count, phrases, dec.lm_phrases)
+        with_phrases = (f", with {len(known_phrases(phrases, hanzi_vocab)):,} phrases x {dec.lm_phrases}"
+                        if phrases else "")
+        log(f"character {dec.lm_order}-gram model: {char_lm.size():,} n-grams counted in "
+            f"{time.time() - started_counting:.1f} s (decode.lm_weight={dec.lm_weight}{with_phrases})")
         char_lm_state = {"char_lm": char_lm.state_dict()}
     train_encoded = encode_examples(train_examples, pinyin_vocab, hanzi_vocab)
     valid_encoded = encode_examples(valid_examples, pinyin_vocab, hanzi_vocab)

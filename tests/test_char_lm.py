@@ -71,3 +71,35 @@ def test_min_count_drops_rare_top_order_ngrams_and_their_empty_contexts():
 def test_keys_that_do_not_fit_are_refused():
     with pytest.raises(ValueError, match="int64"):
         CharNgramLM.count(SENTENCES, 10**7, order=3)
+
+
+def test_counts_past_int16_are_stored_as_uint16_and_read_back_exactly():
+    lm = CharNgramLM.count([[4, 5]] * 40_000 + SENTENCES, V, order=2)
+    state = lm.state_dict()
+    assert state["tables"][2]["counts"].dtype == torch.uint16  # 40,001 fits 16 bits only unsigned
+    again = CharNgramLM.from_state_dict(state)
+    contexts, candidates = torch.tensor([[4], [BOS_ID], [11]]), torch.arange(V).expand(3, -1)
+    assert torch.equal(lm.log_prob(contexts, candidates), again.log_prob(contexts, candidates))
+
+
+def test_phrase_table_entries_are_counted_into_the_model_and_unknown_characters_left_out():
+    from pinyin_hanzi.char_lm import count_for, known_phrases
+    from pinyin_hanzi.corpus import Example
+    from pinyin_hanzi.vocab import Vocab
+
+    vocab = Vocab(["<pad>", "<s>", "</s>", "<unk>", *"仗势欺人凌我们"])
+    text = [Example(("wo", "men"), "我们"), Example(("ren",), "人"), Example(("qi",), "欺")]
+    phrases = ["仗势欺人", "仗势凌人", "仗势欺汝"]  # 汝 is not in the vocabulary
+    assert known_phrases(phrases, vocab) == ["仗势欺人", "仗势凌人"]
+    plain = count_for(text, vocab, order=3, min_count=2)
+    fused = count_for(text, vocab, order=3, min_count=2, phrases=phrases, phrase_copies=2)
+    context, candidates = torch.tensor([vocab.encode("仗势")]), torch.tensor([vocab.encode("欺凌我")])
+    plain_p, fused_p = plain.log_prob(context, candidates)[0], fused.log_prob(context, candidates)[0]
+    assert fused.size() > plain.size()
+    assert fused_p[0] > plain_p[0] + 1 and fused_p[1] > plain_p[1] + 1  # 欺 and 凌 now follow 仗势
+    assert fused_p[2] < fused_p[0]  # and 我 does not
+    a, b, c = vocab.encode("仗势欺")
+    keys, counts = fused.grams[3]
+    assert int(counts[keys == (a * len(vocab) + b) * len(vocab) + c]) == 2  # 2 copies of 仗势欺人, none of 仗势欺汝
+    once = count_for(text, vocab, order=3, min_count=2, phrases=phrases, phrase_copies=1)
+    assert once.log_prob(context, candidates)[0, 0] < fused_p[0]  # seen once: the trigram is pruned

@@ -116,6 +116,8 @@ def test_a_character_ngram_model_added_to_a_checkpoint_is_used_and_can_be_turned
     missing, note = best_score(best, "--lm-weight", "1")
     assert missing == plain and "has no character n-gram model" in note
     _one_line_error(run("-m", "pinyin_hanzi.char_lm", tmp_path / "none.pt", tmp_path / "out.pt"), "not found")
+    usage = run("-m", "pinyin_hanzi.char_lm", best, tmp_path / "out.pt", "--phrases", "-1")
+    assert usage.returncode == 2 and "--phrases must be >= 0" in usage.stderr and "Traceback" not in usage.stderr
 
 
 def test_training_with_lm_weight_counts_the_ngram_model_into_the_checkpoint(tmp_path, tiny_corpus):

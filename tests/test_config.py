@@ -38,6 +38,7 @@ def test_overrides_are_typed():
         ("train:\n  lr: -1\n", r"train\.lr=-1\.0 is invalid"),
         ("train:\n  max_steps: 1.5\n", r"train\.max_steps=1\.5 has the wrong type"),
         ("train:\n  precision: fp16\n", r"train\.precision='fp16' is invalid: expected 'auto', 'fp32' or 'bf16'"),
+        ("decode:\n  lm_phrases: -1\n", r"decode\.lm_phrases=-1 is invalid: expected an integer >= 0"),
         ("model: [1, 2]\n", r"section 'model' must be a mapping"),
         ("model:\n  d_model: [\n", r"not valid YAML"),
         ("- a\n- b\n", r"expected a mapping of sections"),

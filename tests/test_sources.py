@@ -117,3 +117,12 @@ def test_config_sources(tmp_path):
         load_config(None, ["data.sources=novels"])
     with pytest.raises(ConfigError, match="data.corpus"):
         load_config(None, ["data.corpus=wiki"])
+
+
+def test_phrase_texts_are_the_usable_entries_of_the_phrase_table(monkeypatch, tmp_path):
+    from pinyin_hanzi.corpus import phrase_texts
+
+    pairs = [("银行", ["yin", "hang"]), ("长大", ["zhang", "da"]), ("A股", ["a", "gu"]), ("你好", ["ni", "xyz"])]
+    monkeypatch.setattr(sources, "documents", lambda name, raw_dir: [sources.Document("phrase", pairs, split="train")]
+                        if name == "phrases" else pytest.fail(name))
+    assert phrase_texts(tmp_path) == ["银行", "长大"]  # not a phrase with a letter, nor one with an unknown reading
