@@ -241,7 +241,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="count each entry of pypinyin-dict's phrase table N more times (decode.lm_phrases)")
     parser.add_argument("--weight", type=float, default=0.6, help="decode.lm_weight stored with it (default 0.6)")
     args = parser.parse_args(argv)
-    for ok, message in ((1 <= args.order <= 4, "--order must be in 1..4"), (args.min_count >= 1, "--min-count must be >= 1"),
+    for ok, message in ((1 <= args.order <= 4, "--order must be in 1..4"),
+                        (args.min_count >= 1, "--min-count must be >= 1"),
                         (args.phrases >= 0, "--phrases must be >= 0"), (args.weight >= 0, "--weight must be >= 0")):
         if not ok:
             parser.error(message)
@@ -260,7 +261,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     dec = config.decode
-    dec.lm_weight, dec.lm_order, dec.lm_min_count, dec.lm_phrases = args.weight, args.order, args.min_count, args.phrases
+    dec.lm_weight, dec.lm_order, dec.lm_min_count = args.weight, args.order, args.min_count
+    dec.lm_phrases = args.phrases
     state["config"], state["char_lm"] = config.to_dict(), lm.state_dict()
     torch.save(state, args.out)
     with_phrases = f" and the phrase table x {args.phrases}" if args.phrases else ""
