@@ -200,8 +200,9 @@ def _narrow(values: torch.Tensor) -> torch.Tensor:
     if len(values) == 0:
         return values.short()
     low, high = int(values.min()), int(values.max())
-    for dtype in (torch.int16, torch.uint16, torch.int32):
-        if torch.iinfo(dtype).min <= low and high <= torch.iinfo(dtype).max:
+    for dtype, smallest, largest in ((torch.int16, -2**15, 2**15 - 1), (torch.uint16, 0, 2**16 - 1),
+                                     (torch.int32, -2**31, 2**31 - 1)):  # (uint16: storage only, read back as int)
+        if smallest <= low and high <= largest:
             return values.to(dtype)
     return values
 
