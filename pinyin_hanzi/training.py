@@ -28,7 +28,7 @@ from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
 from pinyin_hanzi import distributed, visualize
-from pinyin_hanzi.char_lm import count_for, known_phrases
+from pinyin_hanzi.char_lm import count_for
 from pinyin_hanzi.checkpoint import load_checkpoint, model_from_checkpoint, save_checkpoint
 from pinyin_hanzi.config import Config, TrainConfig, save_config
 from pinyin_hanzi.corpus import phrase_texts, prepare, read_examples
@@ -342,8 +342,8 @@ def _train(config: Config, process: distributed.Process, *, resume: bool, init_f
         dec = config.decode
         phrases = phrase_texts(config.data.raw_dir) if dec.lm_phrases > 0 else []
         char_lm = count_for(train_examples, hanzi_vocab, dec.lm_order, dec.lm_min_count, phrases, dec.lm_phrases)
-        with_phrases = (f", with {len(known_phrases(phrases, hanzi_vocab)):,} phrases x {dec.lm_phrases}"
-                        if phrases else "")
+        with_phrases = (f", with the phrase table x {dec.lm_phrases}: {len(phrases):,} entries, "
+                        f"those with characters outside the vocabulary left out" if phrases else "")
         log(f"character {dec.lm_order}-gram model: {char_lm.size():,} n-grams counted in "
             f"{time.time() - started_counting:.1f} s (decode.lm_weight={dec.lm_weight}{with_phrases})")
         char_lm_state = {"char_lm": char_lm.state_dict()}
