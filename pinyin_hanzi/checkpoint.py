@@ -77,8 +77,8 @@ def newest_checkpoint(root: str | Path = "checkpoints", name: str = "best.pt") -
     return max(found, key=lambda path: path.stat().st_mtime) if found else None
 
 
-# The model shipped with the repository (see checkpoints/README.md, the model card).
-PRETRAINED = Path(__file__).resolve().parents[1] / "checkpoints" / "pretrained" / "model.pt"
+# The model shipped with the repository (see pinyin_hanzi/pretrained/MODEL_CARD.md, the model card).
+PRETRAINED = Path(__file__).resolve().parent / "pretrained" / "model.pt"
 # What an exported (inference-only) checkpoint keeps of a training checkpoint.
 EXPORTED_KEYS = ("config", "pinyin_vocab", "hanzi_vocab", "step", "syllable_lm", "char_lm", "valid_char_accuracy",
                  "elapsed_seconds")

@@ -119,7 +119,7 @@ def _chunks(lines: Iterable[str], size: int) -> Iterator[list[str]]:
 
 def load_converter(checkpoint: str | None, device: str = "cpu", lm_weight: float | None = None):
     """A Converter for ``checkpoint``; without one, for the newest ``checkpoints/*/best.pt`` if it is newer
-    than the shipped ``checkpoints/pretrained/model.pt``, else for the shipped model (named on stderr).
+    than the shipped ``pinyin_hanzi/pretrained/model.pt``, else for the shipped model (named on stderr).
     ``lm_weight``: the character n-gram model's weight, instead of the checkpoint's decode.lm_weight."""
     from pinyin_hanzi.char_lm import CharNgramLM
     from pinyin_hanzi.checkpoint import default_checkpoint, load_checkpoint, model_from_checkpoint
@@ -291,7 +291,7 @@ def _translate(argv) -> int:
     parser.add_argument("text", nargs="*", help="pinyin to convert (all arguments form one line); without "
                         "text or --input, an interactive prompt on a terminal, else standard input")
     parser.add_argument("--checkpoint", help="checkpoint file (default: the newest checkpoints/*/best.pt if "
-                        "newer than the shipped checkpoints/pretrained/model.pt, else the shipped model)")
+                        "newer than the shipped pinyin_hanzi/pretrained/model.pt, else the shipped model)")
     parser.add_argument("--input", metavar="FILE", help="convert each line of FILE ('-' for stdin)")
     parser.add_argument("--beam", type=int, help="beam size, 1 for greedy (default: the checkpoint's decode.beam, "
                         "5 unless its config says otherwise)")
