@@ -26,9 +26,10 @@ from torch.nn.utils.rnn import pad_sequence
 from pinyin_hanzi.data import pad
 from pinyin_hanzi.char_lm import CharNgramLM
 from pinyin_hanzi.model import StepDecoder, Transformer
-from pinyin_hanzi.pinyin import (CLAUSE_PUNCTUATION, Piece, alternatives, fewest_syllables, is_hanzi, is_literal_key,
-                                 literal_key, parse_pieces, syllable_table, toned_syllable_table)
+from pinyin_hanzi.pinyin import CLAUSE_PUNCTUATION, is_hanzi, syllable_table, toned_syllable_table
 from pinyin_hanzi.syllable_lm import SyllableBigrams
+from pinyin_hanzi.typed_input import (Piece, alternatives, fewest_syllables, is_literal_key, literal_key,
+                                      parse_pieces)
 from pinyin_hanzi.vocab import BOS_ID, PAD_ID, SPECIALS, UNK_ID, Vocab
 
 CLAUSE_END_MARK = "。"  # what a typed line that ends in a syllable is decoded as ending with (not shown)

@@ -4,7 +4,8 @@ from pinyin_hanzi.config import ModelConfig
 from pinyin_hanzi.vocab import Vocab
 from pinyin_hanzi.decoding import Converter
 from pinyin_hanzi.model import StepDecoder, Transformer
-from pinyin_hanzi.pinyin import alternatives, fewest_syllables, parse_pieces, readings
+from pinyin_hanzi.pinyin import readings
+from pinyin_hanzi.typed_input import alternatives, fewest_syllables, parse_pieces
 
 HANZI = list("你好妮号我们门北京经吧八，。1") + ["A"]
 PINYIN = ["ni", "hao", "wo", "men", "bei", "jing", "ba", "，", "。", "1", "A"]
