@@ -16,14 +16,12 @@ from pathlib import Path
 import yaml
 
 from pinyin_hanzi.errors import ConfigError
-
-# The named corpus sources (pinyin_hanzi.sources fetches them); anything else must be a .txt/.tsv path.
-KNOWN_SOURCES = ("pd1998", "reviews", "novels", "hk", "phrases")
+from pinyin_hanzi.sources import SOURCES  # the named corpus sources; anything else must be a .txt/.tsv path
 
 
 @dataclass
 class DataConfig:
-    corpus: str = "pd1998"  # one source: pd1998, reviews, novels, hk, phrases, or a path to a .txt / .tsv file
+    corpus: str = "pd1998"  # one source: a name of sources.SOURCES (pd1998, ...) or a path to a .txt / .tsv file
     sources: dict[str, float] = field(default_factory=dict)  # several sources -> weight; replaces corpus
     phrase_pinyin: bool = False  # read polyphones with pypinyin-dict's phrase table (银行 yin hang)
     name: str = ""  # prepared-data folder name; defaults to the corpus name
@@ -119,10 +117,10 @@ def _validate(config: Config, where: str) -> None:
             raise ConfigError(f"{where}: {key}={value!r} is invalid: expected {expected}")
 
     d, m, t, dec = config.data, config.model, config.train, config.decode
-    source_names = "pd1998, reviews, novels, hk, phrases or a path to a .txt/.tsv file"
-    check(d.corpus in KNOWN_SOURCES or d.corpus.endswith((".txt", ".tsv")), "data.corpus", source_names)
+    source_names = f"{', '.join(SOURCES)} or a path to a .txt/.tsv file"
+    check(d.corpus in SOURCES or d.corpus.endswith((".txt", ".tsv")), "data.corpus", source_names)
     for name, weight in d.sources.items():
-        if not (name in KNOWN_SOURCES or name.endswith((".txt", ".tsv"))):
+        if not (name in SOURCES or name.endswith((".txt", ".tsv"))):
             raise ConfigError(f"{where}: data.sources has an unknown source {name!r}: expected {source_names}")
         if weight < 0:
             raise ConfigError(f"{where}: data.sources.{name}={weight!r} is invalid: expected a weight >= 0")

