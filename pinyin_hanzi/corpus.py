@@ -1,9 +1,10 @@
 """Corpora -> parallel (pinyin, hanzi) examples -> deterministic train/valid/test splits on disk.
 
 The sources (see :mod:`pinyin_hanzi.sources`) are People's Daily 1998-01 (the default), shopping
-reviews, translated novels, Hong Kong financial/legal text, pypinyin-dict's phrase table, and a user's own
-UTF-8 ``.txt`` (sentences) or ``.tsv`` (``pinyin<TAB>hanzi``) files, mixed with a weight each
-(``data.sources``). Lines that are broken, traditional-script or mostly non-Chinese are dropped and counted.
+reviews, translated novels, Hong Kong financial/legal text, pypinyin-dict's phrase table, Tatoeba's everyday
+sentences (converted to Simplified script as they are read), and a user's own UTF-8 ``.txt`` (sentences) or
+``.tsv`` (``pinyin<TAB>hanzi``) files, mixed with a weight each (``data.sources``). Lines that are broken,
+traditional-script or mostly non-Chinese are dropped and counted.
 
 Each example is clause-sized: sentences are split after clause punctuation and pieces longer than
 ``data.max_len`` are cut. The split of an example is decided by a hash of its hanzi text, so it does not
@@ -322,10 +323,12 @@ def prepare(config: DataConfig, force: bool = False) -> Path:
     per_source: dict[str, list[tuple[Example, str]]] = {}
     pinyin_changed: dict[str, int] = {}
     lines: dict[str, int] = {}
+    converted: dict[str, int] = {}  # lines a source's reader converted to Simplified script
     table = corpus_sources.phrase_table(config.raw_dir) if config.phrase_pinyin else None
     for name in weights:
         documents = corpus_sources.documents(name, config.raw_dir)
         lines[name] = sum(len(document.lines) for document in documents)
+        converted[name] = sum(document.converted for document in documents)
         if table is None:
             per_source[name] = source_examples(name, documents, config, skipped[name])
             continue
@@ -383,12 +386,14 @@ def prepare(config: DataConfig, force: bool = False) -> Path:
         stats["sources"] = {
             name: {**corpus_sources.describe(name), "weight": weight, **_per_split(splits[name]),
                    "train_written": sum(written[name]),
+                   **({"converted_to_simplified": converted[name]} if converted[name] else {}),
                    **({"pinyin_changed_by_phrase_table": pinyin_changed[name]} if name in pinyin_changed else {}),
                    "skipped": dict(skipped[name].most_common())}
             for name, weight in weights.items()}
     else:
         (name,) = weights
-        stats["source"] = {**corpus_sources.describe(name), "lines": lines[name]}
+        stats["source"] = {**corpus_sources.describe(name), "lines": lines[name],
+                           **({"converted_to_simplified": converted[name]} if converted[name] else {})}
     stats.update({
         **_per_split(merged),
         "vocab": {"pinyin": len(pinyin_vocab), "hanzi": len(hanzi_vocab)},

