@@ -285,12 +285,16 @@ def _tables(name: str) -> tuple[dict[str, str], dict[str, str]]:
     return encoding, decoding
 
 
+def _spelled(syllable: str) -> str:
+    return syllable.lower().replace("ü", "v")
+
+
 def encode(syllable: str, layout: str) -> str:
-    """The two keys ``layout`` types for ``syllable`` (toneless, ü as ``v``): ``encode("zhong",
+    """The two keys ``layout`` types for ``syllable`` (toneless; ü as ``v`` or ``ü``): ``encode("zhong",
     "microsoft") == "vs"``. Raises :class:`DataError` for an unknown layout, a string that is no syllable,
     or a syllable the layout does not type (those in ``Layout.untyped``)."""
     spec = layout_named(layout)
-    syllable = syllable.lower().replace("ü", "v")
+    syllable = _spelled(syllable)
     if syllable not in syllables():
         raise DataError(f"{syllable!r} is not a pinyin syllable")
     code = _tables(spec.name)[0].get(syllable)
@@ -301,8 +305,10 @@ def encode(syllable: str, layout: str) -> str:
 
 def encodings(syllable: str, layout: str) -> tuple[str, ...]:
     """Every key pair ``layout`` accepts for ``syllable``, the one :func:`encode` types first; () for a
-    syllable the layout does not type. Raises :class:`DataError` for an unknown layout."""
+    syllable the layout does not type and for a string that is no syllable. Raises :class:`DataError` for
+    an unknown layout."""
     spec = layout_named(layout)
+    syllable = _spelled(syllable)
     return tuple(_all_codes(syllable, spec)) if syllable in syllables() else ()
 
 
