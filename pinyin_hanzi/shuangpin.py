@@ -261,7 +261,7 @@ def _all_codes(syllable: str, layout: Layout) -> list[str]:
         return layout.zero_initial.get(syllable, "").split()
     initial_key = layout.initial_key(initial)
     final_keys = layout.final_keys(final)
-    if layout.jqxy_umlaut and initial in "jqxy" and final in _JQXY_UMLAUT:
+    if layout.jqxy_umlaut and initial in ("j", "q", "x", "y") and final in _JQXY_UMLAUT:
         final_keys += layout.final_keys(_JQXY_UMLAUT[final])
     return list(dict.fromkeys(initial_key + key for key in final_keys))
 
