@@ -223,8 +223,9 @@ def _split_run(letters: str, tones: list[int | None], limit: int, score,
     of ``score(previous token, token)`` over its pieces ("<s>" starts the run; a prefix piece's token is
     its ``*`` token). Segmentations rank by (number of prefix pieces, then score): fewer prefixes first
     whatever the score, so a run that reads as full syllables never reads as prefixes. Only those with the
-    fewest prefix pieces are returned: the Converter decodes every reading and lets the model choose, and
-    a reading with a prefix where a syllable was typed is a looser constraint that would tend to win.
+    fewest prefix pieces are returned (the Converter decodes every reading and lets the model choose, and
+    a reading with a prefix where a syllable was typed is a looser constraint that would tend to win),
+    except that a lone letter that is a syllable (a o e n m) keeps its prefix reading second.
     k-best dynamic programming with back-pointers, so a run of thousands of syllables is split in linear
     time."""
     n = len(letters)
@@ -260,7 +261,14 @@ def _split_run(letters: str, tones: list[int | None], limit: int, score,
             key = letters[start:end] + (PREFIX if is_prefix_token(token) else "")
             option.append((token, key if tone is None else f"{key}{tone}"))
         options.append(tuple(option))
-    return options, [entry[1] for entry in kept]
+    scores = [entry[1] for entry in kept]
+    if prefixes and n == 1 and letters in syllables() and letters in _beginnings():
+        # A lone a o e n m is that syllable first, then the abbreviation of the syllables it begins: typed
+        # alone, n is far more often 你 or 那 than 嗯. It ranks second whatever the score (see alternatives).
+        token = prefix_token(letters)
+        options.append(((token, letters + PREFIX + ("" if tones[0] is None else str(tones[0]))),))
+        scores.append(score("<s>", token))
+    return options, scores
 
 
 def _with_tone(option: Option, digit: str) -> Option:
@@ -359,16 +367,21 @@ def parse_pieces(text: str, limit: int = 4, score=fewest_syllables, *, prefixes:
 
 
 def alternatives(pieces: list[Piece], limit: int = 4) -> list[Option]:
-    """Up to ``limit`` whole-input readings, best total piece score first."""
-    combined: list[tuple[float, Option]] = [(0.0, ())]
+    """Up to ``limit`` whole-input readings, ranked by (number of prefix pieces, then total piece score):
+    fewer prefixes first whatever the scores, as within a letter run (see ``_split_run``)."""
+    combined: list[tuple[int, float, Option]] = [(0, 0.0, ())]
     for piece in pieces:
         if len(piece.options) == 1:
-            combined = [(total, reading + piece.options[0]) for total, reading in combined]
+            combined = [(count, total, reading + piece.options[0]) for count, total, reading in combined]
             continue
-        extended = [(total + score, reading + option) for total, reading in combined
-                    for option, score in zip(piece.options, piece.scores)]
-        combined = sorted(extended, key=lambda entry: -entry[0])[:limit]
-    return [reading for _, reading in combined]
+        extended = [(count + _prefix_count(option), total + score, reading + option)
+                    for count, total, reading in combined for option, score in zip(piece.options, piece.scores)]
+        combined = sorted(extended, key=lambda entry: (entry[0], -entry[1]))[:limit]
+    return [reading for _, _, reading in combined]
+
+
+def _prefix_count(option: Option) -> int:
+    return sum(is_prefix_token(token) for token, _ in option)
 
 
 def parse_pinyin(text: str, **options) -> list[str]:

@@ -106,8 +106,14 @@ def test_full_syllables_win_xian_is_never_prefixes():
 
 
 def test_lone_syllable_letters_stay_syllables_and_interjections_split_inside_runs():
-    for letter in ("a", "o", "e", "n", "m", "ng", "hm", "hng"):
-        assert _prefixed(letter) == [[letter]], letter
+    for letter in ("a", "o", "e", "n", "m"):  # the syllable first, then what the letter abbreviates
+        assert _prefixed(letter) == [[letter], [letter + "*"]], letter
+        assert _prefixed(letter, score=lambda previous, token: 100.0 if token.endswith("*") else 0.0) == \
+            [[letter], [letter + "*"]], letter
+        assert parse_pinyin(f"wo {letter}", prefixes=True) == ["wo", letter]
+    assert _prefixed("n3") == [["n3"], ["n*3"]]
+    for interjection in ("ng", "hm", "hng"):
+        assert _prefixed(interjection) == [[interjection]], interjection
     assert _prefixed("nmd") == [["n*", "m*", "d*"]]  # n, m are never syllables inside a run
     assert _prefixed("wng") == [["w*", "n*", "g*"]]  # ng inside a run: n* g*
     assert _prefixed("hmm") == [["h*", "m*", "m*"]]
@@ -184,8 +190,9 @@ def test_prefix_readings_never_beat_a_full_syllable_reading_property():
             found = parse_pieces(run, score=score, prefixes=True)
             plain = parse_pieces(run, score=score)
             counts = {count for count, _ in _segmentations(run)}
-            if 0 in counts:  # a full-syllable reading exists: prefixes change nothing
-                assert found == plain, run
+            if 0 in counts:  # a full-syllable reading exists: prefixes change nothing but add a lone a o e n m*
+                assert found == plain or (len(run) == 1 and found[0].options[:-1] == plain[0].options), run
+                assert alternatives(found)[0] == alternatives(plain)[0]
                 continue
             assert len(found) == 1 and plain != found, run
             readings = found[0].options
@@ -232,7 +239,7 @@ def test_fuzzy_prefixes_widen_by_initial_pairs():
     assert _prefixed("zho", fuzzy={"z-zh"})[0] == ["zho*|zo*"]
     covered = key_syllables("z*|zh*")
     assert "za" in covered and "zhong" in covered
-    assert _prefixed("a", fuzzy={"an-ang"}) == [["a"]]
+    assert _prefixed("a", fuzzy={"an-ang"}) == [["a"], ["a*"]]  # final pairs leave prefixes alone
     assert _prefixed("wxa", fuzzy=frozenset(FUZZY_PAIRS))[0] == ["w*", "x*", "a"]
 
 
