@@ -199,16 +199,15 @@ def _swapped(part: str, which: str, fuzzy: frozenset[str]) -> list[str]:
 def _widen(key: str, fuzzy: frozenset[str]) -> str:
     """A syllable or prefix key widened to its fuzzy variants (typed first): ``zi`` -> ``zi|zhi``."""
     base, tone = _split_key(key)
-    if base.endswith(PREFIX):
-        prefix = base[:-1]
-        initial = _initial(prefix)
-        variants = [other + prefix[len(initial):] + PREFIX for other in _swapped(initial, _INITIAL, fuzzy)
-                    if initial] or [base]
-        variants = [v for v in variants if v == base or v[:-1] in _beginnings() and _begun_by(v[:-1])]
+    is_prefix = base.endswith(PREFIX)
+    letters = base[:-1] if is_prefix else base
+    initial = _initial(letters)
+    initials = _swapped(initial, _INITIAL, fuzzy) if initial else [""]
+    if is_prefix:
+        variants = [other + letters[len(initial):] + PREFIX for other in initials]
+        variants = [v for v in variants if v == base or _begun_by(v[:-1])]
     else:
-        initial = _initial(base)
-        variants = [i + f for i in (_swapped(initial, _INITIAL, fuzzy) if initial else [""])
-                    for f in _swapped(base[len(initial):], _FINAL, fuzzy)]
+        variants = [other + final for other in initials for final in _swapped(letters[len(initial):], _FINAL, fuzzy)]
         variants = [v for v in variants if v == base or v in syllables()]
     return "|".join(dict.fromkeys(v + tone for v in variants))
 
