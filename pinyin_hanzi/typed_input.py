@@ -3,16 +3,42 @@
 Typed input is syllables separated by spaces or apostrophes or run together, with optional tone digits or
 tone marks; anything that is not pinyin passes through one character per piece. A piece keeps its
 alternative readings (``xian``: xian / xi'an), each a tuple of (model token, constraint key) pairs: the
-token is what the encoder sees (a toneless syllable, or the character itself), the key what the decoder
-may write there (see :func:`pinyin_hanzi.pinyin.syllable_table` and ``toned_syllable_table``).
+token is what the encoder sees, the key what the decoder may write there. Parse options (all off by
+default) add what IME users type besides full pinyin:
+
+- ``prefixes``: a letter group that begins a syllable (``b``, ``zh``, ``zho``) stands for any syllable it
+  begins (``wo xiang q b j``, ``wxqbj``, ``zhongg``);
+- ``fuzzy``: fuzzy pinyin pairs (``z-zh``, ``an-ang``, ...) widen what a syllable's key allows;
+- ``shuangpin``: letter runs are key pairs of a double-pinyin layout (:mod:`pinyin_hanzi.shuangpin`).
+
+Tokens and keys:
+
+============================  =================  ======================  ==============================
+typed                         model token        constraint key          :func:`key_syllables` of key
+============================  =================  ======================  ==============================
+``zhong`` / ``zhong1``        ``zhong``          ``zhong`` / ``zhong1``  itself
+``zho`` (prefix)              ``zh*``            ``zho*``                zhong, zhou
+``zho3`` (prefix, tone)       ``zh*``            ``zho*3``               zhong3, zhou3
+``zi`` with fuzzy ``z-zh``    ``zi``             ``zi|zhi``              zi, zhi
+``z`` with fuzzy ``z-zh``     ``z*``             ``z*|zh*``              za ... zu, zha ... zhuo
+``!`` (pass-through)          ``!``              ``=!``                  (none: a literal key)
+============================  =================  ======================  ==============================
+
+A toned key is its toneless key followed by one tone digit (neutral tone 5); each ``|`` variant carries
+the tone. The characters of a syllable key come from :func:`pinyin_hanzi.pinyin.syllable_table` (toned:
+``toned_syllable_table``).
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
+from typing import Iterable
 
-from pinyin_hanzi.pinyin import ascii_letters_digits, syllables
+from pinyin_hanzi.errors import DataError
+from pinyin_hanzi import shuangpin as double_pinyin
+from pinyin_hanzi.pinyin import ascii_letters_digits, syllables, toned_syllable_table
 
 # Letters a user may type inside pinyin: ASCII, ü, and vowels (and ḿ ń ň ǹ) carrying tone marks.
 _MARKED = {"a": ("āáǎà", (1, 2, 3, 4)), "e": ("ēéěè", (1, 2, 3, 4)), "i": ("īíǐì", (1, 2, 3, 4)),
@@ -60,65 +86,278 @@ def _literal(char: str) -> Piece:
     return Piece((((char, literal_key(char)),),))
 
 
-def _split_run(letters: str, tones: list[int | None], limit: int, score) -> tuple[list[Option], list[float]]:
-    """Up to ``limit`` segmentations of a run of pinyin letters into syllables, best ``score`` first (a
-    function of (previous syllable, syllable); "<s>" starts the run), with each syllable's tone (from a
-    tone mark on one of its letters). k-best dynamic programming with back-pointers, so a run of thousands
-    of syllables is split in linear time."""
+# ---- Syllable prefixes -------------------------------------------------------------------------------
+#
+# A prefix piece is typed letters that begin a syllable without being one (``b``, ``zh``, ``zho``), or an
+# interjection syllable inside a longer run (``m``, ``n``; see _NOT_INSIDE_RUNS). ``ng`` begins no syllable
+# but itself, so inside a run it is two prefixes, n* g* (``zhongg`` is zhong g*; ``wng`` is w* n* g*);
+# likewise ``hm`` is h* m*. Typed alone, ``ng`` ``hm`` ``m`` ``n`` and the vowels ``a`` ``o`` ``e`` stay
+# the syllables they are.
+
+PREFIX = "*"  # ends a prefix piece's model token (``zh*``) and constraint key (``zho*``)
+_RETROFLEX = ("zh", "ch", "sh")
+# The model tokens of abbreviations: every letter a syllable begins with (all but i, u, v), and zh ch sh.
+PREFIX_TOKENS = frozenset(letter + PREFIX for letter in "abcdefghjklmnopqrstwxyz") | {
+    initial + PREFIX for initial in _RETROFLEX}
+
+
+def prefix_token(letters: str) -> str:
+    """The model token of an abbreviation: its initial and ``*``, the initial being ``zh``/``ch``/``sh``
+    where ``letters`` starts with them and the first letter otherwise. Works on a syllable (``zhong`` ->
+    ``zh*``, ``an`` -> ``a*``: what training puts in place of an abbreviated syllable) and on a typed
+    prefix (``zho`` -> ``zh*``, ``z`` -> ``z*``). Raises ValueError for an empty string."""
+    if not letters:
+        raise ValueError("an empty string has no prefix token")
+    return (letters[:2] if letters[:2] in _RETROFLEX else letters[0]) + PREFIX
+
+
+def is_prefix_token(token: str) -> bool:
+    return token in PREFIX_TOKENS
+
+
+@functools.lru_cache(maxsize=1)
+def _beginnings() -> frozenset[str]:
+    """Every proper beginning of a syllable (``z``, ``zh``, ``zho``, ``zhon``, ``n`` of ``na`` ...)."""
+    return frozenset(syllable[:k] for syllable in syllables() for k in range(1, len(syllable)))
+
+
+@functools.lru_cache(maxsize=None)
+def _begun_by(prefix: str) -> tuple[str, ...]:
+    """The syllables a typed prefix stands for: those it begins that share its model token, so ``z`` stands
+    for za ... zuo but not zh syllables (fuzzy ``z-zh`` adds those), ``zh`` for zha ... zhuo."""
+    token = prefix_token(prefix)
+    return tuple(sorted(s for s in syllables() if s.startswith(prefix) and prefix_token(s) == token))
+
+
+def _split_key(variant: str) -> tuple[str, str]:
+    """(toneless variant, tone digit or "")."""
+    return (variant[:-1], variant[-1]) if variant[-1:].isdigit() else (variant, "")
+
+
+def key_syllables(key: str) -> tuple[str, ...]:
+    """The syllables a constraint key may stand for, in order, without repeats: a syllable key itself
+    (``ni`` -> ("ni",), ``ni3`` -> ("ni3",)); a prefix key every syllable it begins that has the prefix's
+    initial (``zho*`` -> ("zhong", "zhou"); toned ``b*3`` -> the toned syllables b... with tone 3 that have
+    characters); a fuzzy key its ``|`` variants each read so (``zi|zhi`` -> ("zi", "zhi")). A literal key
+    (``=!``) stands for no syllable: (). Toned results are keys of ``toned_syllable_table``."""
+    if is_literal_key(key):
+        return ()
+    found: dict[str, None] = {}
+    for variant in key.split("|"):
+        base, tone = _split_key(variant)
+        if base.endswith(PREFIX):
+            toned = toned_syllable_table()
+            found.update((s + tone, None) for s in _begun_by(base[:-1]) if not tone or s + tone in toned)
+        else:
+            found[variant] = None
+    return tuple(found)
+
+
+# ---- Fuzzy pinyin ------------------------------------------------------------------------------------
+#
+# Pairs are symmetric and each works on its own: with n-l and r-l on, typed l allows n and r, typed n
+# allows l but not r. Initial pairs compare the initial (y and w count as initials); final pairs compare the
+# whole spelled final after it, so an-ang pairs ban/bang, an/ang and yan/yang but not jian/jiang (that is
+# ian-iang) nor guan/guang (uan-uang). A variant counts only where it is a real syllable. Prefixes widen by
+# the initial pairs (z* with z-zh also allows zh syllables, zho* also zo...); final pairs change nothing
+# there, since a prefix already stands for every final it begins.
+
+_INITIAL, _FINAL = "initial", "final"
+FUZZY_PAIRS: dict[str, tuple[str, str, str]] = {  # name -> (which part of the syllable, one, the other)
+    "z-zh": (_INITIAL, "z", "zh"), "c-ch": (_INITIAL, "c", "ch"), "s-sh": (_INITIAL, "s", "sh"),
+    "n-l": (_INITIAL, "n", "l"), "r-l": (_INITIAL, "r", "l"), "f-h": (_INITIAL, "f", "h"),
+    "an-ang": (_FINAL, "an", "ang"), "en-eng": (_FINAL, "en", "eng"), "in-ing": (_FINAL, "in", "ing"),
+    "ian-iang": (_FINAL, "ian", "iang"), "uan-uang": (_FINAL, "uan", "uang"),
+}
+_INITIALS = _RETROFLEX + tuple("bpmfdtnlgkhjqxrzcsyw")
+
+
+def fuzzy_pairs(names: Iterable[str] | str | None) -> frozenset[str]:
+    """``names`` checked against :data:`FUZZY_PAIRS` (a single string is one name; None is none).
+    Raises :class:`DataError` naming the unknown pair and listing the known ones."""
+    chosen = frozenset() if names is None else frozenset([names] if isinstance(names, str) else names)
+    unknown = sorted(chosen - FUZZY_PAIRS.keys(), key=str)
+    if unknown:
+        raise DataError(f"unknown fuzzy pinyin pair {unknown[0]!r}; known: {', '.join(FUZZY_PAIRS)}")
+    return chosen
+
+
+def _initial(letters: str) -> str:
+    return next((initial for initial in _INITIALS if letters.startswith(initial)), "")
+
+
+def _swapped(part: str, which: str, fuzzy: frozenset[str]) -> list[str]:
+    """``part`` (an initial or a final) and what the chosen pairs of that kind pair it with."""
+    found = [part]
+    for name in sorted(fuzzy):
+        kind, one, other = FUZZY_PAIRS[name]
+        if kind == which and part in (one, other):
+            found.append(other if part == one else one)
+    return found
+
+
+def _widen(key: str, fuzzy: frozenset[str]) -> str:
+    """A syllable or prefix key widened to its fuzzy variants (typed first): ``zi`` -> ``zi|zhi``."""
+    base, tone = _split_key(key)
+    is_prefix = base.endswith(PREFIX)
+    letters = base[:-1] if is_prefix else base
+    initial = _initial(letters)
+    initials = _swapped(initial, _INITIAL, fuzzy) if initial else [""]
+    if is_prefix:
+        variants = [other + letters[len(initial):] + PREFIX for other in initials]
+        variants = [v for v in variants if v == base or _begun_by(v[:-1])]
+    else:
+        variants = [other + final for other in initials for final in _swapped(letters[len(initial):], _FINAL, fuzzy)]
+        variants = [v for v in variants if v == base or v in syllables()]
+    return "|".join(dict.fromkeys(v + tone for v in variants))
+
+
+# ---- Segmentation ------------------------------------------------------------------------------------
+
+
+def _split_run(letters: str, tones: list[int | None], limit: int, score,
+               prefixes: bool = False) -> tuple[list[Option], list[float]]:
+    """Up to ``limit`` segmentations of a run of pinyin letters into syllables (and, with ``prefixes``,
+    prefix pieces), with each piece's tone (from a tone mark on one of its letters) and its score: the sum
+    of ``score(previous token, token)`` over its pieces ("<s>" starts the run; a prefix piece's token is
+    its ``*`` token). Segmentations rank by (number of prefix pieces, then score): fewer prefixes first
+    whatever the score, so a run that reads as full syllables never reads as prefixes. Only those with the
+    fewest prefix pieces are returned (the Converter decodes every reading and lets the model choose, and
+    a reading with a prefix where a syllable was typed is a looser constraint that would tend to win),
+    except that a lone letter that is a syllable (a o e n m) keeps its prefix reading second.
+    k-best dynamic programming with back-pointers, so a run of thousands of syllables is split in linear
+    time."""
     n = len(letters)
-    # best[end]: up to `limit` entries (score, start, rank at start, last syllable), best first
-    best: list[list[tuple[float, int, int, str]]] = [[] for _ in range(n + 1)]
-    best[0] = [(0.0, -1, -1, "<s>")]
+    # best[end]: up to `limit` entries (prefix pieces, score, start, rank at start, last token), best first
+    best: list[list[tuple[int, float, int, int, str]]] = [[] for _ in range(n + 1)]
+    best[0] = [(0, 0.0, -1, -1, "<s>")]
     for end in range(1, n + 1):
         found = []
         for start in range(max(0, end - 6), end):
+            if not best[start]:
+                continue
             piece = letters[start:end]
-            if best[start] and piece in syllables() and (piece not in _NOT_INSIDE_RUNS or (start == 0 and end == n)):
-                found.extend((total + score(last, piece), start, rank, piece)
-                             for rank, (total, _, _, last) in enumerate(best[start]))
-        best[end] = sorted(found, key=lambda entry: -entry[0])[:limit]
+            if piece in syllables() and (piece not in _NOT_INSIDE_RUNS or (start == 0 and end == n)):
+                token, cost = piece, 0
+            elif prefixes and piece in _beginnings():
+                token, cost = prefix_token(piece), 1
+            else:
+                continue
+            found.extend((count + cost, total + score(last, token), start, rank, token)
+                         for rank, (count, total, _, _, last) in enumerate(best[start]))
+        best[end] = sorted(found, key=lambda entry: (entry[0], -entry[1]))[:limit]
+    kept = [entry for entry in best[n] if entry[0] == best[n][0][0]] if best[n] else []
     options = []
-    for top in range(len(best[n])):
+    for top in range(len(kept)):
         spans, end, rank = [], n, top
         while end > 0:
-            _, start, rank, _ = best[end][rank]
-            spans.append((start, end))
+            _, _, start, rank, token = best[end][rank]
+            spans.append((start, end, token))
             end = start
         option = []
-        for start, end in reversed(spans):
+        for start, end, token in reversed(spans):
             tone = next((t for t in tones[start:end] if t is not None), None)
-            syllable = letters[start:end]
-            option.append((syllable, syllable if tone is None else f"{syllable}{tone}"))
+            key = letters[start:end] + (PREFIX if is_prefix_token(token) else "")
+            option.append((token, key if tone is None else f"{key}{tone}"))
         options.append(tuple(option))
-    return options, [entry[0] for entry in best[n]]
+    scores = [entry[1] for entry in kept]
+    if prefixes and n == 1 and letters in syllables() and letters in _beginnings():
+        # A lone a o e n m is that syllable first, then the abbreviation of the syllables it begins: typed
+        # alone, n is far more often 你 or 那 than 嗯. It ranks second whatever the score (see alternatives).
+        token = prefix_token(letters)
+        options.append(((token, letters + PREFIX + ("" if tones[0] is None else str(tones[0]))),))
+        scores.append(score("<s>", token))
+    return options, scores
 
 
-def parse_pieces(text: str, limit: int = 4, score=fewest_syllables) -> list[Piece]:
+def _with_tone(option: Option, digit: str) -> Option:
+    """``option`` with a typed tone digit on its last piece (it replaces a tone mark there)."""
+    token, key = option[-1]
+    tone = 5 if digit in "05" else int(digit)
+    return option[:-1] + ((token, f"{_split_key(key)[0]}{tone}"),)
+
+
+def _widened(option: Option, fuzzy: frozenset[str]) -> Option:
+    return tuple((token, key if is_literal_key(key) else _widen(key, fuzzy)) for token, key in option)
+
+
+def _shuangpin_pieces(run: str, digit: str, layout: str, prefixes: bool) -> list[Piece]:
+    """A run of shuangpin keys as pieces: a syllable per key pair; an odd trailing initial key a prefix
+    piece (with ``prefixes``); keys that spell nothing pass through as typed, one character per piece."""
+    pieces: list[Piece] = []
+    offset = 0
+    for kind, text, keys in double_pinyin.decode_pieces(run, layout):
+        typed = run[offset:offset + len(keys)]
+        offset += len(keys)
+        if kind == double_pinyin.SYLLABLE:
+            pieces.append(Piece((((text, text),),)))
+        elif kind == double_pinyin.PREFIX and prefixes:
+            pieces.append(Piece((((prefix_token(text), text + PREFIX),),)))
+        else:
+            pieces.extend(_literal(char) for char in typed)
+    if digit:
+        if pieces and not is_literal_key(pieces[-1].options[0][-1][1]):
+            pieces[-1] = Piece((_with_tone(pieces[-1].options[0], digit),))
+        else:
+            pieces.append(_literal(digit))
+    return pieces
+
+
+def parse_pieces(text: str, limit: int = 4, score=fewest_syllables, *, prefixes: bool = False,
+                 fuzzy: Iterable[str] | str | None = frozenset(), shuangpin: str | None = None) -> list[Piece]:
     """What a user typed, as pieces: syllables separated by spaces or apostrophes (``ni hao``, ``xi'an``) or
     run together (``nihao``), optional tone digits (``ni3``) or tone marks (``nǐ``), ``v``/``ü``/``u:`` for
     ü, any case, full-width letters. A letter run that is no pinyin (``Python``), punctuation, digits,
     hanzi and emoji pass through one character per piece. Letter runs keep their ``limit`` best
     segmentations by ``score`` (by default the fewest syllables; the Converter passes a syllable bigram
     model's log-probability). Control characters (NUL, ESC, ...), the byte-order mark and zero-width spaces
-    are dropped and separate like a space: nobody means them, and echoing them could drive a terminal."""
+    are dropped and separate like a space: nobody means them, and echoing them could drive a terminal.
+
+    Options (keyword-only; the defaults read full pinyin only):
+
+    - ``prefixes``: letters that begin a syllable stand for any syllable they begin, spaced
+      (``wo xiang q b j``), run together (``wxqbj``, ``zhongg``) or mixed; full syllables win wherever the
+      run reads as full syllables (see ``_split_run``). A tone digit or tone mark on a prefix is kept in
+      its key (``b3`` -> key ``b*3``: syllables b... in tone 3). Off by default because a Latin word
+      (``Python``) would read as prefixes instead of passing through.
+    - ``fuzzy``: names of :data:`FUZZY_PAIRS` (``{"z-zh", "an-ang"}``): each syllable's key widens to its
+      fuzzy variants after segmentation, so a variant never changes how a run is split; tokens stay as
+      typed. Raises :class:`DataError` for an unknown name.
+    - ``shuangpin``: a layout name of :mod:`pinyin_hanzi.shuangpin`; letter runs (and ``;`` where the
+      layout has a final on it) are read as key pairs of that layout instead of as pinyin, an odd trailing
+      initial key is a prefix piece (with ``prefixes``, else it passes through), and a pair that spells no
+      syllable passes through as typed. Tone marks are no keys and pass through; a tone digit after a run
+      tones its last syllable. Raises :class:`DataError` for an unknown layout."""
+    fuzzy = fuzzy_pairs(fuzzy)
+    if shuangpin is not None:
+        extra = "".join(sorted(key for key in double_pinyin.layout_named(shuangpin).keys if not key.isalpha()))
+        piece_pattern = re.compile(f"([A-Za-z{re.escape(extra)}]+)([0-5]?)|(.)", re.S)
+    else:
+        piece_pattern = _PIECE
     text = _INVISIBLE.sub(" ", text)
     text = re.sub(r"(?<=[nlNL])[uU]:", "v", ascii_letters_digits(text))
     pieces: list[Piece] = []
     for chunk in re.split(r"[\s']+", text):
-        for match in _PIECE.finditer(chunk):
+        for match in piece_pattern.finditer(chunk):
             run, digit, other = match.groups()
             if other is not None:
                 pieces.append(_literal(other))
+                continue
+            if shuangpin is not None:
+                found = _shuangpin_pieces(run, digit, shuangpin, prefixes)
+                pieces.extend(Piece(tuple(_widened(o, fuzzy) for o in p.options), p.scores) if fuzzy else p
+                              for p in found)
                 continue
             letters, tones = [], []
             for char in run.lower().replace("ü", "v"):
                 base, tone = TONE_MARKS.get(char, (char, None))
                 letters.append(base)
                 tones.append(tone)
-            options, scores = _split_run("".join(letters), tones, limit, score)
+            options, scores = _split_run("".join(letters), tones, limit, score, prefixes)
             if digit and options:
-                tone = 5 if digit in "05" else int(digit)
-                options = [option[:-1] + ((option[-1][0], f"{option[-1][0]}{tone}"),) for option in options]
+                options = [_with_tone(option, digit) for option in options]
+            if fuzzy:
+                options = [_widened(option, fuzzy) for option in options]
             if options:
                 pieces.append(Piece(tuple(options), tuple(scores)))
             else:  # not pinyin: every character passes through as typed
@@ -127,18 +366,24 @@ def parse_pieces(text: str, limit: int = 4, score=fewest_syllables) -> list[Piec
 
 
 def alternatives(pieces: list[Piece], limit: int = 4) -> list[Option]:
-    """Up to ``limit`` whole-input readings, best total piece score first."""
-    combined: list[tuple[float, Option]] = [(0.0, ())]
+    """Up to ``limit`` whole-input readings, ranked by (number of prefix pieces, then total piece score):
+    fewer prefixes first whatever the scores, as within a letter run (see ``_split_run``)."""
+    combined: list[tuple[int, float, Option]] = [(0, 0.0, ())]
     for piece in pieces:
         if len(piece.options) == 1:
-            combined = [(total, reading + piece.options[0]) for total, reading in combined]
+            combined = [(count, total, reading + piece.options[0]) for count, total, reading in combined]
             continue
-        extended = [(total + score, reading + option) for total, reading in combined
-                    for option, score in zip(piece.options, piece.scores)]
-        combined = sorted(extended, key=lambda entry: -entry[0])[:limit]
-    return [reading for _, reading in combined]
+        extended = [(count + _prefix_count(option), total + score, reading + option)
+                    for count, total, reading in combined for option, score in zip(piece.options, piece.scores)]
+        combined = sorted(extended, key=lambda entry: (entry[0], -entry[1]))[:limit]
+    return [reading for _, _, reading in combined]
 
 
-def parse_pinyin(text: str) -> list[str]:
-    """The model tokens of the best-guess reading of typed input (see :func:`parse_pieces`)."""
-    return [token for token, _ in alternatives(parse_pieces(text), limit=1)[0]]
+def _prefix_count(option: Option) -> int:
+    return sum(is_prefix_token(token) for token, _ in option)
+
+
+def parse_pinyin(text: str, **options) -> list[str]:
+    """The model tokens of the best-guess reading of typed input; ``options`` are :func:`parse_pieces`'
+    keyword-only options."""
+    return [token for token, _ in alternatives(parse_pieces(text, **options), limit=1)[0]]

@@ -29,3 +29,59 @@ def test_typed_forms():
     assert typed(tokens, "第4个人，西安", unsegmented=True) == "di 4geren，xian"
     tokens = ["zai", "T", "X", "xing", "P", "y", "t", "h", "o", "n", "o"]
     assert typed(tokens, "在TX型Python哦", unsegmented=True) == "zai TX xing Python o"
+
+
+SENTENCES = ["我想去北京看看长城", "中国人民决心继承邓小平同志的遗志，",
+             "我们相信通过这些国家和地区的努力以及有关的国际合作，", "今天天气很好，我们一起去公园散步吧！"]
+
+
+def test_abbreviated_typing_is_deterministic_and_nested_by_share():
+    import subprocess
+    import sys
+
+    from pinyin_hanzi.metrics import abbreviated_positions, typed
+    from pinyin_hanzi.pinyin import hanzi_to_tokens
+
+    hanzi = SENTENCES[2]
+    tokens = hanzi_to_tokens(hanzi)
+    assert typed(tokens, hanzi, abbreviate=0.0) == typed(tokens, hanzi)
+    assert typed(tokens, hanzi, abbreviate=0.5) == typed(list(tokens), hanzi, abbreviate=0.5)
+    small, large = abbreviated_positions(hanzi, tokens, 0.3), abbreviated_positions(hanzi, tokens, 0.7)
+    assert set(small) < set(large)  # a larger share abbreviates the same positions and more
+    every = abbreviated_positions(hanzi, tokens, 1.0)
+    assert every == [i for i, t in enumerate(tokens) if t != "，" and len(t) > 1]
+    words = typed(tokens, hanzi, abbreviate=1.0).split()
+    assert words[:4] == ["w", "m", "x", "x"] and words[-1] == "，" and "zh" in words  # zhe -> zh
+    assert typed(tokens, hanzi, abbreviate=0.5) != typed(tokens, SENTENCES[1] + "啊" * 20, abbreviate=0.5)
+    # the same choice in a fresh interpreter with another string hash seed (no use of Python's hash())
+    code = ("from pinyin_hanzi.metrics import typed; from pinyin_hanzi.pinyin import hanzi_to_tokens; "
+            f"h = {hanzi!r}; print(typed(hanzi_to_tokens(h), h, True, abbreviate=0.5))")
+    other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                           env={**__import__("os").environ, "PYTHONHASHSEED": "123"})
+    assert other.stdout.strip() == typed(tokens, hanzi, True, abbreviate=0.5)
+    with pytest.raises(ValueError):
+        typed(tokens, hanzi, abbreviate=1.5)
+
+
+def test_abbreviated_input_parses_back_to_prefix_pieces():
+    from pinyin_hanzi.metrics import abbreviated_positions, typed
+    from pinyin_hanzi.pinyin import hanzi_to_tokens
+    from pinyin_hanzi.typed_input import alternatives, is_prefix_token, parse_pieces, prefix_token
+
+    for hanzi in SENTENCES:
+        tokens = hanzi_to_tokens(hanzi)
+        chosen = abbreviated_positions(hanzi, tokens, 0.5)
+        assert chosen
+        spaced = parse_pieces(typed(tokens, hanzi, abbreviate=0.5), prefixes=True)
+        assert len(spaced) == len(tokens)
+        for position in chosen:  # spaced: that piece reads as the abbreviation (second after a lone n m a o e)
+            abbreviation = prefix_token(tokens[position])  # typed "zh" has token and key "zh*"
+            assert ((abbreviation, abbreviation),) in spaced[position].options, (hanzi, position)
+        run_together = typed(tokens, hanzi, True, abbreviate=0.5)
+        best = [token for token, _ in alternatives(parse_pieces(run_together, prefixes=True), 1)[0]]
+        expected = [prefix_token(t) if i in chosen else t for i, t in enumerate(tokens)]
+        # run together, an abbreviated a o e may read as that syllable (n m inside a run never do)
+        vowels = {i for i in chosen if tokens[i][0] in "aoe"}
+        assert len(best) == len(expected), run_together
+        assert [t for i, t in enumerate(best) if i not in vowels] == [t for i, t in enumerate(expected) if i not in vowels]
+        assert sum(map(is_prefix_token, best)) >= len(chosen) - len(vowels)

@@ -1,8 +1,16 @@
-from pinyin_hanzi.typed_input import TONE_MARKS, alternatives, literal_key, parse_pieces, parse_pinyin
+import random
+
+import pytest
+
+from pinyin_hanzi.errors import DataError
+from pinyin_hanzi.pinyin import syllables, toned_syllable_table
+from pinyin_hanzi.typed_input import (FUZZY_PAIRS, PREFIX_TOKENS, TONE_MARKS, alternatives, fewest_syllables,
+                                      is_prefix_token, key_syllables, literal_key, parse_pieces, parse_pinyin,
+                                      prefix_token)
 
 
-def _readings(text):
-    return [[key for _, key in reading] for reading in alternatives(parse_pieces(text))]
+def _readings(text, **options):
+    return [[key for _, key in reading] for reading in alternatives(parse_pieces(text, **options))]
 
 
 def test_parse_spaced_apostrophe_and_run_together_input():
@@ -64,3 +72,223 @@ def test_every_tone_mark_is_known():
     assert len(TONE_MARKS) == 6 * 4 + 3 + 1
     assert TONE_MARKS["ḿ"] == ("m", 2) and TONE_MARKS["ǹ"] == ("n", 4) and TONE_MARKS["ǚ"] == ("v", 3)
     assert _readings("ḿ") == [["m2"]] and _readings("ń") == [["n2"]]
+
+
+# ---- syllable prefixes ----
+
+
+def _prefixed(text, **options):
+    return [[key for _, key in reading] for reading in alternatives(parse_pieces(text, prefixes=True, **options))]
+
+
+def test_prefixes_spaced_run_together_mixed_and_with_apostrophes():
+    expected = ["wo", "xiang", "q*", "b*", "j*"]
+    for typed in ("wo xiang q b j", "woxiangqbj", "wo xiang qbj", "wo'xiang'q'b'j", "WO XIANG Q B J"):
+        assert _prefixed(typed)[0] == expected, typed
+    assert _prefixed("wxqbj") == [["w*", "x*", "q*", "b*", "j*"]]
+    assert _prefixed("zhongg") == [["zhong", "g*"]]
+    assert _prefixed("zhong'g") == [["zhong", "g*"]]
+    assert _prefixed("zho")[0] == ["zho*"] and _prefixed("zh") == [["zh*"]]
+    assert parse_pinyin("zhongg zho b", prefixes=True) == ["zhong", "g*", "zh*", "b*"]  # model tokens
+    assert _prefixed("bei jing d x") == [["bei", "jing", "d*", "x*"]]
+
+
+def test_prefixes_are_off_by_default_so_latin_words_pass_through():
+    assert parse_pinyin("wxqbj") == list("wxqbj")
+    assert parse_pinyin("Python") == list("Python")
+    assert parse_pinyin("Python", prefixes=True) == ["p*", "y*", "t*", "h*"]
+
+
+def test_full_syllables_win_xian_is_never_prefixes():
+    assert _prefixed("xian") == [["xian"], ["xi", "an"]]
+    assert _prefixed("fangan") == _readings("fangan")
+    assert _prefixed("xianb") == [["xian", "b*"], ["xi", "an", "b*"]]
+
+
+def test_lone_syllable_letters_stay_syllables_and_interjections_split_inside_runs():
+    for letter in ("a", "o", "e", "n", "m"):  # the syllable first, then what the letter abbreviates
+        assert _prefixed(letter) == [[letter], [letter + "*"]], letter
+        assert _prefixed(letter, score=lambda previous, token: 100.0 if token.endswith("*") else 0.0) == \
+            [[letter], [letter + "*"]], letter
+        assert parse_pinyin(f"wo {letter}", prefixes=True) == ["wo", letter]
+    assert _prefixed("n3") == [["n3"], ["n*3"]]
+    for interjection in ("ng", "hm", "hng"):
+        assert _prefixed(interjection) == [[interjection]], interjection
+    assert _prefixed("nmd") == [["n*", "m*", "d*"]]  # n, m are never syllables inside a run
+    assert _prefixed("wng") == [["w*", "n*", "g*"]]  # ng inside a run: n* g*
+    assert _prefixed("hmm") == [["h*", "m*", "m*"]]
+    assert _prefixed("xa")[0] == ["x*", "a"]  # a is a syllable inside a run too
+
+
+def test_tone_digits_and_marks_after_a_prefix_stay_in_its_key():
+    assert _prefixed("b3") == [["b*3"]]
+    assert _prefixed("zhǒ")[0] == ["zho*3"]
+    assert _prefixed("zhong1 g4")[0] == ["zhong1", "g*4"]
+    tone3 = key_syllables("b*3")
+    assert "ba3" in tone3 and "bang3" in tone3 and all(s[-1] == "3" and s in toned_syllable_table() for s in tone3)
+    assert set(tone3) == {s + "3" for s in key_syllables("b*") if s + "3" in toned_syllable_table()}
+
+
+def test_prefix_tokens_and_key_syllables():
+    assert prefix_token("zhong") == "zh*" and prefix_token("an") == "a*" and prefix_token("zho") == "zh*"
+    assert prefix_token("b") == "b*" and prefix_token("x") == "x*" and prefix_token("shuang") == "sh*"
+    assert PREFIX_TOKENS == {prefix_token(s) for s in syllables()}
+    assert all(is_prefix_token(t) for t in PREFIX_TOKENS) and not is_prefix_token("*") and not is_prefix_token("b")
+    assert key_syllables("zho*") == tuple(sorted(s for s in syllables() if s.startswith("zho")))
+    assert "zhong" in key_syllables("zho*") and "zhou" in key_syllables("zho*")
+    z = key_syllables("z*")
+    assert "zai" in z and not any(s.startswith("zh") for s in z)  # z* is the z initial, not zh
+    assert set(key_syllables("a*")) == {"a", "ai", "an", "ang", "ao"}
+    assert key_syllables("ni") == ("ni",) and key_syllables("ni3") == ("ni3",)
+    assert key_syllables(literal_key("|")) == () and key_syllables(literal_key("*")) == ()
+    with pytest.raises(ValueError):
+        prefix_token("")
+
+
+def test_fewer_prefixes_rank_first_whatever_the_score():
+    def prefers_prefixes(previous, token):  # a score that would pick prefixes if it decided
+        return 1000.0 if token.endswith("*") else -1000.0
+
+    assert _prefixed("xian", score=prefers_prefixes) == [["xian"], ["xi", "an"]]
+    assert _prefixed("zhongg", score=prefers_prefixes) == [["zhong", "g*"]]
+    assert _prefixed("xianb", score=prefers_prefixes) == [["xian", "b*"], ["xi", "an", "b*"]]
+    # among readings with as many prefixes, the score decides
+    assert _prefixed("zho") == [["zho*"], ["zh*", "o"]]
+    assert _prefixed("zho", score=lambda previous, token: 1.0) == [["zh*", "o"], ["zho*"]]
+
+
+def _segmentations(letters, start=0):
+    """Every split of ``letters`` into syllables and prefix pieces, as (prefix count, pieces), brute force."""
+    if start == len(letters):
+        yield 0, []
+        return
+    for end in range(start + 1, min(len(letters), start + 6) + 1):
+        piece = letters[start:end]
+        whole = start == 0 and end == len(letters)
+        if piece in syllables() and (piece not in {"m", "n", "ng", "hm", "hng"} or whole):
+            cost = 0
+        elif any(s.startswith(piece) and s != piece for s in syllables()):
+            cost = 1
+        else:
+            continue
+        for count, rest in _segmentations(letters, end):
+            yield count + cost, [piece] + rest
+
+
+def test_prefix_readings_never_beat_a_full_syllable_reading_property():
+    from pinyin_hanzi.syllable_lm import SyllableBigrams
+
+    rng = random.Random(7)
+    pool = sorted(syllables())
+    lm = SyllableBigrams.count([[rng.choice(pool) for _ in range(8)] for _ in range(200)])
+    for _ in range(300):
+        # syllables run together, some cut short: any mix of full and abbreviated syllables
+        parts = [rng.choice(pool) for _ in range(rng.randint(1, 3))]
+        parts = [p[:rng.randint(1, len(p))] if rng.random() < 0.3 else p for p in parts]
+        run = "".join(parts)
+        for score in (fewest_syllables, lm.bigram_log_prob):
+            found = parse_pieces(run, score=score, prefixes=True)
+            plain = parse_pieces(run, score=score)
+            counts = {count for count, _ in _segmentations(run)}
+            if 0 in counts:  # a full-syllable reading exists: prefixes change nothing but add a lone a o e n m*
+                assert found == plain or (len(run) == 1 and found[0].options[:-1] == plain[0].options), run
+                assert alternatives(found)[0] == alternatives(plain)[0]
+                continue
+            assert len(found) == 1 and plain != found, run
+            readings = found[0].options
+            assert all(sum(is_prefix_token(t) for t, _ in r) == min(counts) for r in readings), run
+            assert list(found[0].scores) == sorted(found[0].scores, reverse=True)
+
+
+# ---- fuzzy pinyin ----
+
+
+def test_fuzzy_is_off_by_default_and_widens_keys_not_tokens():
+    assert _readings("zi") == [["zi"]]
+    assert _readings("zi", fuzzy={"z-zh"}) == [["zi|zhi"]]
+    assert parse_pinyin("zi", fuzzy={"z-zh"}) == ["zi"]
+    assert _readings("zhi3", fuzzy={"z-zh"}) == [["zhi3|zi3"]]
+    assert key_syllables("zi|zhi") == ("zi", "zhi")
+    assert _readings("lan", fuzzy={"n-l", "r-l", "an-ang"}) == [["lan|lang|nan|nang|ran|rang"]]
+    assert _readings("nan", fuzzy={"r-l"}) == [["nan"]]  # pairs work one at a time: no n -> l -> r
+    assert _readings("jian yan guan", fuzzy={"an-ang"})[0] == ["jian", "yan|yang", "guan"]
+    assert _readings("jian guan", fuzzy={"ian-iang", "uan-uang"})[0] == ["jian|jiang", "guan|guang"]
+    assert _readings("fu hu", fuzzy={"f-h"}) == [["fu|hu", "hu|fu"]]
+    assert _readings("n a", fuzzy={"n-l"}) == [["n", "a"]]  # variants count only where they are syllables
+
+
+def test_fuzzy_pairs_are_symmetric():
+    names = frozenset(FUZZY_PAIRS)
+    for name, (part, one, other) in FUZZY_PAIRS.items():
+        pairs = 0
+        for typed in sorted(syllables()):
+            key = _readings(typed, fuzzy={name})[0][0]  # a syllable typed alone reads as itself first
+            if "|" not in key:
+                continue
+            assert key.split("|")[0] == typed
+            for variant in key.split("|")[1:]:
+                assert typed in key_syllables(_readings(variant, fuzzy={name})[0][0]), (name, typed, variant)
+                pairs += 1
+        assert pairs > 0, name
+    assert _readings("ang", fuzzy=names)[0] == ["ang|an"]
+
+
+def test_fuzzy_prefixes_widen_by_initial_pairs():
+    assert _prefixed("z", fuzzy={"z-zh"}) == [["z*|zh*"]]
+    assert _prefixed("zh", fuzzy={"z-zh"}) == [["zh*|z*"]]
+    assert _prefixed("zho", fuzzy={"z-zh"})[0] == ["zho*|zo*"]
+    covered = key_syllables("z*|zh*")
+    assert "za" in covered and "zhong" in covered
+    assert _prefixed("a", fuzzy={"an-ang"}) == [["a"], ["a*"]]  # final pairs leave prefixes alone
+    assert _prefixed("wxa", fuzzy=frozenset(FUZZY_PAIRS))[0] == ["w*", "x*", "a"]
+
+
+def test_fuzzy_never_changes_the_segmentation():
+    rng = random.Random(11)
+    pool = sorted(syllables())
+    everything = frozenset(FUZZY_PAIRS)
+    for _ in range(200):
+        run = "".join(rng.choice(pool) for _ in range(rng.randint(1, 4)))
+        plain, fuzzy = parse_pieces(run, prefixes=True), parse_pieces(run, prefixes=True, fuzzy=everything)
+        assert [[[t for t, _ in o] for o in p.options] for p in plain] == \
+               [[[t for t, _ in o] for o in p.options] for p in fuzzy], run
+        for p, q in zip(plain, fuzzy):
+            for o, r in zip(p.options, q.options):
+                assert all(k.split("|")[0] == wide.split("|")[0] for (_, k), (_, wide) in zip(o, r))
+
+
+def test_unknown_fuzzy_pair_is_a_one_line_data_error():
+    with pytest.raises(DataError, match="unknown fuzzy pinyin pair 'zh-j'; known: z-zh, c-ch") as error:
+        parse_pieces("zi", fuzzy={"z-zh", "zh-j"})
+    assert "\n" not in str(error.value)
+    assert _readings("zi", fuzzy="z-zh") == [["zi|zhi"]]  # one name as a plain string
+
+
+# ---- shuangpin ----
+
+
+def test_shuangpin_runs_are_key_pairs():
+    from pinyin_hanzi.shuangpin import encode
+
+    def sp(text, **options):
+        return [[(t, k) for t, k in r] for r in alternatives(parse_pieces(text, shuangpin="microsoft", **options))]
+
+    assert sp("vsgo") == [[("zhong", "zhong"), ("guo", "guo")]]
+    assert sp("nihk vsgo")[0] == sp("nihkvsgo")[0]
+    assert sp("nihkv", prefixes=True) == [[("ni", "ni"), ("hao", "hao"), ("zh*", "zh*")]]
+    assert sp("nihkv") == [[("ni", "ni"), ("hao", "hao"), ("v", literal_key("v"))]]  # no prefixes: as typed
+    assert sp("ni3hk3") == [[("ni", "ni3"), ("hao", "hao3")]]
+    assert sp("m; vs!") == [[("ming", "ming"), ("zhong", "zhong"), ("!", literal_key("!"))]]  # ; is a key
+    assert encode("ming", "microsoft") == "m;"
+    assert sp("NIHK") == sp("nihk")
+    assert sp("vi", fuzzy={"z-zh"}) == [[("zhi", "zhi|zi")]]
+    no_syllable = [p for p in ("aa", "ab", "qq") if all(encode(s, "microsoft") != p for s in syllables()
+                                                         if s not in {"m", "n", "ng", "hm", "hng", "lo"})]
+    assert no_syllable
+    for pair in no_syllable:  # a pair that spells nothing passes through as typed
+        assert sp(pair.upper()) == [[(c, literal_key(c)) for c in pair.upper()]]
+    sentence = ["wo", "xiang", "qu", "bei", "jing"]
+    keys = "".join(encode(s, "xiaohe") for s in sentence)
+    assert parse_pinyin(keys, shuangpin="xiaohe") == sentence
+    with pytest.raises(DataError, match="unknown shuangpin layout"):
+        parse_pieces("vsgo", shuangpin="qwerty")
