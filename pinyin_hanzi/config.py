@@ -24,12 +24,12 @@ class DataConfig:
     corpus: str = "pd1998"  # one source: a name of sources.SOURCES (pd1998, ...) or a path to a .txt / .tsv file
     sources: dict[str, float] = field(default_factory=dict)  # several sources -> weight; replaces corpus
     phrase_pinyin: bool = False  # read polyphones with pypinyin-dict's phrase table (银行 yin hang)
-    name: str = ""  # prepared-data folder name; defaults to the corpus name
-    prepared_dir: str = "data/prepared"
-    raw_dir: str = "data/raw"
+    name: str = ""  # prepared-data folder name; defaults to the source's name, or the sources' names joined by +
+    prepared_dir: str = "data/prepared"  # prepared splits, vocabularies and stats.json go to <prepared_dir>/<name>/
+    raw_dir: str = "data/raw"  # downloaded corpus packages are cached and unpacked here
     max_len: int = 32  # longest example, in syllables; longer clauses are cut into pieces
     valid_per_mille: int = 10  # share of examples (by text hash) held out for validation
-    test_per_mille: int = 20  # ... and for testing
+    test_per_mille: int = 20  # share of examples (by text hash) held out for testing
     min_char_count: int = 1  # rarer target characters map to <unk>
 
     def source_weights(self) -> dict[str, float]:
@@ -39,43 +39,43 @@ class DataConfig:
 
 @dataclass
 class ModelConfig:
-    d_model: int = 256
-    n_heads: int = 4
-    n_encoder_layers: int = 3
-    n_decoder_layers: int = 3
-    d_ff: int = 1024
-    dropout: float = 0.1
+    d_model: int = 256  # width of embeddings and of every sublayer's input and output
+    n_heads: int = 4  # attention heads; must divide d_model
+    n_encoder_layers: int = 3  # encoder depth
+    n_decoder_layers: int = 3  # decoder depth
+    d_ff: int = 1024  # inner width of the feed-forward sublayer
+    dropout: float = 0.1  # after embeddings, attention weights and sublayers
     norm: str = "pre"  # "pre" (LayerNorm before each sublayer) or "post" (the original paper)
     tie_output: bool = True  # output projection shares the target embedding's weights
-    max_positions: int = 512
+    max_positions: int = 512  # rows of the positional-encoding table: the longest sequence the model takes
 
 
 @dataclass
 class TrainConfig:
     name: str = "run"  # runs/<name>/ and checkpoints/<name>/
-    seed: int = 1234
+    seed: int = 1234  # model initialisation, batch order and dropout
     device: str = "auto"  # auto (cuda > mps > cpu), cpu, cuda, mps
     threads: int = 0  # CPU threads for torch; 0 = number of cores
-    max_steps: int = 10000
+    max_steps: int = 10000  # optimizer steps; the cosine schedule ends here
     max_minutes: float = 0.0  # stop (and checkpoint) after this much wall time; 0 = no limit
     batch_tokens: int = 4096  # target tokens per batch, padding included
     grad_accum_steps: int = 1  # batches per optimizer step, over all processes (a multiple of their number)
     max_bad_steps: int = 5  # stop after this many batches in a row with a non-finite loss or gradient
-    lr: float = 1e-3
-    warmup_steps: int = 300
+    lr: float = 1e-3  # AdamW peak learning rate, reached after the warm-up
+    warmup_steps: int = 300  # linear warm-up from 0 to lr
     min_lr_ratio: float = 0.05  # cosine decay ends at lr * min_lr_ratio
-    weight_decay: float = 0.01
-    beta1: float = 0.9
-    beta2: float = 0.98
-    label_smoothing: float = 0.1
+    weight_decay: float = 0.01  # AdamW decoupled weight decay (none on biases and norms)
+    beta1: float = 0.9  # AdamW's first-moment decay
+    beta2: float = 0.98  # AdamW's second-moment decay
+    label_smoothing: float = 0.1  # share of the target probability spread over the other classes of the loss
     loss: str = "full"  # "full" softmax over all hanzi, or "candidates": over the syllable's candidates only
-    grad_clip: float = 1.0
-    log_every: int = 20
-    eval_every: int = 500
+    grad_clip: float = 1.0  # largest gradient norm; 0 = no clipping
+    log_every: int = 20  # steps between TensorBoard records of the training loss, lr and gradient norm
+    eval_every: int = 500  # steps between evaluations; each writes last.pt, and best.pt when accuracy improves
     eval_sentences: int = 400  # validation clauses decoded (constrained greedy) at each evaluation
     attention_sentences: int = 2  # validation clauses whose cross-attention goes to TensorBoard (0 = none)
-    checkpoint_dir: str = "checkpoints"
-    runs_dir: str = "runs"
+    checkpoint_dir: str = "checkpoints"  # last.pt and best.pt go to <checkpoint_dir>/<name>/
+    runs_dir: str = "runs"  # TensorBoard events, config.yaml and the JSONL logs go to <runs_dir>/<name>/
     compile: bool = False  # torch.compile the model
     precision: str = "auto"  # "fp32", "bf16" (autocast; weights and optimizer stay fp32) or "auto": bf16 on CUDA
     # and on CPUs with native bf16 matrix units (AVX512-BF16 or AMX), fp32 elsewhere
@@ -85,25 +85,26 @@ class TrainConfig:
 class DecodeConfig:
     constrained: bool = True  # only characters whose reading matches the syllable may be chosen
     beam: int = 5  # translate.py's beam size unless --beam is given (1: greedy)
-    batch_sentences: int = 256
+    batch_sentences: int = 256  # sentences decoded together when evaluating
     split_penalty: float = 3.0  # score cost of each syllable beyond the fewest-syllable reading of a run
     clause_end: bool = True  # a line typed without final punctuation is decoded as a whole clause (virtual 。)
     lm_weight: float = 0.0  # weight of the character n-gram model in beam search scores (0: none; greedy never
-    # uses it; see char_lm.py)
-    lm_order: int = 3  # its n (counted by train.py from the training split when lm_weight > 0)
-    lm_min_count: int = 1  # highest-order n-grams seen fewer times are left out (a smaller model)
-    lm_phrases: int = 0  # each entry of pypinyin-dict's phrase table is counted this many more times into it
-    # (idioms and terms the training text has seldom seen; 0: none). With lm_min_count m, m copies keep them all
+    # uses it; see char_lm.py); train.py counts the model when > 0, translate.py --lm-weight overrides it
+    lm_order: int = 3  # n of the character n-gram model, 1..4 (counted by train.py from the training split)
+    lm_min_count: int = 1  # highest-order n-grams seen fewer times are left out of the n-gram model (smaller)
+    lm_phrases: int = 0  # each entry of pypinyin-dict's phrase table is counted this many more times into the
+    # n-gram model (idioms and terms the training text has seldom seen; 0: none); with lm_min_count m, m copies
+    # keep every phrase's n-grams
     reading_margin: float = 8.0  # with the n-gram model: readings of ambiguous letters whose prior is more
-    # than this below the best reading's are not decoded (see Converter.convert)
+    # than this below the best reading's are not decoded (a heuristic; without the model an exact bound prunes)
 
 
 @dataclass
 class Config:
-    data: DataConfig = field(default_factory=DataConfig)
-    model: ModelConfig = field(default_factory=ModelConfig)
-    train: TrainConfig = field(default_factory=TrainConfig)
-    decode: DecodeConfig = field(default_factory=DecodeConfig)
+    data: DataConfig = field(default_factory=DataConfig)  # the corpus: sources, preparation, splits
+    model: ModelConfig = field(default_factory=ModelConfig)  # the encoder-decoder Transformer's shape
+    train: TrainConfig = field(default_factory=TrainConfig)  # the run: optimizer, schedule, batches, logging
+    decode: DecodeConfig = field(default_factory=DecodeConfig)  # conversion defaults stored with the model
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -266,3 +267,81 @@ def config_from_dict(raw: dict, where: str = "checkpoint") -> Config:
 
 def save_config(config: Config, path: str | Path) -> None:
     Path(path).write_text(yaml.safe_dump(config.to_dict(), sort_keys=False, allow_unicode=True), encoding="utf-8")
+
+
+# The configuration reference (docs/config.md) is generated from the field comments above, so the code stays
+# the one source of truth and reads as it did. A field's doc is its trailing comment plus the comment lines
+# right below it; tests/test_config.py fails when a field has none or docs/config.md is out of date.
+SECTIONS = {"data": DataConfig, "model": ModelConfig, "train": TrainConfig, "decode": DecodeConfig}
+
+
+def field_docs(cls: type) -> dict[str, str]:
+    """Field name -> its doc, for each annotated field of the dataclass ``cls`` ("" where it has none).
+
+    The doc is the comment after the field on its last line, continued by the comment lines directly below
+    it, joined with spaces. Raises OSError (from inspect) when the class's source cannot be found.
+    """
+    import ast  # only the reference needs these
+    import inspect
+    import io
+    import textwrap
+    import tokenize
+
+    source = textwrap.dedent(inspect.getsource(cls))
+    comments: dict[int, tuple[str, bool]] = {}  # line -> (text, whether the comment is alone on its line)
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if token.type == tokenize.COMMENT:
+            comments[token.start[0]] = (token.string.lstrip("#").strip(), not token.line[: token.start[1]].strip())
+    docs = {}
+    for node in ast.parse(source).body[0].body:
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            trailing = comments.get(node.end_lineno)
+            parts = [trailing[0]] if trailing is not None and not trailing[1] else []
+            line = node.end_lineno + 1
+            while line in comments and comments[line][1]:
+                parts.append(comments[line][0])
+                line += 1
+            docs[node.target.id] = " ".join(parts)
+    return docs
+
+
+def _markdown_cell(text: str) -> str:
+    # A bare <name> would vanish as an HTML tag, a | would end the cell.
+    return text.replace("\\", "\\\\").replace("|", "\\|").replace("<", "\\<")
+
+
+def _yaml_value(value) -> str:
+    """``value`` as it is written in a config file (``true``, ``''``, ``{}``, ``data/raw``)."""
+    text = yaml.safe_dump(value, default_flow_style=True, allow_unicode=True)
+    return text.removesuffix("...\n").strip()
+
+
+def config_reference() -> str:
+    """The configuration reference as Markdown: one table per section, each key's type, default and doc."""
+    section_docs = field_docs(Config)
+    lines = [
+        "# Configuration reference",
+        "",
+        "<!-- Generated by `python -m pinyin_hanzi.config > docs/config.md` from the field comments of",
+        "     pinyin_hanzi/config.py: edit those, not this file. tests/test_config.py checks that they agree. -->",
+        "",
+        "A config file (`configs/*.yaml`) has the sections below; a key it leaves out takes the default given",
+        "here. Any key can be overridden on the command line as `section.key=value` (parsed as YAML, checked",
+        "against the key's type). Unknown sections or keys, wrong types and invalid values stop `train.py` with",
+        "a one-line error naming the key and the file.",
+    ]
+    for section, cls in SECTIONS.items():
+        docs = field_docs(cls)
+        lines += ["", f"## `{section}`: {_markdown_cell(section_docs[section])}", "",
+                  "| key | type | default | meaning |", "|---|---|---|---|"]
+        for item in dataclasses.fields(cls):
+            default = item.default_factory() if item.default is dataclasses.MISSING else item.default
+            lines.append(f"| `{section}.{item.name}` | `{item.type}` | `{_yaml_value(default)}` "
+                         f"| {_markdown_cell(docs[item.name])} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":  # python -m pinyin_hanzi.config > docs/config.md
+    import sys
+
+    sys.stdout.buffer.write(config_reference().encode("utf-8"))

@@ -1,4 +1,4 @@
-"""Bad input through the real translate.py and train.py: every case of README's "What bad input gets" table,
+"""Bad input through the real translate.py and train.py: every case of the table of docs/bad-input.md,
 with its documented output and exit status, and never a traceback.
 
 The cases are data: one ``Case`` per table row. Cases that convert a line (exit status 0) are fed to one
@@ -35,7 +35,7 @@ class Case:
     """One row of the table. ``argv`` may name files the fixture writes (``{ckpt}``, ``{tmp}``, ``{config}``);
     ``line``, when given, is converted as one line of the shared --input file instead of running argv."""
 
-    name: str  # the README table's "input" column starts with this
+    name: str  # the docs/bad-input.md table's "input" column starts with this
     script: str = "translate.py"
     argv: tuple[str, ...] = ()
     line: str | None = None
@@ -235,14 +235,13 @@ def results(trained, tiny_corpus, tmp_path_factory) -> dict[str, tuple[int, str,
     return out
 
 
-def test_there_are_at_least_30_cases_and_each_is_in_the_readme():
+def test_there_are_at_least_30_cases_and_each_is_documented():
     assert len(CASES) >= 30 and len({case.name for case in CASES}) == len(CASES)
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    table = readme.split("### What bad input gets", 1)[1].split("\n## ", 1)[0]
+    table = (ROOT / "docs" / "bad-input.md").read_text(encoding="utf-8")
     rows = [line for line in table.splitlines() if line.startswith("| ")]
     for case in CASES:
         assert any(row[2:].startswith(f"{case.name} ") or row[2:].startswith(f"{case.name}:") or
-                   row[2:].startswith(f"`{case.name}`") for row in rows), f"README table lacks {case.name!r}"
+                   row[2:].startswith(f"`{case.name}`") for row in rows), f"docs/bad-input.md lacks {case.name!r}"
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])

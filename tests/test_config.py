@@ -1,8 +1,9 @@
+import dataclasses
 from pathlib import Path
 
 import pytest
 
-from pinyin_hanzi.config import config_from_dict, load_config
+from pinyin_hanzi.config import SECTIONS, Config, config_from_dict, config_reference, field_docs, load_config
 from pinyin_hanzi.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,3 +66,50 @@ def test_bad_overrides_and_missing_file(tmp_path):
 def test_round_trip_through_a_dict():
     config = load_config(ROOT / "configs" / "quickstart.yaml")
     assert config_from_dict(config.to_dict()) == config
+
+
+@pytest.mark.parametrize("section", list(SECTIONS))
+def test_every_field_has_a_doc(section):
+    cls = SECTIONS[section]
+    docs = field_docs(cls)
+    assert set(docs) == {item.name for item in dataclasses.fields(cls)}
+    assert [name for name, doc in docs.items() if not doc] == []
+
+
+def test_section_docs_and_sections_match_the_config():
+    assert list(SECTIONS) == [item.name for item in dataclasses.fields(Config)]
+    assert all(field_docs(Config).values())
+
+
+@dataclasses.dataclass
+class _Documented:
+    plain: int = 1  # one line
+    long: str = "x|y"  # first part,
+    # second part
+
+    # a comment after a blank line belongs to no field
+    bare: float = 0.0
+    mapping: dict[str, float] = dataclasses.field(default_factory=dict)  # name -> weight
+
+
+def test_field_docs_join_continuation_lines_below_their_field_only():
+    assert field_docs(_Documented) == {"plain": "one line", "long": "first part, second part", "bare": "",
+                                       "mapping": "name -> weight"}
+    decode = field_docs(SECTIONS["decode"])
+    assert decode["lm_weight"].endswith("translate.py --lm-weight overrides it")
+    assert decode["lm_order"].startswith("n of the character n-gram model")
+
+
+def test_docs_config_md_is_generated_from_the_field_docs():
+    written = (ROOT / "docs" / "config.md").read_text(encoding="utf-8")
+    assert written == config_reference(), "docs/config.md is stale: python -m pinyin_hanzi.config > docs/config.md"
+
+
+def test_reference_lists_every_key_with_its_default():
+    reference = config_reference()
+    assert "| `train.max_steps` | `int` | `10000` |" in reference
+    assert "| `data.sources` | `dict[str, float]` | `{}` |" in reference
+    assert "| `data.name` | `str` | `''` |" in reference
+    for section, cls in SECTIONS.items():
+        for item in dataclasses.fields(cls):
+            assert f"| `{section}.{item.name}` |" in reference
