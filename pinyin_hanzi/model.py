@@ -59,12 +59,18 @@ def sinusoidal_table(max_positions: int, d_model: int) -> torch.Tensor:
 def split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
     """(b, t, h*k) -> (b, h, t, k), i.e. einops' rearrange "b t (h k) -> b h t k", written out as a view
     (einops' per-call overhead is a cost at one position per decoding step)."""
-    return x.unflatten(-1, (n_heads, -1)).transpose(1, 2)
+    return x.view(x.shape[0], x.shape[1], n_heads, -1).transpose(1, 2)
 
 
 def merge_heads(x: torch.Tensor) -> torch.Tensor:
     """(b, h, t, k) -> (b, t, h*k): the inverse of :func:`split_heads`."""
     return x.transpose(1, 2).flatten(2)
+
+
+def linear(x: torch.Tensor, layer: nn.Linear) -> torch.Tensor:
+    """``layer(x)`` as a plain function call: the module call's per-call overhead is a cost at one position
+    per decoding step."""
+    return F.linear(x, layer.weight, layer.bias)
 
 
 def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
@@ -146,7 +152,7 @@ class MultiHeadAttention(nn.Module):
         self.out = nn.Linear(d_model, d_model)
 
     def _keys_values(self, source: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        keys, values = self.key_value(source).chunk(2, dim=-1)  # (b, s, 2d) -> two (b, s, d)
+        keys, values = linear(source, self.key_value).chunk(2, dim=-1)  # (b, s, 2d) -> two (b, s, d)
         return split_heads(keys, self.n_heads), split_heads(values, self.n_heads)  # two (b, h, s, k)
 
     def forward(
@@ -161,7 +167,7 @@ class MultiHeadAttention(nn.Module):
         """x (b, t, d) -> (b, t, d). With a ``cache`` (incremental decoding), self-attention appends this
         step's keys/values to the earlier positions' and attends to all of them; cross-attention projects
         the memory at the first step and reuses it."""
-        query = split_heads(self.query(x), self.n_heads)
+        query = split_heads(linear(x, self.query), self.n_heads)
         if memory is None:
             keys, values = self._keys_values(x)
             if cache is not None:
@@ -179,7 +185,7 @@ class MultiHeadAttention(nn.Module):
             attended = F.scaled_dot_product_attention(
                 query, keys, values, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0,
                 is_causal=causal)
-        return self.out(merge_heads(attended))
+        return linear(merge_heads(attended), self.out)
 
     def _attend_explicitly(self, query, keys, values, mask, causal) -> torch.Tensor:
         """softmax(QK^T / sqrt(k)) V written out, as in the book, keeping the weights (b, h, t, s)."""
@@ -208,7 +214,7 @@ class FeedForward(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """(b, t, d) -> (b, t, f) -> (b, t, d)."""
         hidden, _, _, output = self.net
-        return output(dropout(F.relu(hidden(x)), self.dropout, self.training))
+        return linear(dropout(F.relu(linear(x, hidden)), self.dropout, self.training), output)
 
 
 class Sublayer(nn.Module):
