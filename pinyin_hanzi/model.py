@@ -73,6 +73,11 @@ def linear(x: torch.Tensor, layer: nn.Linear) -> torch.Tensor:
     return F.linear(x, layer.weight, layer.bias)
 
 
+def layer_norm(x: torch.Tensor, norm: nn.LayerNorm) -> torch.Tensor:
+    """``norm(x)`` as a plain function call (see :func:`linear`)."""
+    return F.layer_norm(x, norm.normalized_shape, norm.weight, norm.bias, norm.eps)
+
+
 def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
     """``F.dropout`` where it changes something (training with p > 0); otherwise x itself, without a call."""
     return F.dropout(x, p, training=True) if training and p > 0 else x
@@ -227,8 +232,8 @@ class Sublayer(nn.Module):
     def forward(self, x: torch.Tensor, function, *args, **kwargs) -> torch.Tensor:
         """x (b, t, d) -> (b, t, d); ``function(y, *args, **kwargs)`` is the sublayer."""
         if self.pre_norm:
-            return x + dropout(function(self.norm(x), *args, **kwargs), self.dropout, self.training)
-        return self.norm(x + dropout(function(x, *args, **kwargs), self.dropout, self.training))
+            return x + dropout(function(layer_norm(x, self.norm), *args, **kwargs), self.dropout, self.training)
+        return layer_norm(x + dropout(function(x, *args, **kwargs), self.dropout, self.training), self.norm)
 
 
 class EncoderLayer(nn.Module):
