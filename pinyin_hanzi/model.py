@@ -13,14 +13,15 @@ Padded target positions need no mask of their own: under the look-ahead mask a r
 a later (padded) one, and the loss ignores outputs at padded positions.
 
 Incremental decoding (one path, the modules' own): ``Transformer.new_cache()`` gives a :class:`DecoderCache`;
-``decode(newest, memory, padding_mask, cache=cache)`` then takes only the positions not decoded yet, and each
-decoder layer's :class:`KVCache` keeps the self-attention keys/values of earlier positions and the
-cross-attention keys/values of the memory (projected once per input). ``cache.reorder(order)`` follows a
-beam search's re-ranking of its hypotheses.
+``decode(next_ids, memory, padding_mask, cache=cache)`` then takes the next position alone, and each decoder
+layer's :class:`KVCache` keeps the self-attention keys/values of earlier positions and the cross-attention
+keys/values of the memory (projected once per input). ``cache.reorder(order)`` follows a beam search's
+re-ranking of its hypotheses.
 
 Inference decodes one position per call with a single query row, so the arithmetic of a step is small and
-per-call Python overhead counts: the modules call dropout only when it does something (training, p > 0)
-and split heads with plain views.
+per-call Python overhead counts: the modules call dropout only where it does something (training, p > 0),
+their Linear and LayerNorm children as plain function calls (:func:`linear`, :func:`layer_norm`), and split
+heads with views.
 """
 
 from __future__ import annotations

@@ -128,11 +128,11 @@ def beam_search(model: Transformer, source: torch.Tensor, constraint: Constraint
                 scores, rank = scores.sort(dim=-1, descending=True)
                 history = history.gather(1, rank[..., None].expand_as(history))
             break
-        ids, real, lists = constraint.at(position)  # (b k, c)
+        ids, real, lists = constraint.at(position)  # the constraint's one place: (b k, c) allowed ids
         logits = model.decode(previous, memory, cross_mask, cache=cache,
                               candidates=ids[:, None, :].to(source.device) if lists else None)  # (b k, 1, c)
         log_probs = logits[:, -1].float().cpu().masked_fill(~real, float("-inf")).log_softmax(-1)
-        if fusion is not None:
+        if fusion is not None:  # the n-gram model's one place (and the forced last character's, above)
             log_probs = log_probs + fusion.scores(context, ids)
         width = log_probs.shape[-1]  # c, the same for all beams of an input
         total = scores[:, :, None] + log_probs.view(batch, beam, width)  # (b, k, c)
