@@ -148,6 +148,6 @@ def beam_search(model: Transformer, source: torch.Tensor, constraint: Constraint
         history[:, :, position] = token
         previous = token.view(batch * beam, 1).to(source.device)
     lengths = (source != PAD_ID).sum(dim=1).tolist()
-    alive = scores > float("-inf")
+    alive = scores != float("-inf")  # dead beams (fewer candidates than beams); NaN (broken weights) stays
     return [[(history[i, k, : lengths[i]].tolist(), float(scores[i, k])) for k in range(beam) if alive[i, k]]
             for i in range(batch)]
