@@ -26,10 +26,10 @@ def test_lr_warms_up_then_decays_to_the_floor():
 
 def test_tiny_model_memorises_the_tiny_corpus(trained):
     tmp, config_path, best = trained
-    from pinyin_hanzi.cli import load_converter
+    from pinyin_hanzi.converter import Converter
     from pinyin_hanzi.metrics import conversion_scores
 
-    converter, _ = load_converter(str(best))
+    converter = Converter.from_checkpoint(best)
     examples = read_examples(tmp / "prepared" / "tiny" / "train.tsv")
     outputs = converter.convert_tokens([e.tokens for e in examples])
     assert outputs == [e.hanzi for e in examples]
@@ -234,7 +234,7 @@ def test_a_bf16_step_multiplies_in_bf16_and_keeps_fp32_weights_close_to_an_fp32_
         copy = Transformer(model.config, source_vocab_size=20, target_vocab_size=40)
         copy.load_state_dict(model.state_dict())
         output_dtypes = []
-        copy.decoder_layers[0].feed_forward.net[0].register_forward_hook(lambda m, i, out: output_dtypes.append(out.dtype))
+        copy.decoder_layers[0].feed_forward.register_forward_hook(lambda m, i, out: output_dtypes.append(out.dtype))
         optimizer = torch.optim.AdamW(copy.parameters(), lr=1e-3)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
         config = TrainConfig(precision=precision, label_smoothing=0.0)
