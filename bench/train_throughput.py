@@ -40,7 +40,8 @@ from pinyin_hanzi.corpus import prepare, read_examples
 from pinyin_hanzi.data import BatchStream, encode_examples
 from pinyin_hanzi.decoding import CandidateTable
 from pinyin_hanzi.model import Transformer, shift_right, sinusoidal_table
-from pinyin_hanzi.training import autocast_for, loss_fn, model_loss, resolve_precision, select_device
+from pinyin_hanzi.runtime import autocast_for, resolve_precision, select_device, set_threads
+from pinyin_hanzi.training import loss_fn, model_loss
 from pinyin_hanzi.visualize import flops_per_token
 from pinyin_hanzi.vocab import PAD_ID, load_vocab
 
@@ -122,8 +123,7 @@ def main() -> int:
     if not set(args.reference_precision) <= {"fp32", "bf16"}:
         parser.error(f"--reference-precision: expected fp32, bf16 or fp32,bf16, not {','.join(args.reference_precision)}")
     config = load_config(args.config, args.overrides)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    set_threads(args.threads)
     device = select_device(args.device)
     precision = resolve_precision(config.train.precision, device)
     data_dir = prepare(config.data)

@@ -125,7 +125,7 @@ def load_converter(checkpoint: str | None, device: str = "cpu", lm_weight: float
     from pinyin_hanzi.checkpoint import default_checkpoint, load_checkpoint, model_from_checkpoint
     from pinyin_hanzi.decoding import Converter
     from pinyin_hanzi.syllable_lm import SyllableBigrams
-    from pinyin_hanzi.training import select_device
+    from pinyin_hanzi.runtime import select_device
 
     if checkpoint is None:
         found, why = default_checkpoint()

@@ -14,7 +14,6 @@ checkpoints to ``checkpoints/<name>/``; under torchrun only rank 0 writes them.
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import math
 import random
@@ -37,50 +36,9 @@ from pinyin_hanzi.decoding import Converter
 from pinyin_hanzi.errors import CheckpointError, ConfigError, TrainingError
 from pinyin_hanzi.metrics import conversion_scores
 from pinyin_hanzi.model import Transformer
+from pinyin_hanzi.runtime import autocast_for, resolve_precision, select_device, set_threads
 from pinyin_hanzi.syllable_lm import SyllableBigrams
 from pinyin_hanzi.vocab import PAD_ID, load_vocab
-
-
-def select_device(name: str) -> torch.device:
-    """'auto' picks CUDA, then Apple's MPS, then the CPU."""
-    if name == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda")
-        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
-            return torch.device("mps")
-        return torch.device("cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("train.device=cuda but no CUDA device is available (use train.device=auto)")
-    if name == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
-        raise ConfigError("train.device=mps but MPS is not available (use train.device=auto)")
-    return torch.device(name)
-
-
-@functools.cache  # asked at every training step; the answer never changes
-def cpu_has_native_bf16() -> bool:
-    """Whether this CPU multiplies bf16 matrices in hardware (AVX512-BF16 or AMX). There bf16 products run
-    2-2.5x faster than fp32 (measured 430 vs 165-195 GFLOP/s on 2 Zen 4 cores); elsewhere oneDNN emulates
-    them and they are slower than fp32."""
-    checks = [getattr(torch.cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
-    return any(check() for check in checks if check is not None)
-
-
-def resolve_precision(precision: str, device: torch.device) -> str:
-    """train.precision -> "bf16" or "fp32" on ``device``: "auto" is bf16 on CUDA and on CPUs with native
-    bf16 (see :func:`cpu_has_native_bf16`), fp32 elsewhere (MPS included)."""
-    if precision != "auto":
-        return precision
-    if device.type == "cuda" or (device.type == "cpu" and cpu_has_native_bf16()):
-        return "bf16"
-    return "fp32"
-
-
-def autocast_for(device: torch.device, precision: str = "fp32"):
-    """bf16 autocast for the forward pass where ``precision`` (resolved) is bf16: matrix products run in
-    bf16, while weights, gradients, optimizer state, softmax and the loss stay fp32. A no-op for fp32."""
-    if precision == "bf16":
-        return torch.autocast(device.type, dtype=torch.bfloat16)
-    return contextlib.nullcontext()
 
 
 def lr_at(step: int, config: TrainConfig) -> float:
@@ -301,8 +259,7 @@ def _train(config: Config, process: distributed.Process, *, resume: bool, init_f
     t = config.train
     random.seed(t.seed)
     torch.manual_seed(t.seed)  # the same on every process: rank 0's saved RNG state then resumes them all
-    if t.threads:
-        torch.set_num_threads(t.threads)
+    set_threads(t.threads)
     device = distributed.start(process, select_device(t.device))
     checkpoint_dir, run_dir = Path(t.checkpoint_dir) / t.name, Path(t.runs_dir) / t.name
     last_path, best_path = checkpoint_dir / "last.pt", checkpoint_dir / "best.pt"

@@ -210,15 +210,6 @@ def test_candidate_loss_equals_the_masked_softmax_over_the_vocabulary():
         assert torch.allclose(gradient, expected_gradient, atol=1e-6)
 
 
-def test_precision_auto_is_bf16_on_cuda_and_on_cpus_with_native_bf16(monkeypatch):
-    cpu, cuda, mps = torch.device("cpu"), torch.device("cuda"), torch.device("mps")
-    monkeypatch.setattr(training, "cpu_has_native_bf16", lambda: True)
-    assert [training.resolve_precision("auto", d) for d in (cpu, cuda, mps)] == ["bf16", "bf16", "fp32"]
-    monkeypatch.setattr(training, "cpu_has_native_bf16", lambda: False)
-    assert [training.resolve_precision("auto", d) for d in (cpu, cuda, mps)] == ["fp32", "bf16", "fp32"]
-    assert training.resolve_precision("fp32", cuda) == "fp32" and training.resolve_precision("bf16", cpu) == "bf16"
-
-
 def test_a_bf16_step_multiplies_in_bf16_and_keeps_fp32_weights_close_to_an_fp32_step():
     from pinyin_hanzi.config import ModelConfig
     from pinyin_hanzi.data import Batch
