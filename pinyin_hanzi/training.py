@@ -28,7 +28,8 @@ from tqdm import tqdm
 
 from pinyin_hanzi import distributed, visualize
 from pinyin_hanzi.char_lm import count_for
-from pinyin_hanzi.checkpoint import load_checkpoint, model_from_checkpoint, save_checkpoint
+from pinyin_hanzi import checkpoint
+from pinyin_hanzi.checkpoint import load_checkpoint, model_from_checkpoint, save_checkpoint, training_checkpoint
 from pinyin_hanzi.config import Config, TrainConfig, save_config
 from pinyin_hanzi.corpus import phrase_texts, prepare, read_examples
 from pinyin_hanzi.data import Batch, BatchStream, collate, encode_examples
@@ -280,20 +281,21 @@ def _train(config: Config, process: distributed.Process, *, resume: bool, init_f
     saved = None
     if resume:
         saved = load_checkpoint(last_path)
+        checkpoint.require_resumable(saved, str(last_path))
         for section in ("data", "model"):
-            _check_same(config, saved["config"], section, last_path)
+            _check_same(config, saved[checkpoint.CONFIG_KEY], section, last_path)
         model, pinyin_vocab, hanzi_vocab, _ = model_from_checkpoint(saved, str(last_path))
     elif init_from:
         source = load_checkpoint(init_from)
         model, pinyin_vocab, hanzi_vocab, _ = model_from_checkpoint(source, init_from)
-        _check_same(config, source["config"], "model", Path(init_from))
+        _check_same(config, source[checkpoint.CONFIG_KEY], "model", Path(init_from))
     else:
         pinyin_vocab, hanzi_vocab = load_vocab(data_dir / "pinyin_vocab.txt"), load_vocab(data_dir / "hanzi_vocab.txt")
         model = Transformer(config.model, source_vocab_size=len(pinyin_vocab), target_vocab_size=len(hanzi_vocab))
     model.to(device)
 
     syllable_lm = SyllableBigrams.count(example.tokens for example in train_examples)  # for decoding
-    char_lm_state = {}  # the checkpoint's "char_lm" entry, computed once
+    char_lm_state = None  # the checkpoint's char_lm entry, computed once
     if config.decode.lm_weight > 0:  # a character n-gram model for decoding, counted in seconds (char_lm.py)
         started_counting = time.time()
         dec = config.decode
@@ -303,7 +305,7 @@ def _train(config: Config, process: distributed.Process, *, resume: bool, init_f
                         f"those with characters outside the vocabulary left out" if phrases else "")
         log(f"character {dec.lm_order}-gram model: {char_lm.size():,} n-grams counted in "
             f"{time.time() - started_counting:.1f} s (decode.lm_weight={dec.lm_weight}{with_phrases})")
-        char_lm_state = {"char_lm": char_lm.state_dict()}
+        char_lm_state = char_lm.state_dict()
     train_encoded = encode_examples(train_examples, pinyin_vocab, hanzi_vocab)
     valid_encoded = encode_examples(valid_examples, pinyin_vocab, hanzi_vocab)
     stream = BatchStream(train_encoded, t.batch_tokens, t.seed)  # the same stream on every process
@@ -315,11 +317,11 @@ def _train(config: Config, process: distributed.Process, *, resume: bool, init_f
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_at(step, t) / t.lr)
     step, best_accuracy = 0, -1.0
     if saved is not None:
-        optimizer.load_state_dict(saved["optimizer"])
-        scheduler.load_state_dict(saved["scheduler"])
-        stream.load_state_dict(saved["batches"])
-        step, best_accuracy = int(saved["step"]), float(saved["best_accuracy"])
-        set_rng_state(saved["rng"])
+        optimizer.load_state_dict(saved[checkpoint.OPTIMIZER_KEY])
+        scheduler.load_state_dict(saved[checkpoint.SCHEDULER_KEY])
+        stream.load_state_dict(saved[checkpoint.BATCHES_KEY])
+        step, best_accuracy = int(saved[checkpoint.STEP_KEY]), float(saved[checkpoint.BEST_ACCURACY_KEY])
+        set_rng_state(saved[checkpoint.RNG_KEY])
         log(f"resumed {last_path} at step {step}")
     if step >= t.max_steps:
         log(f"nothing to do: step {step} >= train.max_steps={t.max_steps}")
@@ -361,12 +363,12 @@ def _train(config: Config, process: distributed.Process, *, resume: bool, init_f
         writer.add_figure("model/positional_encoding", visualize.positional_encoding_figure(
             config.model.d_model, min(config.model.max_positions, 2 * config.data.max_len)), 0)
 
-    def checkpoint_state(accuracy: float) -> dict:
-        return {"config": config.to_dict(), "pinyin_vocab": pinyin_vocab.tokens, "hanzi_vocab": hanzi_vocab.tokens,
-                "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                "scheduler": scheduler.state_dict(), "step": step, "best_accuracy": best_accuracy,
-                "valid_char_accuracy": accuracy, "batches": stream.state_dict(), "rng": rng_state(),
-                "syllable_lm": syllable_lm.state_dict(), **char_lm_state}
+    def checkpoint_state(accuracy: float, elapsed: float) -> dict:
+        return training_checkpoint(
+            config=config.to_dict(), pinyin_vocab=pinyin_vocab.tokens, hanzi_vocab=hanzi_vocab.tokens,
+            model=model.state_dict(), optimizer=optimizer.state_dict(), scheduler=scheduler.state_dict(), step=step,
+            best_accuracy=best_accuracy, valid_char_accuracy=accuracy, batches=stream.state_dict(), rng=rng_state(),
+            syllable_lm=syllable_lm.state_dict(), char_lm=char_lm_state, elapsed_seconds=elapsed)
 
     def last_good() -> str:
         if last_saved_step is None:
@@ -390,8 +392,7 @@ def _train(config: Config, process: distributed.Process, *, resume: bool, init_f
                                      "valid_char_accuracy": round(result["char_accuracy"], 4)}) + "\n")
         improved = result["char_accuracy"] > best_accuracy
         best_accuracy = max(best_accuracy, result["char_accuracy"])
-        state = checkpoint_state(result["char_accuracy"])
-        state["elapsed_seconds"] = elapsed
+        state = checkpoint_state(result["char_accuracy"], elapsed)
         save_checkpoint(last_path, state)
         last_saved_step = step
         if improved:
@@ -399,7 +400,7 @@ def _train(config: Config, process: distributed.Process, *, resume: bool, init_f
         progress.write(f"step {step}: valid loss {result['loss']:.3f}, char accuracy {result['char_accuracy']:.2%}"
                        f"{' (best)' if improved else ''}, {elapsed / 60:.1f} min | {result['samples'][0]}")
 
-    elapsed_before = float(saved.get("elapsed_seconds", 0.0)) if saved is not None else 0.0
+    elapsed_before = float(saved.get(checkpoint.ELAPSED_KEY, 0.0)) if saved is not None else 0.0
     started = time.time()
     window_tokens, window_start = 0, time.time()
     progress = tqdm(total=t.max_steps, initial=step, desc=t.name, unit="step", dynamic_ncols=True,
