@@ -39,9 +39,9 @@ from pinyin_hanzi.config import load_config
 from pinyin_hanzi.corpus import prepare, read_examples
 from pinyin_hanzi.data import BatchStream, encode_examples
 from pinyin_hanzi.decoding import CandidateTable
+from pinyin_hanzi.loss import loss_fn, model_loss
 from pinyin_hanzi.model import Transformer, shift_right, sinusoidal_table
 from pinyin_hanzi.runtime import autocast_for, resolve_precision, select_device, set_threads
-from pinyin_hanzi.training import loss_fn, model_loss
 from pinyin_hanzi.visualize import flops_per_token
 from pinyin_hanzi.vocab import PAD_ID, load_vocab
 

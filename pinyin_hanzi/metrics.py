@@ -50,18 +50,3 @@ def typed(tokens: Sequence[str], hanzi: str, unsegmented: bool = False) -> str:
         out += token
         previous = kind
     return out
-
-
-def evaluate_file(converter, examples: Sequence, *, constrained: bool = True, unsegmented: bool = False, beam: int = 1,
-                  batch_size: int = 256) -> dict:
-    """Scores of converting ``examples`` typed as a user would: syllables separated by spaces, or run
-    together (``unsegmented``). Top-k sentence accuracy comes from the 5-best list (beam >= 5)."""
-    lines = [typed(e.tokens, e.hanzi, unsegmented) for e in examples]
-    references = [e.hanzi for e in examples]
-    nbest = 5 if beam >= 5 else 1
-    found = converter.convert(lines, beam=beam, nbest=nbest, constrained=constrained, batch_size=batch_size)
-    scores = conversion_scores([conversions[0].text for conversions in found], references)
-    for k in (1, 3, 5) if nbest == 5 else (1,):
-        hits = sum(ref in [c.text for c in conversions[:k]] for conversions, ref in zip(found, references))
-        scores[f"top{k}"] = hits / max(len(references), 1)
-    return {"constrained": constrained, "unsegmented": unsegmented, "beam": beam, **scores}

@@ -22,7 +22,6 @@ import time
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
@@ -32,14 +31,15 @@ from pinyin_hanzi import checkpoint
 from pinyin_hanzi.checkpoint import load_checkpoint, model_from_checkpoint, save_checkpoint, training_checkpoint
 from pinyin_hanzi.config import Config, TrainConfig, save_config
 from pinyin_hanzi.corpus import phrase_texts, prepare, read_examples
-from pinyin_hanzi.data import Batch, BatchStream, collate, encode_examples
+from pinyin_hanzi.data import Batch, BatchStream, encode_examples
 from pinyin_hanzi.decoding import Converter
 from pinyin_hanzi.errors import CheckpointError, ConfigError, TrainingError
-from pinyin_hanzi.metrics import conversion_scores
+from pinyin_hanzi.evaluation import evaluate
+from pinyin_hanzi.loss import model_loss_sum
 from pinyin_hanzi.model import Transformer
 from pinyin_hanzi.runtime import autocast_for, resolve_precision, select_device, set_threads
 from pinyin_hanzi.syllable_lm import SyllableBigrams
-from pinyin_hanzi.vocab import PAD_ID, load_vocab
+from pinyin_hanzi.vocab import load_vocab
 
 
 def lr_at(step: int, config: TrainConfig) -> float:
@@ -50,63 +50,6 @@ def lr_at(step: int, config: TrainConfig) -> float:
     progress = min(1.0, (step - config.warmup_steps) / max(1, config.max_steps - config.warmup_steps))
     floor = config.lr * config.min_lr_ratio
     return floor + (config.lr - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
-
-
-def loss_sum(logits: torch.Tensor, target: torch.Tensor, label_smoothing: float,
-             allowed: torch.Tensor | None = None) -> tuple[torch.Tensor, int]:
-    """Label-smoothed cross-entropy summed over real target tokens.
-    logits (b, t, v), target (b, t) -> (scalar summed loss, number of target tokens).
-
-    With ``allowed`` (b, t, c) bool, ``logits`` (b, t, c) are those of :func:`candidate_columns` — the
-    reference in column 0, then the other characters of the position's syllable — and the softmax runs over
-    the allowed columns only; label smoothing spreads its mass over them instead of the whole vocabulary."""
-    real = target != PAD_ID
-    n_tokens = int(real.sum())
-    if allowed is None:
-        loss = F.cross_entropy(logits.flatten(0, 1).float(), target.flatten(), ignore_index=PAD_ID,
-                               label_smoothing=label_smoothing, reduction="sum")
-        return loss, n_tokens
-    log_probs = logits.float().masked_fill(~allowed, float("-inf")).log_softmax(dim=-1)  # (b, t, c)
-    nll = -log_probs[..., 0]  # (b, t)
-    smooth = -log_probs.masked_fill(~allowed, 0.0).sum(dim=-1) / allowed.sum(dim=-1).clamp(min=1)  # (b, t)
-    loss = ((1.0 - label_smoothing) * nll + label_smoothing * smooth).masked_fill(~real, 0.0).sum()
-    return loss, n_tokens
-
-
-def loss_fn(logits: torch.Tensor, target: torch.Tensor, label_smoothing: float,
-            allowed: torch.Tensor | None = None) -> tuple[torch.Tensor, int]:
-    """:func:`loss_sum` divided by the number of target tokens: (mean loss per token, number of tokens)."""
-    loss, n_tokens = loss_sum(logits, target, label_smoothing, allowed)
-    return loss / max(n_tokens, 1), n_tokens
-
-
-def candidate_columns(source: torch.Tensor, target: torch.Tensor, candidates: tuple[torch.Tensor, torch.Tensor]
-                      ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The characters the candidate loss softmaxes over: hanzi ids (b, t, 1 + c), the reference first and
-    then the other candidates of the position's syllable, and (b, t, 1 + c) bool, True at real entries.
-    ``candidates`` (ids, real), each (pinyin vocab, c), from :meth:`CandidateTable.for_vocab`."""
-    ids, real = candidates[0][source], candidates[1][source]  # (b, t, c)
-    real = real & (ids != target[..., None])  # the reference once, in column 0
-    ids = torch.where(real, ids, PAD_ID)  # each list first, <pad> after it (see Transformer.logits)
-    order = (~real).int().argsort(dim=-1, stable=True)
-    ids, real = ids.gather(-1, order), real.gather(-1, order)
-    return torch.cat([target[..., None], ids], dim=-1), torch.cat([(target != PAD_ID)[..., None], real], dim=-1)
-
-
-def model_loss_sum(model, batch, label_smoothing: float, candidates=None) -> tuple[torch.Tensor, int]:
-    """Teacher-forced loss of ``batch`` summed over its target tokens, and their number: softmax over all
-    characters, or with ``candidates`` (see :func:`candidate_columns`) over each syllable's characters,
-    computing only their logits. The one place that chooses between the two."""
-    if candidates is None:
-        return loss_sum(model(batch.source, batch.target), batch.target, label_smoothing)
-    columns, allowed = candidate_columns(batch.source, batch.target, candidates)
-    return loss_sum(model(batch.source, batch.target, columns), batch.target, label_smoothing, allowed)
-
-
-def model_loss(model, batch, label_smoothing: float, candidates=None) -> tuple[torch.Tensor, int]:
-    """:func:`model_loss_sum` divided by the number of target tokens: (mean loss per token, tokens)."""
-    loss, n_tokens = model_loss_sum(model, batch, label_smoothing, candidates)
-    return loss / max(n_tokens, 1), n_tokens
 
 
 def train_step(model, batches: list[Batch], total_tokens: int, optimizer, scheduler, config: TrainConfig, device,
@@ -145,30 +88,6 @@ def train_step(model, batches: list[Batch], total_tokens: int, optimizer, schedu
     optimizer.step()
     scheduler.step()
     return loss, grad_norm, True
-
-
-@torch.no_grad()
-def evaluate(model, valid_encoded, valid_examples, converter: Converter, config: Config, device,
-             candidates: tuple[torch.Tensor, torch.Tensor] | None = None) -> dict:
-    """Teacher-forced validation loss on the whole valid split (the training loss without smoothing), and
-    constrained-greedy character accuracy on its first ``eval_sentences`` examples (a fixed sample, so
-    numbers are comparable across steps). On CUDA in the training's precision; on a CPU in fp32, as
-    translate.py runs there, so that fp32 and bf16 runs are measured alike."""
-    model.eval()
-    precision = resolve_precision(config.train.precision, device) if device.type == "cuda" else "fp32"
-    total_loss, total_tokens = 0.0, 0
-    for begin in range(0, len(valid_encoded), 256):
-        batch = collate(valid_encoded[begin : begin + 256]).to(device)
-        with autocast_for(device, precision):
-            loss, n_tokens = model_loss(model, batch, 0.0, candidates)
-        total_loss, total_tokens = total_loss + float(loss) * n_tokens, total_tokens + n_tokens
-    sample = valid_examples[: config.train.eval_sentences]
-    with autocast_for(device, precision):
-        hypotheses = converter.convert_tokens([e.tokens for e in sample], batch_size=config.decode.batch_sentences,
-                                              constrained=config.decode.constrained)
-    scores = conversion_scores(hypotheses, [e.hanzi for e in sample])
-    samples = [f"{' '.join(e.tokens)}  →  {h}  (reference {e.hanzi})" for e, h in zip(sample[:5], hypotheses)]
-    return {"loss": total_loss / max(total_tokens, 1), **scores, "samples": samples}
 
 
 def log_pictures(writer, model, examples, pinyin_vocab, hanzi_vocab, step: int) -> None:
