@@ -6,7 +6,7 @@ import pytest
 import torch
 from conftest import tiny_config_dict, write_config
 
-from pinyin_hanzi import loss, training
+from pinyin_hanzi import checkpoint, loss, training
 from pinyin_hanzi.checkpoint import load_checkpoint
 from pinyin_hanzi.config import TrainConfig, load_config
 from pinyin_hanzi.corpus import read_examples
@@ -51,16 +51,16 @@ def test_resume_continues_exactly_like_an_uninterrupted_run(tmp_path, tiny_corpu
     resumed = load_config(write_config(tmp_path / "b.yaml", config_b))
 
     # Keep the step-12 checkpoint of the straight run, as a crash right after it would have left it.
-    original_save = training.save_checkpoint
+    original_save = checkpoint.save_checkpoint
 
     def save_and_keep(path, state):
         original_save(path, state)
         if state["step"] == 12 and path.name == "last.pt":
             shutil.copy(path, tmp_path / "step12.pt")
 
-    monkeypatch.setattr(training, "save_checkpoint", save_and_keep)
+    monkeypatch.setattr(checkpoint, "save_checkpoint", save_and_keep)
     train(straight, log=lambda message: None)
-    monkeypatch.setattr(training, "save_checkpoint", original_save)
+    monkeypatch.setattr(checkpoint, "save_checkpoint", original_save)
 
     (tmp_path / "b" / "checkpoints" / "tiny").mkdir(parents=True)
     shutil.copy(tmp_path / "step12.pt", tmp_path / "b" / "checkpoints" / "tiny" / "last.pt")
@@ -84,6 +84,16 @@ def test_resume_refuses_a_different_model(tmp_path, tiny_corpus, trained):
     fresh = load_config(write_config(tmp_path / "c.yaml", tiny_config_dict(tmp_path, tiny_corpus)))
     with pytest.raises(CheckpointError, match="checkpoint not found"):
         train(fresh, resume=True, log=lambda message: None)
+
+
+def test_resume_needs_a_training_checkpoint_not_an_export(tmp_path, tiny_corpus, trained):
+    from pinyin_hanzi.checkpoint import export_checkpoint
+
+    _, _, best = trained
+    config = load_config(write_config(tmp_path / "c.yaml", tiny_config_dict(tmp_path, tiny_corpus)))
+    export_checkpoint(best, tmp_path / "checkpoints" / "tiny" / "last.pt")
+    with pytest.raises(CheckpointError, match="cannot resume from .*last.pt: it holds no optimizer.*--init-from"):
+        train(config, resume=True, log=lambda message: None)
 
 
 def test_a_new_run_never_replaces_an_existing_one(trained):
