@@ -12,8 +12,8 @@
                          torchrun's processes): train_step (label-smoothed cross-entropy per target token of
                          the global batch, clipped; a batch with a non-finite loss or gradient is skipped,
                          max_bad_steps in a row stop the run); every eval_every steps evaluate_and_save:
-                         validation (evaluation.py), then save_checkpoint: last.pt, and best.pt when the
-                         accuracy improves
+                         validation (evaluation.py), then save_checkpoint: best.pt when the accuracy
+                         improves, then last.pt
 
 The run's progress (step, best score, paths) lives in one :class:`Run`; what setup builds, in :class:`Parts`.
 TensorBoard logs, ``train_log.jsonl`` (every step) and ``eval_log.jsonl`` go to ``runs/<name>/``,
@@ -569,16 +569,21 @@ def evaluate_and_save(run: Run, parts: Parts, logs: Logs) -> None:
 
 
 def save_checkpoint(run: Run, parts: Parts, accuracy: float, elapsed: float, *, improved: bool) -> None:
-    """Write ``last.pt``, and ``best.pt`` too when ``improved``: the whole training state (see
+    """Write ``best.pt`` when ``improved``, then ``last.pt``: the whole training state (see
     :func:`pinyin_hanzi.checkpoint.training_checkpoint`) at ``run.step``, with this evaluation's
-    ``accuracy`` and ``elapsed`` training seconds."""
+    ``accuracy`` and ``elapsed`` training seconds.
+
+    best.pt first: last.pt records the best score, and a resumed run rewrites best.pt only when it beats
+    that score. Were last.pt written first, a kill between the two writes would leave a best.pt that no
+    later evaluation replaces; this way a kill leaves the previous last.pt, and the resumed run repeats
+    this evaluation and writes both again."""
     state = checkpoint.training_checkpoint(
         config=run.config.to_dict(), pinyin_vocab=parts.pinyin_vocab.tokens, hanzi_vocab=parts.hanzi_vocab.tokens,
         model=parts.model.state_dict(), optimizer=parts.optimizer.state_dict(), scheduler=parts.scheduler.state_dict(),
         step=run.step, best_accuracy=run.best_accuracy, valid_char_accuracy=accuracy, batches=parts.stream.state_dict(),
         rng=rng_state(), syllable_lm=parts.syllable_lm.state_dict(), char_lm=parts.char_lm_state,
         elapsed_seconds=elapsed)
-    checkpoint.save_checkpoint(run.last_path, state)
-    run.last_saved_step = run.step
     if improved:
         checkpoint.save_checkpoint(run.best_path, state)
+    checkpoint.save_checkpoint(run.last_path, state)
+    run.last_saved_step = run.step

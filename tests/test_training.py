@@ -206,3 +206,43 @@ def test_a_bf16_step_multiplies_in_bf16_and_keeps_fp32_weights_close_to_an_fp32_
     before = torch.cat([p.detach().flatten() for p in model.parameters()])
     fp32_update, bf16_update = results["fp32"][2] - before, results["bf16"][2] - before
     assert torch.nn.functional.cosine_similarity(fp32_update, bf16_update, dim=0) > 0.95
+
+
+class _Killed(BaseException):
+    """The process dying between two file writes (not an Exception: nothing may catch it)."""
+
+
+def test_a_kill_between_the_two_checkpoint_writes_never_loses_the_best_checkpoint(tmp_path, tiny_corpus,
+                                                                                   monkeypatch):
+    torch.set_num_threads(1)
+    config = load_config(write_config(tmp_path / "c.yaml", tiny_config_dict(
+        tmp_path, tiny_corpus, max_steps=12, eval_every=6, batch_tokens=64)))
+    last, best = tmp_path / "checkpoints" / "tiny" / "last.pt", tmp_path / "checkpoints" / "tiny" / "best.pt"
+    # A score that rises at every evaluation (across the resume too), so that each one writes both files.
+    real_evaluate, evaluations = training.evaluate, [0]
+
+    def rising_evaluate(*args, **kwargs):
+        evaluations[0] += 1
+        return {**real_evaluate(*args, **kwargs), "char_accuracy": evaluations[0] / 10}
+
+    monkeypatch.setattr(training, "evaluate", rising_evaluate)
+    real_save, writes = checkpoint.save_checkpoint, []
+
+    def killed_after_the_first_write_at_step_12(path, state):
+        real_save(path, state)
+        writes.append((state["step"], path.name))
+        if state["step"] == 12:
+            raise _Killed
+
+    monkeypatch.setattr(checkpoint, "save_checkpoint", killed_after_the_first_write_at_step_12)
+    with pytest.raises(_Killed):
+        train(config, log=lambda message: None)
+    monkeypatch.setattr(checkpoint, "save_checkpoint", real_save)
+    assert writes[-1][0] == 12 and len(writes) == 3  # both files at step 6, one at step 12
+    # Whatever the kill left, best.pt is never behind the best score last.pt records.
+    assert load_checkpoint(best)["valid_char_accuracy"] >= load_checkpoint(last)["best_accuracy"]
+
+    train(config, resume=True, log=lambda message: None)
+    best_state, last_state = load_checkpoint(best), load_checkpoint(last)
+    assert last_state["step"] == best_state["step"] == 12
+    assert best_state["valid_char_accuracy"] == last_state["best_accuracy"] == last_state["valid_char_accuracy"]
