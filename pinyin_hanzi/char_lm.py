@@ -227,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     """python -m pinyin_hanzi.char_lm CHECKPOINT OUT [--order 3] [--min-count 1] [--phrases 0] [--weight W]: a
     copy of a checkpoint with a character n-gram model counted from its training split (for checkpoints
     trained without one, or to count it again; train.py adds it itself when decode.lm_weight > 0)."""
-    from pinyin_hanzi.checkpoint import load_checkpoint
+    from pinyin_hanzi.checkpoint import CHAR_LM_KEY, CONFIG_KEY, HANZI_VOCAB_KEY, load_checkpoint, save_checkpoint
     from pinyin_hanzi.config import config_from_dict
     from pinyin_hanzi.corpus import phrase_texts, prepared_dir, read_examples
     from pinyin_hanzi.errors import PinyinHanziError
@@ -249,14 +249,14 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(message)
     try:
         state = load_checkpoint(args.checkpoint)
-        config = config_from_dict(state["config"], args.checkpoint)
+        config = config_from_dict(state[CONFIG_KEY], args.checkpoint)
         train = prepared_dir(config.data) / "train.tsv"
         if not train.is_file():
             print(f"error: {train} is missing: prepare the data first "
                   f"(python train.py --config CONFIG --prepare-only)", file=sys.stderr)
             return 2
         phrases = phrase_texts(config.data.raw_dir) if args.phrases else []
-        lm = count_for(read_examples(train, trusted=True), Vocab(state["hanzi_vocab"]), args.order, args.min_count,
+        lm = count_for(read_examples(train, trusted=True), Vocab(state[HANZI_VOCAB_KEY]), args.order, args.min_count,
                        phrases, args.phrases)
     except PinyinHanziError as error:
         print(f"error: {error}", file=sys.stderr)
@@ -264,8 +264,8 @@ def main(argv: list[str] | None = None) -> int:
     dec = config.decode
     dec.lm_weight, dec.lm_order, dec.lm_min_count = args.weight, args.order, args.min_count
     dec.lm_phrases = args.phrases
-    state["config"], state["char_lm"] = config.to_dict(), lm.state_dict()
-    torch.save(state, args.out)
+    state[CONFIG_KEY], state[CHAR_LM_KEY] = config.to_dict(), lm.state_dict()
+    save_checkpoint(args.out, state)
     with_phrases = f" and the phrase table x {args.phrases}" if args.phrases else ""
     print(f"{args.out}: {args.order}-gram model of {train}{with_phrases} ({lm.size():,} n-grams), "
           f"decode.lm_weight={args.weight}")

@@ -158,7 +158,7 @@ def _evaluate(converter, args, examples) -> int:
     """Score the conversion of a prepared split (``args.evaluate`` is train/valid/test or test.<source>)
     or of ``examples`` read from the user's file."""
     from pinyin_hanzi.corpus import prepared_dir, read_examples
-    from pinyin_hanzi.metrics import evaluate_file
+    from pinyin_hanzi.evaluation import evaluate_file
 
     if examples is None:
         folder = prepared_dir(converter.config.data)

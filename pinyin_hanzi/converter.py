@@ -22,7 +22,7 @@ from typing import Callable, Sequence
 import torch
 
 from pinyin_hanzi.char_lm import CharNgramLM
-from pinyin_hanzi.checkpoint import load_checkpoint, model_from_checkpoint
+from pinyin_hanzi.checkpoint import load_for_inference
 from pinyin_hanzi.config import Config, DecodeConfig
 from pinyin_hanzi.data import pad
 from pinyin_hanzi.errors import CheckpointError
@@ -122,21 +122,19 @@ class Converter:
         decode.lm_weight; ``log`` receives a note when that weight is > 0 but the checkpoint has no n-gram
         model. ``device``: cpu, cuda, mps or auto. Raises CheckpointError (one line) for a missing or
         unreadable checkpoint, ConfigError for an unavailable device."""
-        from pinyin_hanzi.training import select_device
+        from pinyin_hanzi.runtime import select_device
 
         path, _ = resolve_checkpoint(path)
-        state = load_checkpoint(path)
-        model, pinyin_vocab, hanzi_vocab, config = model_from_checkpoint(state, str(path))
-        syllable_lm = SyllableBigrams.from_state_dict(state["syllable_lm"]) if "syllable_lm" in state else None
-        char_lm = _char_lm(state, path)
+        parts = load_for_inference(path)
+        config, char_lm = parts.config, parts.char_lm
         decode = config.decode
         if lm_weight is not None:
             decode.lm_weight = lm_weight
         if decode.lm_weight > 0 and char_lm is None and log is not None:
             log(f"note: {path} has no character n-gram model: decoding without one "
                 f"(add one with python -m pinyin_hanzi.char_lm)")
-        return cls(model, pinyin_vocab, hanzi_vocab, select_device(device), window=config.data.max_len,
-                   split_penalty=decode.split_penalty, syllable_lm=syllable_lm, clause_end=decode.clause_end,
+        return cls(parts.model, parts.pinyin_vocab, parts.hanzi_vocab, select_device(device), window=config.data.max_len,
+                   split_penalty=decode.split_penalty, syllable_lm=parts.syllable_lm, clause_end=decode.clause_end,
                    char_lm=char_lm, lm_weight=decode.lm_weight, reading_margin=decode.reading_margin,
                    beam=decode.beam, constrained=decode.constrained, config=config, checkpoint=path)
 
@@ -363,17 +361,6 @@ class Converter:
                 best = [_chinese_punctuation(candidate) for candidate in best]
             outputs.append(best)
         return outputs
-
-
-def _char_lm(state: dict, path: Path) -> CharNgramLM | None:
-    """The checkpoint's character n-gram model, or None; CheckpointError (one line) if it cannot be read."""
-    if "char_lm" not in state:
-        return None
-    try:
-        return CharNgramLM.from_state_dict(state["char_lm"])
-    except (KeyError, TypeError, ValueError, AttributeError, RuntimeError) as error:
-        raise CheckpointError(f"{path}: its character n-gram model cannot be read ({error!r}); count it "
-                              f"again with python -m pinyin_hanzi.char_lm") from None
 
 
 def _chinese_punctuation(candidate: Candidate) -> Candidate:

@@ -1,12 +1,21 @@
-"""The training loop: plain functions, no framework.
+"""The training recipe: plain functions, no framework.
 
-    prepare data -> vocabularies from train -> model -> AdamW with warm-up + cosine decay
-    -> for each global batch (grad_accum_steps token-budget batches, shared among torchrun's processes):
-       train_step (label-smoothed cross-entropy per target token of the global batch, clipped; a batch
-       with a non-finite loss or gradient is skipped, max_bad_steps in a row stop the run)
-    -> every eval_every steps: evaluate (valid loss, constrained-greedy character accuracy, samples),
-       save last.pt (and best.pt when the accuracy improves)
+    train(config)
+      _setup_run         seed, threads, device, the run's folders (a new run never replaces another's)
+      _setup_data        prepare the splits (rank 0; the other processes wait) and read them
+      _setup_model       a new Transformer, the resumed last.pt's, or --init-from's weights
+      _setup_language_models  syllable bigrams and, with decode.lm_weight > 0, the character n-gram model
+      _setup_optimizer   AdamW with warm-up + cosine decay (lr_at)
+      _restore           --resume: optimizer, schedule, data position, step, best score, random state
+      _setup_logging     TensorBoard, train_log.jsonl, eval_log.jsonl (rank 0)
+      _train_loop        for each global batch (grad_accum_steps token-budget batches, shared among
+                         torchrun's processes): train_step (label-smoothed cross-entropy per target token of
+                         the global batch, clipped; a batch with a non-finite loss or gradient is skipped,
+                         max_bad_steps in a row stop the run); every eval_every steps evaluate_and_save:
+                         validation (evaluation.py), then save_checkpoint: best.pt when the accuracy
+                         improves, then last.pt
 
+The run's progress (step, best score, paths) lives in one :class:`Run`; what setup builds, in :class:`Parts`.
 TensorBoard logs, ``train_log.jsonl`` (every step) and ``eval_log.jsonl`` go to ``runs/<name>/``,
 checkpoints to ``checkpoints/<name>/``; under torchrun only rank 0 writes them.
 """
@@ -14,74 +23,33 @@ checkpoints to ``checkpoints/<name>/``; under torchrun only rank 0 writes them.
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import math
 import random
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable, TextIO
 
 import torch
-import torch.nn.functional as F
 from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
-from pinyin_hanzi import distributed, visualize
+from pinyin_hanzi import checkpoint, distributed, visualize
 from pinyin_hanzi.char_lm import count_for
-from pinyin_hanzi.checkpoint import load_checkpoint, model_from_checkpoint, save_checkpoint
 from pinyin_hanzi.config import Config, TrainConfig, save_config
-from pinyin_hanzi.corpus import phrase_texts, prepare, read_examples
-from pinyin_hanzi.data import Batch, BatchStream, collate, encode_examples
+from pinyin_hanzi.corpus import Example, phrase_texts, prepare, read_examples
+from pinyin_hanzi.data import Batch, BatchStream, EncodedExample, encode_examples
 from pinyin_hanzi.converter import Converter
 from pinyin_hanzi.errors import CheckpointError, ConfigError, TrainingError
+from pinyin_hanzi.evaluation import evaluate
 from pinyin_hanzi.lexicon import Lexicon
-from pinyin_hanzi.metrics import conversion_scores
+from pinyin_hanzi.loss import model_loss_sum
 from pinyin_hanzi.model import Transformer
+from pinyin_hanzi.runtime import autocast_for, resolve_precision, select_device, set_threads
 from pinyin_hanzi.syllable_lm import SyllableBigrams
-from pinyin_hanzi.vocab import PAD_ID, load_vocab
-
-
-def select_device(name: str) -> torch.device:
-    """'auto' picks CUDA, then Apple's MPS, then the CPU."""
-    if name == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda")
-        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
-            return torch.device("mps")
-        return torch.device("cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("train.device=cuda but no CUDA device is available (use train.device=auto)")
-    if name == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
-        raise ConfigError("train.device=mps but MPS is not available (use train.device=auto)")
-    return torch.device(name)
-
-
-@functools.cache  # asked at every training step; the answer never changes
-def cpu_has_native_bf16() -> bool:
-    """Whether this CPU multiplies bf16 matrices in hardware (AVX512-BF16 or AMX). There bf16 products run
-    2-2.5x faster than fp32 (measured 430 vs 165-195 GFLOP/s on 2 Zen 4 cores); elsewhere oneDNN emulates
-    them and they are slower than fp32."""
-    checks = [getattr(torch.cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
-    return any(check() for check in checks if check is not None)
-
-
-def resolve_precision(precision: str, device: torch.device) -> str:
-    """train.precision -> "bf16" or "fp32" on ``device``: "auto" is bf16 on CUDA and on CPUs with native
-    bf16 (see :func:`cpu_has_native_bf16`), fp32 elsewhere (MPS included)."""
-    if precision != "auto":
-        return precision
-    if device.type == "cuda" or (device.type == "cpu" and cpu_has_native_bf16()):
-        return "bf16"
-    return "fp32"
-
-
-def autocast_for(device: torch.device, precision: str = "fp32"):
-    """bf16 autocast for the forward pass where ``precision`` (resolved) is bf16: matrix products run in
-    bf16, while weights, gradients, optimizer state, softmax and the loss stay fp32. A no-op for fp32."""
-    if precision == "bf16":
-        return torch.autocast(device.type, dtype=torch.bfloat16)
-    return contextlib.nullcontext()
+from pinyin_hanzi.vocab import Vocab, load_vocab
 
 
 def lr_at(step: int, config: TrainConfig) -> float:
@@ -94,63 +62,6 @@ def lr_at(step: int, config: TrainConfig) -> float:
     return floor + (config.lr - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
-def loss_sum(logits: torch.Tensor, target: torch.Tensor, label_smoothing: float,
-             allowed: torch.Tensor | None = None) -> tuple[torch.Tensor, int]:
-    """Label-smoothed cross-entropy summed over real target tokens.
-    logits (b, t, v), target (b, t) -> (scalar summed loss, number of target tokens).
-
-    With ``allowed`` (b, t, c) bool, ``logits`` (b, t, c) are those of :func:`candidate_columns` — the
-    reference in column 0, then the other characters of the position's syllable — and the softmax runs over
-    the allowed columns only; label smoothing spreads its mass over them instead of the whole vocabulary."""
-    real = target != PAD_ID
-    n_tokens = int(real.sum())
-    if allowed is None:
-        loss = F.cross_entropy(logits.flatten(0, 1).float(), target.flatten(), ignore_index=PAD_ID,
-                               label_smoothing=label_smoothing, reduction="sum")
-        return loss, n_tokens
-    log_probs = logits.float().masked_fill(~allowed, float("-inf")).log_softmax(dim=-1)  # (b, t, c)
-    nll = -log_probs[..., 0]  # (b, t)
-    smooth = -log_probs.masked_fill(~allowed, 0.0).sum(dim=-1) / allowed.sum(dim=-1).clamp(min=1)  # (b, t)
-    loss = ((1.0 - label_smoothing) * nll + label_smoothing * smooth).masked_fill(~real, 0.0).sum()
-    return loss, n_tokens
-
-
-def loss_fn(logits: torch.Tensor, target: torch.Tensor, label_smoothing: float,
-            allowed: torch.Tensor | None = None) -> tuple[torch.Tensor, int]:
-    """:func:`loss_sum` divided by the number of target tokens: (mean loss per token, number of tokens)."""
-    loss, n_tokens = loss_sum(logits, target, label_smoothing, allowed)
-    return loss / max(n_tokens, 1), n_tokens
-
-
-def candidate_columns(source: torch.Tensor, target: torch.Tensor, candidates: tuple[torch.Tensor, torch.Tensor]
-                      ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The characters the candidate loss softmaxes over: hanzi ids (b, t, 1 + c), the reference first and
-    then the other candidates of the position's syllable, and (b, t, 1 + c) bool, True at real entries.
-    ``candidates`` (ids, real), each (pinyin vocab, c), from :meth:`CandidateTable.for_vocab`."""
-    ids, real = candidates[0][source], candidates[1][source]  # (b, t, c)
-    real = real & (ids != target[..., None])  # the reference once, in column 0
-    ids = torch.where(real, ids, PAD_ID)  # each list first, <pad> after it (see Transformer.logits)
-    order = (~real).int().argsort(dim=-1, stable=True)
-    ids, real = ids.gather(-1, order), real.gather(-1, order)
-    return torch.cat([target[..., None], ids], dim=-1), torch.cat([(target != PAD_ID)[..., None], real], dim=-1)
-
-
-def model_loss_sum(model, batch, label_smoothing: float, candidates=None) -> tuple[torch.Tensor, int]:
-    """Teacher-forced loss of ``batch`` summed over its target tokens, and their number: softmax over all
-    characters, or with ``candidates`` (see :func:`candidate_columns`) over each syllable's characters,
-    computing only their logits. The one place that chooses between the two."""
-    if candidates is None:
-        return loss_sum(model(batch.source, batch.target), batch.target, label_smoothing)
-    columns, allowed = candidate_columns(batch.source, batch.target, candidates)
-    return loss_sum(model(batch.source, batch.target, columns), batch.target, label_smoothing, allowed)
-
-
-def model_loss(model, batch, label_smoothing: float, candidates=None) -> tuple[torch.Tensor, int]:
-    """:func:`model_loss_sum` divided by the number of target tokens: (mean loss per token, tokens)."""
-    loss, n_tokens = model_loss_sum(model, batch, label_smoothing, candidates)
-    return loss / max(n_tokens, 1), n_tokens
-
-
 def train_step(model, batches: list[Batch], total_tokens: int, optimizer, scheduler, config: TrainConfig, device,
                candidates: tuple[torch.Tensor, torch.Tensor] | None = None, world_size: int = 1
                ) -> tuple[float, float, bool]:
@@ -160,7 +71,7 @@ def train_step(model, batches: list[Batch], total_tokens: int, optimizer, schedu
     exactly that of the mean loss over the whole global batch, not an average of per-batch averages. Under
     DDP (``world_size`` > 1) gradients are averaged over processes, hence the division by
     ``total_tokens / world_size``; they are synchronised once, on the last batch. ``candidates`` (ids, real),
-    each (pinyin vocab, c), from :meth:`CandidateTable.for_vocab`, restricts the softmax
+    each (pinyin vocab, c), from :meth:`Lexicon.for_vocab`, restricts the softmax
     (train.loss=candidates).
 
     Returns (mean loss of the global batch, gradient norm before clipping, stepped). A non-finite loss or
@@ -187,30 +98,6 @@ def train_step(model, batches: list[Batch], total_tokens: int, optimizer, schedu
     optimizer.step()
     scheduler.step()
     return loss, grad_norm, True
-
-
-@torch.no_grad()
-def evaluate(model, valid_encoded, valid_examples, converter: Converter, config: Config, device,
-             candidates: tuple[torch.Tensor, torch.Tensor] | None = None) -> dict:
-    """Teacher-forced validation loss on the whole valid split (the training loss without smoothing), and
-    constrained-greedy character accuracy on its first ``eval_sentences`` examples (a fixed sample, so
-    numbers are comparable across steps). On CUDA in the training's precision; on a CPU in fp32, as
-    translate.py runs there, so that fp32 and bf16 runs are measured alike."""
-    model.eval()
-    precision = resolve_precision(config.train.precision, device) if device.type == "cuda" else "fp32"
-    total_loss, total_tokens = 0.0, 0
-    for begin in range(0, len(valid_encoded), 256):
-        batch = collate(valid_encoded[begin : begin + 256]).to(device)
-        with autocast_for(device, precision):
-            loss, n_tokens = model_loss(model, batch, 0.0, candidates)
-        total_loss, total_tokens = total_loss + float(loss) * n_tokens, total_tokens + n_tokens
-    sample = valid_examples[: config.train.eval_sentences]
-    with autocast_for(device, precision):
-        hypotheses = converter.convert_tokens([e.tokens for e in sample], batch_size=config.decode.batch_sentences,
-                                              constrained=config.decode.constrained)
-    scores = conversion_scores(hypotheses, [e.hanzi for e in sample])
-    samples = [f"{' '.join(e.tokens)}  →  {h}  (reference {e.hanzi})" for e, h in zip(sample[:5], hypotheses)]
-    return {"loss": total_loss / max(total_tokens, 1), **scores, "samples": samples}
 
 
 def log_pictures(writer, model, examples, pinyin_vocab, hanzi_vocab, step: int) -> None:
@@ -245,12 +132,16 @@ def set_rng_state(state: dict) -> None:
 
 
 def _check_same(config: Config, saved: dict, section: str, path: Path) -> None:
+    """CheckpointError unless the checkpoint's config ``saved`` agrees with ``config`` on ``section``."""
+    saved_section = saved.get(section)
+    if not isinstance(saved_section, dict):
+        raise CheckpointError(f"cannot resume from {path}: its config has no {section} section")
     for key, value in getattr(config, section).__dict__.items():
         if section == "data" and key in ("prepared_dir", "raw_dir"):
             continue
-        if saved[section].get(key) != value:
+        if saved_section.get(key) != value:
             raise CheckpointError(f"cannot resume from {path}: {section}.{key} is {value!r} now but "
-                                  f"{saved[section].get(key)!r} in the checkpoint")
+                                  f"{saved_section.get(key)!r} in the checkpoint")
 
 
 def count_parameters(model: torch.nn.Module) -> int:
@@ -272,6 +163,73 @@ def _truncate_log(path: Path, last_step: int) -> None:
     temporary = path.with_name(path.name + ".tmp")
     temporary.write_text("".join(kept), encoding="utf-8")
     temporary.replace(path)
+
+
+# ------------------------------------------------------------------------------------------ the recipe
+
+
+@dataclass
+class Run:
+    """One training run: its settings, where it writes, and how far it has come. The loop advances it and
+    every checkpoint records it."""
+
+    config: Config
+    process: distributed.Process
+    device: torch.device
+    log: Callable[[str], None]  # messages for the user (a no-op on every process but rank 0)
+    checkpoint_dir: Path
+    run_dir: Path  # TensorBoard events, train_log.jsonl, eval_log.jsonl, config.yaml
+    step: int = 0  # optimizer steps taken
+    best_accuracy: float = -1.0  # the best validation character accuracy so far
+    last_saved_step: int | None = None  # the step of the newest last.pt; None before the first
+    elapsed_before: float = 0.0  # seconds trained before this process started (by the run it resumes)
+    started: float = 0.0  # time.time() at this process's first step
+
+    @property
+    def last_path(self) -> Path:
+        return self.checkpoint_dir / "last.pt"
+
+    @property
+    def best_path(self) -> Path:
+        return self.checkpoint_dir / "best.pt"
+
+    def elapsed(self) -> float:
+        """Seconds of training, those before a resume included."""
+        return time.time() - self.started + self.elapsed_before
+
+    def last_good(self) -> str:
+        if self.last_saved_step is None:
+            return "no checkpoint was written yet"
+        return f"the last good checkpoint is {self.last_path} (step {self.last_saved_step})"
+
+
+@dataclass
+class Splits:
+    """The prepared data a run reads."""
+
+    data_dir: Path
+    train_examples: list[Example]
+    valid_examples: list[Example]
+
+
+@dataclass
+class Parts:
+    """What training builds before its first step: the model and everything that steps with it, and what
+    validation needs."""
+
+    model: Transformer  # unwrapped: checkpoints hold its state_dict
+    trained_model: torch.nn.Module  # what train_step runs: the model, or its DDP / compiled wrapper
+    pinyin_vocab: Vocab
+    hanzi_vocab: Vocab
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    stream: BatchStream
+    syllable_lm: SyllableBigrams
+    char_lm_state: dict | None  # the checkpoint's char_lm entry, computed once; None without one
+    converter: Converter
+    candidates: tuple[torch.Tensor, torch.Tensor] | None  # train.loss=candidates: Lexicon.for_vocab
+    valid_examples: list[Example]
+    valid_encoded: list[EncodedExample]
 
 
 def train(config: Config, *, resume: bool = False, init_from: str | None = None, overwrite: bool = False,
@@ -300,207 +258,333 @@ def train(config: Config, *, resume: bool = False, init_from: str | None = None,
 def _train(config: Config, process: distributed.Process, *, resume: bool, init_from: str | None, overwrite: bool,
            log) -> Path:
     t = config.train
+    run = _setup_run(config, process, resume=resume, overwrite=overwrite, log=log)
+    splits = _setup_data(config, process)
+    saved = _load_resumable(run) if resume else None
+    model, pinyin_vocab, hanzi_vocab = _setup_model(config, splits.data_dir, saved, run.last_path, init_from)
+    model.to(run.device)
+    syllable_lm, char_lm_state = _setup_language_models(config, splits.train_examples, hanzi_vocab, log)
+    train_encoded = encode_examples(splits.train_examples, pinyin_vocab, hanzi_vocab)
+    valid_encoded = encode_examples(splits.valid_examples, pinyin_vocab, hanzi_vocab)
+    stream = BatchStream(train_encoded, t.batch_tokens, t.seed)  # the same stream on every process
+    optimizer, scheduler = _setup_optimizer(model, t)
+    if saved is not None:
+        _restore(run, saved, optimizer, scheduler, stream)
+    if run.step >= t.max_steps:
+        log(f"nothing to do: step {run.step} >= train.max_steps={t.max_steps}")
+        return run.best_path
+
+    logs = _setup_logging(run, resume)
+    converter = Converter(model, pinyin_vocab, hanzi_vocab, run.device)
+    candidates = None
+    if t.loss == "candidates":
+        candidates = tuple(part.to(run.device) for part in Lexicon(hanzi_vocab).for_vocab(pinyin_vocab))
+    parts = Parts(model, _wrap_for_training(model, run), pinyin_vocab, hanzi_vocab, optimizer, scheduler, stream,
+                  syllable_lm, char_lm_state, converter, candidates, splits.valid_examples, valid_encoded)
+    _log_setup(run, parts, splits, logs)
+    _train_loop(run, parts, logs)
+    log(f"best valid char accuracy {run.best_accuracy:.2%}; checkpoints in {run.checkpoint_dir}")
+    return run.best_path
+
+
+def _setup_run(config: Config, process: distributed.Process, *, resume: bool, overwrite: bool, log) -> Run:
+    """Seed, threads and device; the run's folders. TrainingError if a new run would replace another's
+    checkpoints; CheckpointError if there is nothing to resume."""
+    t = config.train
     random.seed(t.seed)
     torch.manual_seed(t.seed)  # the same on every process: rank 0's saved RNG state then resumes them all
-    if t.threads:
-        torch.set_num_threads(t.threads)
+    set_threads(t.threads)
     device = distributed.start(process, select_device(t.device))
-    checkpoint_dir, run_dir = Path(t.checkpoint_dir) / t.name, Path(t.runs_dir) / t.name
-    last_path, best_path = checkpoint_dir / "last.pt", checkpoint_dir / "best.pt"
-    if not resume and not overwrite and (last_path.exists() or best_path.exists()):
-        raise TrainingError(f"{checkpoint_dir} already holds a run named {t.name!r}: continue it with --resume, "
+    run = Run(config, process, device, log, checkpoint_dir=Path(t.checkpoint_dir) / t.name,
+              run_dir=Path(t.runs_dir) / t.name)
+    if not resume and not overwrite and (run.last_path.exists() or run.best_path.exists()):
+        raise TrainingError(f"{run.checkpoint_dir} already holds a run named {t.name!r}: continue it with --resume, "
                             f"name a new one with train.name=..., or replace it with --overwrite")
-    if resume and not last_path.is_file():  # before the data: say it at once
-        raise CheckpointError(f"checkpoint not found: {last_path} (nothing to resume: start without --resume)")
+    if resume and not run.last_path.is_file():  # before the data: say it at once
+        raise CheckpointError(f"checkpoint not found: {run.last_path} (nothing to resume: start without --resume)")
+    return run
 
+
+def _setup_data(config: Config, process: distributed.Process) -> Splits:
+    """Prepare the splits (rank 0 prepares, the other processes wait and then find them ready) and read
+    the training and validation examples."""
     if not process.is_main:
-        distributed.barrier()  # rank 0 prepares the data; the others then find it ready
+        distributed.barrier()
     data_dir = prepare(config.data)
     if process.is_main:
         distributed.barrier()
-    train_examples = read_examples(data_dir / "train.tsv", trusted=True)
-    valid_examples = read_examples(data_dir / "valid.tsv", trusted=True)
+    return Splits(data_dir, read_examples(data_dir / "train.tsv", trusted=True),
+                  read_examples(data_dir / "valid.tsv", trusted=True))
 
-    saved = None
-    if resume:
-        saved = load_checkpoint(last_path)
-        for section in ("data", "model"):
-            _check_same(config, saved["config"], section, last_path)
-        model, pinyin_vocab, hanzi_vocab, _ = model_from_checkpoint(saved, str(last_path))
+
+def _load_resumable(run: Run) -> dict:
+    """The state of ``last.pt`` for --resume; CheckpointError unless it holds the training state and was
+    trained on the same data with the same model settings."""
+    saved = checkpoint.load_checkpoint(run.last_path)
+    checkpoint.require_resumable(saved, str(run.last_path))
+    for section in ("data", "model"):
+        _check_same(run.config, saved[checkpoint.CONFIG_KEY], section, run.last_path)
+    return saved
+
+
+def _setup_model(config: Config, data_dir: Path, saved: dict | None, saved_path: Path, init_from: str | None
+                 ) -> tuple[Transformer, Vocab, Vocab]:
+    """(model on the CPU, pinyin vocabulary, hanzi vocabulary): those of the resumed checkpoint ``saved``,
+    the weights and vocabularies of ``init_from``, or a new model over the prepared data's vocabularies."""
+    if saved is not None:
+        model, pinyin_vocab, hanzi_vocab, _ = checkpoint.model_from_checkpoint(saved, str(saved_path))
     elif init_from:
-        source = load_checkpoint(init_from)
-        model, pinyin_vocab, hanzi_vocab, _ = model_from_checkpoint(source, init_from)
-        _check_same(config, source["config"], "model", Path(init_from))
+        source = checkpoint.load_checkpoint(init_from)
+        model, pinyin_vocab, hanzi_vocab, _ = checkpoint.model_from_checkpoint(source, init_from)
+        _check_same(config, source[checkpoint.CONFIG_KEY], "model", Path(init_from))
     else:
         pinyin_vocab, hanzi_vocab = load_vocab(data_dir / "pinyin_vocab.txt"), load_vocab(data_dir / "hanzi_vocab.txt")
         model = Transformer(config.model, source_vocab_size=len(pinyin_vocab), target_vocab_size=len(hanzi_vocab))
-    model.to(device)
+    return model, pinyin_vocab, hanzi_vocab
 
-    syllable_lm = SyllableBigrams.count(example.tokens for example in train_examples)  # for decoding
-    char_lm_state = {}  # the checkpoint's "char_lm" entry, computed once
-    if config.decode.lm_weight > 0:  # a character n-gram model for decoding, counted in seconds (char_lm.py)
-        started_counting = time.time()
-        dec = config.decode
-        phrases = phrase_texts(config.data.raw_dir) if dec.lm_phrases > 0 else []
-        char_lm = count_for(train_examples, hanzi_vocab, dec.lm_order, dec.lm_min_count, phrases, dec.lm_phrases)
-        with_phrases = (f", with the phrase table x {dec.lm_phrases}: {len(phrases):,} entries, "
-                        f"those with characters outside the vocabulary left out" if phrases else "")
-        log(f"character {dec.lm_order}-gram model: {char_lm.size():,} n-grams counted in "
-            f"{time.time() - started_counting:.1f} s (decode.lm_weight={dec.lm_weight}{with_phrases})")
-        char_lm_state = {"char_lm": char_lm.state_dict()}
-    train_encoded = encode_examples(train_examples, pinyin_vocab, hanzi_vocab)
-    valid_encoded = encode_examples(valid_examples, pinyin_vocab, hanzi_vocab)
-    stream = BatchStream(train_encoded, t.batch_tokens, t.seed)  # the same stream on every process
+
+def _setup_language_models(config: Config, train_examples: list[Example], hanzi_vocab: Vocab, log
+                           ) -> tuple[SyllableBigrams, dict | None]:
+    """The n-gram models decoding uses, counted from the training split in seconds: the syllable bigrams
+    (always) and, when decode.lm_weight > 0, the character n-gram model's state dict (else None)."""
+    syllable_lm = SyllableBigrams.count(example.tokens for example in train_examples)
+    dec = config.decode
+    if dec.lm_weight <= 0:
+        return syllable_lm, None
+    started_counting = time.time()
+    phrases = phrase_texts(config.data.raw_dir) if dec.lm_phrases > 0 else []
+    char_lm = count_for(train_examples, hanzi_vocab, dec.lm_order, dec.lm_min_count, phrases, dec.lm_phrases)
+    with_phrases = (f", with the phrase table x {dec.lm_phrases}: {len(phrases):,} entries, "
+                    f"those with characters outside the vocabulary left out" if phrases else "")
+    log(f"character {dec.lm_order}-gram model: {char_lm.size():,} n-grams counted in "
+        f"{time.time() - started_counting:.1f} s (decode.lm_weight={dec.lm_weight}{with_phrases})")
+    return syllable_lm, char_lm.state_dict()
+
+
+def _setup_optimizer(model: Transformer, t: TrainConfig
+                     ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
+    """AdamW (weight decay on matrices only) and its schedule, :func:`lr_at`."""
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
     optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": t.weight_decay},
                                    {"params": no_decay, "weight_decay": 0.0}],
                                   lr=t.lr, betas=(t.beta1, t.beta2))
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_at(step, t) / t.lr)
-    step, best_accuracy = 0, -1.0
-    if saved is not None:
-        optimizer.load_state_dict(saved["optimizer"])
-        scheduler.load_state_dict(saved["scheduler"])
-        stream.load_state_dict(saved["batches"])
-        step, best_accuracy = int(saved["step"]), float(saved["best_accuracy"])
-        set_rng_state(saved["rng"])
-        log(f"resumed {last_path} at step {step}")
-    if step >= t.max_steps:
-        log(f"nothing to do: step {step} >= train.max_steps={t.max_steps}")
-        return best_path
-    last_saved_step = step if saved is not None else None
+    return optimizer, scheduler
 
-    # Rank 0 alone writes logs and checkpoints; the other processes only train.
-    writer, train_log = None, None
-    if process.is_main:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        if resume:  # the steps after the checkpoint are trained again: their records go
-            _truncate_log(run_dir / "train_log.jsonl", step)
-            _truncate_log(run_dir / "eval_log.jsonl", step)
-        else:  # a new run starts new curves
-            (run_dir / "train_log.jsonl").unlink(missing_ok=True)
-            (run_dir / "eval_log.jsonl").unlink(missing_ok=True)
-        save_config(config, run_dir / "config.yaml")
-        writer = SummaryWriter(str(run_dir), purge_step=step + 1 if resume else None)
-        train_log = open(run_dir / "train_log.jsonl", "a", encoding="utf-8")  # noqa: SIM115 (closed below)
+
+def _restore(run: Run, saved: dict, optimizer, scheduler, stream: BatchStream) -> None:
+    """--resume: the optimizer, schedule, data position, step, best score and random state of ``saved``."""
+    optimizer.load_state_dict(saved[checkpoint.OPTIMIZER_KEY])
+    scheduler.load_state_dict(saved[checkpoint.SCHEDULER_KEY])
+    stream.load_state_dict(saved[checkpoint.BATCHES_KEY])
+    run.step, run.best_accuracy = int(saved[checkpoint.STEP_KEY]), float(saved[checkpoint.BEST_ACCURACY_KEY])
+    run.last_saved_step = run.step
+    run.elapsed_before = float(saved.get(checkpoint.ELAPSED_KEY, 0.0))
+    set_rng_state(saved[checkpoint.RNG_KEY])
+    run.log(f"resumed {run.last_path} at step {run.step}")
+
+
+def _wrap_for_training(model: Transformer, run: Run) -> torch.nn.Module:
+    """The module train_step runs: DDP over the processes when there are several, compiled with
+    train.compile."""
     trained_model = model
-    if process.world_size > 1:
+    if run.process.world_size > 1:
         trained_model = torch.nn.parallel.DistributedDataParallel(
-            model, device_ids=[device.index] if device.type == "cuda" else None)
-    compiled = torch.compile(trained_model) if t.compile else trained_model
-    converter = Converter(model, pinyin_vocab, hanzi_vocab, device)
-    candidates = None
-    if t.loss == "candidates":
-        candidates = tuple(part.to(device) for part in Lexicon(hanzi_vocab).for_vocab(pinyin_vocab))
-    log(f"device {device}, {torch.get_num_threads()} threads, {resolve_precision(t.precision, device)} | "
-        f"{count_parameters(model) / 1e6:.2f}M parameters | "
-        f"vocab {len(pinyin_vocab)} pinyin, {len(hanzi_vocab)} hanzi | "
-        f"{len(train_examples)} train, {len(valid_examples)} valid examples")
-    if process.world_size > 1:
-        log(f"{process.world_size} processes, {t.grad_accum_steps // process.world_size} batch(es) each per step: "
-            f"global batch {t.grad_accum_steps} x {t.batch_tokens} tokens")
-    mean_length = sum(len(e.hanzi) for e in train_examples) / max(len(train_examples), 1)
-    log(visualize.model_summary(model, t.batch_tokens, mean_length))
-    if step == 0 and writer is not None:  # once per run: the positional-encoding matrix the embeddings add
-        writer.add_figure("model/positional_encoding", visualize.positional_encoding_figure(
-            config.model.d_model, min(config.model.max_positions, 2 * config.data.max_len)), 0)
+            model, device_ids=[run.device.index] if run.device.type == "cuda" else None)
+    return torch.compile(trained_model) if run.config.train.compile else trained_model
 
-    def checkpoint_state(accuracy: float) -> dict:
-        return {"config": config.to_dict(), "pinyin_vocab": pinyin_vocab.tokens, "hanzi_vocab": hanzi_vocab.tokens,
-                "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                "scheduler": scheduler.state_dict(), "step": step, "best_accuracy": best_accuracy,
-                "valid_char_accuracy": accuracy, "batches": stream.state_dict(), "rng": rng_state(),
-                "syllable_lm": syllable_lm.state_dict(), **char_lm_state}
 
-    def last_good() -> str:
-        if last_saved_step is None:
-            return "no checkpoint was written yet"
-        return f"the last good checkpoint is {last_path} (step {last_saved_step})"
+class Logs:
+    """Where rank 0 records the run: TensorBoard, ``train_log.jsonl``, ``eval_log.jsonl`` and the progress
+    bar; on the other processes the writers are None and the bar is silent."""
 
-    def evaluate_and_save() -> None:
-        nonlocal best_accuracy, last_saved_step
-        result = evaluate(model, valid_encoded, valid_examples, converter, config, device, candidates)
-        if not (math.isfinite(result["loss"]) and all(torch.isfinite(p).all() for p in model.parameters())):
-            # Finite weights give a finite loss; these weights are broken and must not replace a checkpoint.
-            raise TrainingError(f"stopped at step {step}: the weights or the validation loss ({result['loss']}) "
-                                f"are no longer finite; {last_good()}; lower train.lr")
+    def __init__(self, run: Run, writer: SummaryWriter | None, train_log: TextIO | None):
+        self.run, self.writer, self.train_log = run, writer, train_log
+        self.progress: tqdm | None = None
+        self.window_tokens, self.window_start = 0, time.time()  # tokens/s since the last log_every step
+
+    def start_progress(self) -> None:
+        t = self.run.config.train
+        self.progress = tqdm(total=t.max_steps, initial=self.run.step, desc=t.name, unit="step", dynamic_ncols=True,
+                             file=sys.stderr, mininterval=1.0, disable=not self.run.process.is_main)
+
+    def restart_window(self) -> None:
+        """Tokens/s measure training alone: the clock restarts after an evaluation."""
+        self.window_tokens, self.window_start = 0, time.time()
+
+    def record_step(self, loss: float, lr: float, grad_norm: float, tokens: int, scheduler) -> None:
+        """A step's record: every step in train_log.jsonl, every log_every steps in TensorBoard."""
+        step = self.run.step
+        self.window_tokens += tokens
+        self.progress.update(1)
+        if self.train_log is not None:
+            self.train_log.write(json.dumps({"step": step, "loss": loss, "lr": lr, "grad_norm": grad_norm,
+                                             "tokens": tokens}) + "\n")
+            self.train_log.flush()  # a killed run keeps its record up to the step it reached
+        if step % self.run.config.train.log_every == 0 and self.writer is not None:
+            tokens_per_second = self.window_tokens / max(time.time() - self.window_start, 1e-9)
+            self.restart_window()
+            self.writer.add_scalar("train/loss", loss, step)
+            self.writer.add_scalar("train/lr", scheduler.get_last_lr()[0], step)
+            self.writer.add_scalar("train/grad_norm", grad_norm, step)
+            self.writer.add_scalar("train/tokens_per_second", tokens_per_second, step)
+            self.progress.set_postfix(loss=f"{loss:.3f}", tok_s=f"{tokens_per_second:,.0f}", refresh=False)
+
+    def record_evaluation(self, result: dict, parts: Parts) -> None:
+        """An evaluation's scalars, samples and pictures in TensorBoard (rank 0 only evaluates)."""
+        step, writer = self.run.step, self.writer
         writer.add_scalar("valid/loss", result["loss"], step)
         writer.add_scalar("valid/char_accuracy", result["char_accuracy"], step)
         writer.add_text("valid/samples", "\n\n".join(result["samples"]), step)
-        log_pictures(writer, model, valid_examples[: t.attention_sentences], pinyin_vocab, hanzi_vocab, step)
-        elapsed = time.time() - started + elapsed_before
-        with open(run_dir / "eval_log.jsonl", "a", encoding="utf-8") as handle:
-            handle.write(json.dumps({"step": step, "minutes": round(elapsed / 60, 2), "valid_loss": round(result["loss"], 4),
-                                     "valid_char_accuracy": round(result["char_accuracy"], 4)}) + "\n")
-        improved = result["char_accuracy"] > best_accuracy
-        best_accuracy = max(best_accuracy, result["char_accuracy"])
-        state = checkpoint_state(result["char_accuracy"])
-        state["elapsed_seconds"] = elapsed
-        save_checkpoint(last_path, state)
-        last_saved_step = step
-        if improved:
-            save_checkpoint(best_path, state)
-        progress.write(f"step {step}: valid loss {result['loss']:.3f}, char accuracy {result['char_accuracy']:.2%}"
-                       f"{' (best)' if improved else ''}, {elapsed / 60:.1f} min | {result['samples'][0]}")
+        log_pictures(writer, parts.model, parts.valid_examples[: self.run.config.train.attention_sentences],
+                     parts.pinyin_vocab, parts.hanzi_vocab, step)
 
-    elapsed_before = float(saved.get("elapsed_seconds", 0.0)) if saved is not None else 0.0
-    started = time.time()
-    window_tokens, window_start = 0, time.time()
-    progress = tqdm(total=t.max_steps, initial=step, desc=t.name, unit="step", dynamic_ncols=True,
-                    file=sys.stderr, mininterval=1.0, disable=not process.is_main)
+    def append_evaluation_record(self, result: dict, elapsed: float) -> None:
+        with open(self.run.run_dir / "eval_log.jsonl", "a", encoding="utf-8") as handle:
+            handle.write(json.dumps({"step": self.run.step, "minutes": round(elapsed / 60, 2),
+                                     "valid_loss": round(result["loss"], 4),
+                                     "valid_char_accuracy": round(result["char_accuracy"], 4)}) + "\n")
+
+    def close(self) -> None:
+        if self.progress is not None:
+            self.progress.close()
+        if self.writer is not None:
+            self.writer.close()
+            self.train_log.close()
+
+
+def _setup_logging(run: Run, resume: bool) -> Logs:
+    """Rank 0's run folder: the logs a resumed run repeats are cut back to its checkpoint's step, a new run
+    starts new ones; the resolved config is written next to them."""
+    if not run.process.is_main:
+        return Logs(run, None, None)
+    run.run_dir.mkdir(parents=True, exist_ok=True)
+    for name in ("train_log.jsonl", "eval_log.jsonl"):
+        if resume:  # the steps after the checkpoint are trained again: their records go
+            _truncate_log(run.run_dir / name, run.step)
+        else:  # a new run starts new curves
+            (run.run_dir / name).unlink(missing_ok=True)
+    save_config(run.config, run.run_dir / "config.yaml")
+    writer = SummaryWriter(str(run.run_dir), purge_step=run.step + 1 if resume else None)
+    train_log = open(run.run_dir / "train_log.jsonl", "a", encoding="utf-8")  # noqa: SIM115 (Logs.close)
+    return Logs(run, writer, train_log)
+
+
+def _log_setup(run: Run, parts: Parts, splits: Splits, logs: Logs) -> None:
+    """What this run trains, on what, where: for the user, and the positional encoding for TensorBoard."""
+    config, model, t = run.config, parts.model, run.config.train
+    run.log(f"device {run.device}, {torch.get_num_threads()} threads, {resolve_precision(t.precision, run.device)} | "
+            f"{count_parameters(model) / 1e6:.2f}M parameters | "
+            f"vocab {len(parts.pinyin_vocab)} pinyin, {len(parts.hanzi_vocab)} hanzi | "
+            f"{len(splits.train_examples)} train, {len(splits.valid_examples)} valid examples")
+    if run.process.world_size > 1:
+        run.log(f"{run.process.world_size} processes, {t.grad_accum_steps // run.process.world_size} batch(es) "
+                f"each per step: global batch {t.grad_accum_steps} x {t.batch_tokens} tokens")
+    mean_length = sum(len(e.hanzi) for e in splits.train_examples) / max(len(splits.train_examples), 1)
+    run.log(visualize.model_summary(model, t.batch_tokens, mean_length))
+    if run.step == 0 and logs.writer is not None:  # once per run: the positional-encoding matrix the embeddings add
+        logs.writer.add_figure("model/positional_encoding", visualize.positional_encoding_figure(
+            config.model.d_model, min(config.model.max_positions, 2 * config.data.max_len)), 0)
+
+
+def _train_loop(run: Run, parts: Parts, logs: Logs) -> None:
+    """Step until train.max_steps (or train.max_minutes): evaluate and save every train.eval_every steps
+    and at the end. TrainingError after train.max_bad_steps non-finite batches in a row."""
+    t = run.config.train
+    run.started = time.time()
+    logs.restart_window()
+    logs.start_progress()
     bad_in_a_row = 0
     try:
-        while step < t.max_steps:
-            # The global batch: the next grad_accum_steps batches of the stream every process walks in step;
-            # process r takes batches r, r + N, r + 2N, ... of them.
-            global_batch = [stream.next_indices() for _ in range(t.grad_accum_steps)]
-            total_tokens = sum(stream.n_target_tokens(indices) for indices in global_batch)
-            mine = [stream.batch(indices) for indices in global_batch[process.rank :: process.world_size]]
-            lr = optimizer.param_groups[0]["lr"]
-            loss, grad_norm, stepped = train_step(compiled, mine, total_tokens, optimizer, scheduler, t, device,
-                                                  candidates, process.world_size)
+        while run.step < t.max_steps:
+            loss, grad_norm, lr, tokens, stepped = _global_step(run, parts)
             if not stepped:  # every process sees the same summed loss and gradient norm: all skip together
                 bad_in_a_row += 1
-                log(f"warning: skipped a batch at step {step + 1}: loss {loss}, gradient norm {grad_norm} "
-                    f"({bad_in_a_row} in a row, train.max_bad_steps={t.max_bad_steps})")
+                run.log(f"warning: skipped a batch at step {run.step + 1}: loss {loss}, gradient norm {grad_norm} "
+                        f"({bad_in_a_row} in a row, train.max_bad_steps={t.max_bad_steps})")
                 if bad_in_a_row >= t.max_bad_steps:
-                    raise TrainingError(f"stopped at step {step}: loss or gradient not finite for {bad_in_a_row} "
-                                        f"batches in a row; {last_good()}; lower train.lr or check the data")
+                    raise TrainingError(f"stopped at step {run.step}: loss or gradient not finite for {bad_in_a_row} "
+                                        f"batches in a row; {run.last_good()}; lower train.lr or check the data")
                 continue
             bad_in_a_row = 0
-            step += 1
-            window_tokens += total_tokens
-            progress.update(1)
-            if train_log is not None:
-                train_log.write(json.dumps({"step": step, "loss": loss, "lr": lr, "grad_norm": grad_norm,
-                                            "tokens": total_tokens}) + "\n")
-                train_log.flush()  # a killed run keeps its record up to the step it reached
-            if step % t.log_every == 0 and writer is not None:
-                tokens_per_second = window_tokens / max(time.time() - window_start, 1e-9)
-                window_tokens, window_start = 0, time.time()
-                writer.add_scalar("train/loss", loss, step)
-                writer.add_scalar("train/lr", scheduler.get_last_lr()[0], step)
-                writer.add_scalar("train/grad_norm", grad_norm, step)
-                writer.add_scalar("train/tokens_per_second", tokens_per_second, step)
-                progress.set_postfix(loss=f"{loss:.3f}", tok_s=f"{tokens_per_second:,.0f}", refresh=False)
-            out_of_time = t.max_minutes > 0 and time.time() - started >= t.max_minutes * 60
-            if t.max_minutes > 0 and process.world_size > 1:  # clocks differ: stop when any process is out
-                out_of_time = distributed.sum_over_processes([float(out_of_time)], device)[0] > 0
-            if step % t.eval_every == 0 or step == t.max_steps or out_of_time:
-                if process.is_main:
-                    evaluate_and_save()
+            run.step += 1
+            logs.record_step(loss, lr, grad_norm, tokens, parts.scheduler)
+            out_of_time = _out_of_time(run)
+            if run.step % t.eval_every == 0 or run.step == t.max_steps or out_of_time:
+                if run.process.is_main:
+                    evaluate_and_save(run, parts, logs)
                 distributed.barrier()  # the others wait for the evaluation and the checkpoint
-                window_tokens, window_start = 0, time.time()  # tokens/s measures training alone
+                logs.restart_window()
             if out_of_time:
-                progress.write(f"stopping: train.max_minutes={t.max_minutes} reached at step {step}")
+                logs.progress.write(f"stopping: train.max_minutes={t.max_minutes} reached at step {run.step}")
                 break
     except KeyboardInterrupt:
-        progress.write(f"interrupted at step {step}; the last checkpoint is {last_path}")
+        logs.progress.write(f"interrupted at step {run.step}; the last checkpoint is {run.last_path}")
         raise
     finally:
-        progress.close()
-        if writer is not None:
-            writer.close()
-            train_log.close()
-    log(f"best valid char accuracy {best_accuracy:.2%}; checkpoints in {checkpoint_dir}")
-    return best_path
+        logs.close()
+
+
+def _global_step(run: Run, parts: Parts) -> tuple[float, float, float, int, bool]:
+    """One optimizer step on the next global batch: the next grad_accum_steps batches of the stream every
+    process walks in step, of which process r takes batches r, r + N, r + 2N, ... Returns (loss, gradient
+    norm, learning rate used, target tokens of the global batch, stepped) (see :func:`train_step`)."""
+    t, process = run.config.train, run.process
+    global_batch = [parts.stream.next_indices() for _ in range(t.grad_accum_steps)]
+    tokens = sum(parts.stream.n_target_tokens(indices) for indices in global_batch)
+    mine = [parts.stream.batch(indices) for indices in global_batch[process.rank :: process.world_size]]
+    lr = parts.optimizer.param_groups[0]["lr"]
+    loss, grad_norm, stepped = train_step(parts.trained_model, mine, tokens, parts.optimizer, parts.scheduler, t,
+                                          run.device, parts.candidates, process.world_size)
+    return loss, grad_norm, lr, tokens, stepped
+
+
+def _out_of_time(run: Run) -> bool:
+    """Whether train.max_minutes is reached; under DDP when any process's clock says so, so all stop."""
+    t = run.config.train
+    out_of_time = t.max_minutes > 0 and time.time() - run.started >= t.max_minutes * 60
+    if t.max_minutes > 0 and run.process.world_size > 1:
+        out_of_time = distributed.sum_over_processes([float(out_of_time)], run.device)[0] > 0
+    return out_of_time
+
+
+def evaluate_and_save(run: Run, parts: Parts, logs: Logs) -> None:
+    """Validate (see :func:`pinyin_hanzi.evaluation.evaluate`), record the result, and save the checkpoints.
+    TrainingError, writing nothing, if the weights or the validation loss are no longer finite."""
+    model = parts.model
+    result = evaluate(model, parts.valid_encoded, parts.valid_examples, parts.converter, run.config, run.device,
+                      parts.candidates)
+    if not (math.isfinite(result["loss"]) and all(torch.isfinite(p).all() for p in model.parameters())):
+        # Finite weights give a finite loss; these weights are broken and must not replace a checkpoint.
+        raise TrainingError(f"stopped at step {run.step}: the weights or the validation loss ({result['loss']}) "
+                            f"are no longer finite; {run.last_good()}; lower train.lr")
+    logs.record_evaluation(result, parts)
+    elapsed = run.elapsed()
+    logs.append_evaluation_record(result, elapsed)
+    improved = result["char_accuracy"] > run.best_accuracy
+    run.best_accuracy = max(run.best_accuracy, result["char_accuracy"])
+    save_checkpoint(run, parts, result["char_accuracy"], elapsed, improved=improved)
+    logs.progress.write(f"step {run.step}: valid loss {result['loss']:.3f}, char accuracy {result['char_accuracy']:.2%}"
+                        f"{' (best)' if improved else ''}, {elapsed / 60:.1f} min | {result['samples'][0]}")
+
+
+def save_checkpoint(run: Run, parts: Parts, accuracy: float, elapsed: float, *, improved: bool) -> None:
+    """Write ``best.pt`` when ``improved``, then ``last.pt``: the whole training state (see
+    :func:`pinyin_hanzi.checkpoint.training_checkpoint`) at ``run.step``, with this evaluation's
+    ``accuracy`` and ``elapsed`` training seconds.
+
+    best.pt first: last.pt records the best score, and a resumed run rewrites best.pt only when it beats
+    that score. Were last.pt written first, a kill between the two writes would leave a best.pt that no
+    later evaluation replaces; this way a kill leaves the previous last.pt, and the resumed run repeats
+    this evaluation and writes both again."""
+    state = checkpoint.training_checkpoint(
+        config=run.config.to_dict(), pinyin_vocab=parts.pinyin_vocab.tokens, hanzi_vocab=parts.hanzi_vocab.tokens,
+        model=parts.model.state_dict(), optimizer=parts.optimizer.state_dict(), scheduler=parts.scheduler.state_dict(),
+        step=run.step, best_accuracy=run.best_accuracy, valid_char_accuracy=accuracy, batches=parts.stream.state_dict(),
+        rng=rng_state(), syllable_lm=parts.syllable_lm.state_dict(), char_lm=parts.char_lm_state,
+        elapsed_seconds=elapsed)
+    if improved:
+        checkpoint.save_checkpoint(run.best_path, state)
+    checkpoint.save_checkpoint(run.last_path, state)
+    run.last_saved_step = run.step

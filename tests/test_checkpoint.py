@@ -5,7 +5,6 @@ from pinyin_hanzi.checkpoint import (
     FORMAT_VERSION,
     load_checkpoint,
     model_from_checkpoint,
-    newest_checkpoint,
     save_checkpoint,
 )
 from pinyin_hanzi.corpus import read_examples
@@ -38,11 +37,14 @@ def test_broken_checkpoints_give_one_line_errors(trained, tmp_path):
     truncated.write_bytes(data[: len(data) // 2])
     garbage = tmp_path / "garbage.pt"
     garbage.write_bytes(b"not a checkpoint at all")
+    text = tmp_path / "text.pt"  # the unpickler reads these bytes as opcodes and fails with an IndexError
+    text.write_bytes(b"this is not a checkpoint")
     foreign = tmp_path / "foreign.pt"
     torch.save({"weights": torch.zeros(2)}, foreign)
     old = tmp_path / "old.pt"
     torch.save({**torch.load(best, weights_only=True), "format_version": 99}, old)
     cases = [(tmp_path / "missing.pt", "not found"), (truncated, "truncated, corrupt"), (garbage, "truncated, corrupt"),
+             (text, "truncated, corrupt"),
              (foreign, "not a pinyin_hanzi checkpoint"), (old, "format 99")]
     for path, message in cases:
         with pytest.raises(CheckpointError, match=message) as raised:
@@ -61,13 +63,6 @@ def test_checkpoint_whose_weights_do_not_fit_its_config(trained):
         model_from_checkpoint(state)
 
 
-def test_newest_checkpoint(tmp_path):
-    assert newest_checkpoint(tmp_path) is None
-    for name in ("a", "b"):
-        save_checkpoint(tmp_path / name / "best.pt", {"step": 0})
-    assert newest_checkpoint(tmp_path) == tmp_path / "b" / "best.pt"
-
-
 def test_export_keeps_what_translation_needs_in_half_precision(trained, tmp_path):
     from pinyin_hanzi.checkpoint import export_checkpoint
 
@@ -84,24 +79,6 @@ def test_export_keeps_what_translation_needs_in_half_precision(trained, tmp_path
     assert Converter(*model_from_checkpoint(state)[:3]).convert_tokens(tokens) == original
 
 
-def test_default_checkpoint_prefers_a_newer_local_training_over_the_shipped_model(tmp_path, monkeypatch):
-    import os
-
-    from pinyin_hanzi import checkpoint
-
-    shipped = tmp_path / "pretrained" / "model.pt"
-    monkeypatch.setattr(checkpoint, "PRETRAINED", shipped)
-    local_root = tmp_path / "local"
-    assert checkpoint.default_checkpoint(local_root) == (None, "the shipped pretrained model")
-    save_checkpoint(shipped, {"step": 0})
-    assert checkpoint.default_checkpoint(local_root) == (shipped, "the shipped pretrained model")
-    save_checkpoint(local_root / "run" / "best.pt", {"step": 0})
-    os.utime(shipped, (1, 1))  # the shipped file is older than the local run
-    assert checkpoint.default_checkpoint(local_root) == (local_root / "run" / "best.pt", "the newest local training")
-    os.utime(local_root / "run" / "best.pt", (0, 0))
-    assert checkpoint.default_checkpoint(local_root) == (shipped, "the shipped pretrained model")
-
-
 def test_a_crash_while_writing_leaves_the_previous_checkpoint(tmp_path, monkeypatch):
     path = tmp_path / "last.pt"
     save_checkpoint(path, {"step": 1, "weights": torch.ones(3)})
@@ -116,3 +93,95 @@ def test_a_crash_while_writing_leaves_the_previous_checkpoint(tmp_path, monkeypa
         save_checkpoint(path, {"step": 2, "weights": torch.zeros(3)})
     assert path.read_bytes() == before
     assert torch.load(path, weights_only=True)["step"] == 1
+
+
+def _broken(state: dict, **changes) -> dict:
+    return {**state, **changes}
+
+
+def test_entries_of_the_wrong_type_give_one_line_errors(trained, tmp_path):
+    _, _, best = trained
+    state = load_checkpoint(best)
+    syllable_lm, model = state["syllable_lm"], state["model"]
+    cases = [
+        (dict(config=["not", "a", "dict"]), "its config is not a dict"),
+        (dict(model={**model, "extra": [1, 2]}), "its model is not a dict of tensors"),
+        (dict(model=torch.zeros(3)), "its model is not a dict of tensors"),
+        (dict(hanzi_vocab=["<pad>", 3]), "its hanzi_vocab is not a list of str"),
+        (dict(pinyin_vocab="abc"), "its pinyin_vocab is not a list of str"),
+        (dict(step="12"), "its step is not an integer"),
+        (dict(step=True), "its step is not an integer"),
+        (dict(best_accuracy="high"), "its best_accuracy is not a number"),
+        (dict(optimizer=[1]), "its optimizer is not a dict"),
+        (dict(syllable_lm={"unigrams": syllable_lm["unigrams"]}), "its syllable model has no bigrams counts"),
+        (dict(syllable_lm={**syllable_lm, "unigrams": {"ni": 1.5}}), "its syllable model has no unigrams counts"),
+        (dict(char_lm=[3]), "its char_lm is not a dict"),
+        (dict(char_lm={"order": 3}), "character n-gram model cannot be read .*count it again"),
+        (dict(format_version="1"), "has checkpoint format '1'"),
+    ]
+    for changes, message in cases:
+        path = tmp_path / "broken.pt"
+        torch.save(_broken(state, **changes), path)
+        with pytest.raises(CheckpointError, match=message) as raised:
+            load_checkpoint(path)
+        assert "\n" not in str(raised.value) and str(path) in str(raised.value)
+
+
+def test_a_character_ngram_model_must_fit_the_hanzi_vocabulary(trained, tmp_path):
+    from pinyin_hanzi.char_lm import count_for
+    from pinyin_hanzi.vocab import Vocab
+
+    tmp, _, best = trained
+    state = load_checkpoint(best)
+    hanzi_vocab = Vocab(state["hanzi_vocab"])
+    lm = count_for(read_examples(tmp / "prepared" / "tiny" / "train.tsv"), hanzi_vocab, order=2).state_dict()
+    path = tmp_path / "lm.pt"
+    save_checkpoint(path, {**state, "char_lm": lm})
+    assert load_checkpoint(path)["char_lm"]["order"] == 2
+    save_checkpoint(path, {**state, "char_lm": {**lm, "vocab_size": len(hanzi_vocab) + 1}})
+    with pytest.raises(CheckpointError, match="vocab_size .* expected the hanzi vocabulary's"):
+        load_checkpoint(path)
+    save_checkpoint(path, {**state, "char_lm": {**lm, "tables": {}}})
+    with pytest.raises(CheckpointError, match="no tables of orders 2..2"):
+        load_checkpoint(path)
+
+
+def test_inference_parts_are_what_the_checkpoint_holds(trained, tmp_path):
+    from pinyin_hanzi.char_lm import CharNgramLM, count_for
+    from pinyin_hanzi.checkpoint import load_for_inference
+    from pinyin_hanzi.syllable_lm import SyllableBigrams
+
+    tmp, _, best = trained
+    state = load_checkpoint(best)
+    parts = load_for_inference(best)
+    assert parts.pinyin_vocab.tokens == state["pinyin_vocab"] and parts.hanzi_vocab.tokens == state["hanzi_vocab"]
+    assert parts.config.to_dict() == state["config"] and parts.char_lm is None
+    assert all(torch.equal(parts.model.state_dict()[name], tensor) for name, tensor in state["model"].items())
+    assert isinstance(parts.syllable_lm, SyllableBigrams) and parts.syllable_lm.bigrams == state["syllable_lm"]["bigrams"]
+    examples = read_examples(tmp / "prepared" / "tiny" / "train.tsv")
+    lm = count_for(examples, parts.hanzi_vocab, order=2)
+    with_lm = tmp_path / "with_lm.pt"
+    save_checkpoint(with_lm, {**state, "char_lm": lm.state_dict()})
+    loaded = load_for_inference(with_lm).char_lm
+    assert isinstance(loaded, CharNgramLM)
+    ids = parts.hanzi_vocab.encode(examples[0].hanzi)
+    assert loaded.sentence_log_prob(ids) == pytest.approx(lm.sentence_log_prob(ids))
+    # tables of the right types that do not fit one another
+    runs = lm.state_dict()["tables"][2]["runs"]
+    broken = lm.state_dict()
+    broken["tables"][2]["runs"] = runs[:-1]
+    save_checkpoint(with_lm, {**state, "char_lm": broken})
+    with pytest.raises(CheckpointError, match="character n-gram model cannot be read"):
+        load_for_inference(with_lm)
+
+
+def test_an_exported_checkpoint_cannot_be_resumed(trained, tmp_path):
+    from pinyin_hanzi.checkpoint import export_checkpoint, require_resumable
+
+    _, _, best = trained
+    require_resumable(load_checkpoint(best), str(best))
+    exported = tmp_path / "model.pt"
+    export_checkpoint(best, exported)
+    with pytest.raises(CheckpointError, match="cannot resume from .*holds no optimizer, scheduler, best_accuracy, "
+                                              "batches, rng.*--init-from"):
+        require_resumable(load_checkpoint(exported), str(exported))

@@ -12,7 +12,7 @@ import pytest
 import torch
 from conftest import ROOT, tiny_config_dict, write_config
 
-from pinyin_hanzi import distributed, training
+from pinyin_hanzi import checkpoint, distributed, training
 from pinyin_hanzi.checkpoint import load_checkpoint
 from pinyin_hanzi.config import load_config
 from pinyin_hanzi.errors import ConfigError
@@ -46,7 +46,7 @@ def test_two_processes_match_one_process_with_accumulation(tmp_path, tiny_corpus
     resumed = write_config(tmp_path / "resumed.yaml", tiny_config_dict(resumed_dir, tiny_corpus, **SETTINGS))
 
     # One process, two batches accumulated per step; keep its step-4 checkpoint for the resumed run below.
-    original_save = training.save_checkpoint
+    original_save = checkpoint.save_checkpoint
 
     def save_and_keep(path, state):
         original_save(path, state)
@@ -54,7 +54,7 @@ def test_two_processes_match_one_process_with_accumulation(tmp_path, tiny_corpus
             (resumed_dir / "checkpoints" / "tiny").mkdir(parents=True)
             shutil.copy(path, resumed_dir / "checkpoints" / "tiny" / "last.pt")
 
-    monkeypatch.setattr(training, "save_checkpoint", save_and_keep)
+    monkeypatch.setattr(checkpoint, "save_checkpoint", save_and_keep)
     train(one, log=lambda message: None)
     reference = _losses(one_dir / "runs" / "tiny")
     assert [record["step"] for record in reference] == list(range(1, 9))

@@ -6,7 +6,7 @@ import pytest
 import torch
 from conftest import tiny_config_dict, write_config
 
-from pinyin_hanzi import training
+from pinyin_hanzi import checkpoint, loss, training
 from pinyin_hanzi.checkpoint import load_checkpoint
 from pinyin_hanzi.config import TrainConfig, load_config
 from pinyin_hanzi.corpus import read_examples
@@ -51,16 +51,16 @@ def test_resume_continues_exactly_like_an_uninterrupted_run(tmp_path, tiny_corpu
     resumed = load_config(write_config(tmp_path / "b.yaml", config_b))
 
     # Keep the step-12 checkpoint of the straight run, as a crash right after it would have left it.
-    original_save = training.save_checkpoint
+    original_save = checkpoint.save_checkpoint
 
     def save_and_keep(path, state):
         original_save(path, state)
         if state["step"] == 12 and path.name == "last.pt":
             shutil.copy(path, tmp_path / "step12.pt")
 
-    monkeypatch.setattr(training, "save_checkpoint", save_and_keep)
+    monkeypatch.setattr(checkpoint, "save_checkpoint", save_and_keep)
     train(straight, log=lambda message: None)
-    monkeypatch.setattr(training, "save_checkpoint", original_save)
+    monkeypatch.setattr(checkpoint, "save_checkpoint", original_save)
 
     (tmp_path / "b" / "checkpoints" / "tiny").mkdir(parents=True)
     shutil.copy(tmp_path / "step12.pt", tmp_path / "b" / "checkpoints" / "tiny" / "last.pt")
@@ -86,11 +86,14 @@ def test_resume_refuses_a_different_model(tmp_path, tiny_corpus, trained):
         train(fresh, resume=True, log=lambda message: None)
 
 
-def test_loss_is_normalised_per_target_token():
-    logits = torch.zeros(2, 3, 5)
-    target = torch.tensor([[4, 4, 4], [4, 0, 0]])  # 4 real tokens, 2 padding
-    loss, n_tokens = training.loss_fn(logits, target, 0.0)
-    assert n_tokens == 4 and float(loss) == pytest.approx(math.log(5))
+def test_resume_needs_a_training_checkpoint_not_an_export(tmp_path, tiny_corpus, trained):
+    from pinyin_hanzi.checkpoint import export_checkpoint
+
+    _, _, best = trained
+    config = load_config(write_config(tmp_path / "c.yaml", tiny_config_dict(tmp_path, tiny_corpus)))
+    export_checkpoint(best, tmp_path / "checkpoints" / "tiny" / "last.pt")
+    with pytest.raises(CheckpointError, match="cannot resume from .*last.pt: it holds no optimizer.*--init-from"):
+        train(config, resume=True, log=lambda message: None)
 
 
 def test_a_new_run_never_replaces_an_existing_one(trained):
@@ -103,17 +106,17 @@ def test_a_new_run_never_replaces_an_existing_one(trained):
 
 def _nan_on(monkeypatch, bad_batches):
     """Make the training loss NaN on the given training batches (counted from 1; evaluation untouched)."""
-    original, calls = training.loss_sum, [0]
+    original, calls = loss.loss_sum, [0]
 
     def loss_sum(*args, **kwargs):
-        loss, n_tokens = original(*args, **kwargs)
+        summed, n_tokens = original(*args, **kwargs)
         if torch.is_grad_enabled():
             calls[0] += 1
             if bad_batches(calls[0]):
-                loss = loss * float("nan")
-        return loss, n_tokens
+                summed = summed * float("nan")
+        return summed, n_tokens
 
-    monkeypatch.setattr(training, "loss_sum", loss_sum)
+    monkeypatch.setattr(loss, "loss_sum", loss_sum)
 
 
 def test_a_non_finite_loss_skips_the_batch_with_a_warning(tmp_path, tiny_corpus, monkeypatch):
@@ -174,51 +177,6 @@ def test_broken_weights_never_replace_the_last_good_checkpoint(tmp_path, tiny_co
     assert not (tmp_path / "checkpoints" / "tiny" / "last.pt").exists()
 
 
-def test_candidate_loss_equals_the_masked_softmax_over_the_vocabulary():
-    # model_loss computes the logits of each position's candidates only (the reference first); written out
-    # over all v logits with a mask it is:
-    from types import SimpleNamespace
-
-    from pinyin_hanzi.config import ModelConfig
-    from pinyin_hanzi.model import Transformer
-
-    generator = torch.Generator().manual_seed(0)
-    pinyin, v, c = 12, 30, 5
-    torch.manual_seed(0)
-    model = Transformer(ModelConfig(d_model=16, n_heads=2, n_encoder_layers=1, n_decoder_layers=1, d_ff=32,
-                                    dropout=0.0, max_positions=16), source_vocab_size=pinyin, target_vocab_size=v)
-    model.chunk = 4  # several chunks of positions
-    lengths = torch.randint(1, c + 1, (pinyin,), generator=generator)
-    real = torch.arange(c)[None, :] < lengths[:, None]  # (pinyin, c), lists first
-    ids = torch.stack([torch.randperm(v - 4, generator=generator)[:c] + 4 for _ in range(pinyin)]).where(real, 0)
-    source = torch.randint(4, pinyin, (3, 6), generator=generator)
-    target = ids[source, 0].clone()  # the reference among the candidates, mostly
-    target[1, 2], target[2, 4] = 29, 28  # and sometimes not
-    source[0, 4:], target[0, 4:] = 0, 0  # padding
-    batch = SimpleNamespace(source=source, target=target)
-    loss, n_tokens = training.model_loss(model, batch, 0.1, (ids, real))
-    allowed = torch.zeros(3, 6, v, dtype=torch.bool).scatter(-1, ids[source], real[source])
-    allowed = allowed.scatter(-1, target[..., None], True)
-    log_probs = model(source, target).masked_fill(~allowed, float("-inf")).log_softmax(-1)
-    nll = -log_probs.gather(-1, target[..., None]).squeeze(-1)
-    smooth = -log_probs.masked_fill(~allowed, 0.0).sum(-1) / allowed.sum(-1)
-    expected = (0.9 * nll + 0.1 * smooth).masked_fill(target == 0, 0.0).sum() / 16
-    assert n_tokens == 16 and torch.allclose(loss, expected, atol=1e-6)
-    gradients = torch.autograd.grad(loss, list(model.parameters()))
-    expected_gradients = torch.autograd.grad(expected, list(model.parameters()))
-    for gradient, expected_gradient in zip(gradients, expected_gradients):
-        assert torch.allclose(gradient, expected_gradient, atol=1e-6)
-
-
-def test_precision_auto_is_bf16_on_cuda_and_on_cpus_with_native_bf16(monkeypatch):
-    cpu, cuda, mps = torch.device("cpu"), torch.device("cuda"), torch.device("mps")
-    monkeypatch.setattr(training, "cpu_has_native_bf16", lambda: True)
-    assert [training.resolve_precision("auto", d) for d in (cpu, cuda, mps)] == ["bf16", "bf16", "fp32"]
-    monkeypatch.setattr(training, "cpu_has_native_bf16", lambda: False)
-    assert [training.resolve_precision("auto", d) for d in (cpu, cuda, mps)] == ["fp32", "bf16", "fp32"]
-    assert training.resolve_precision("fp32", cuda) == "fp32" and training.resolve_precision("bf16", cpu) == "bf16"
-
-
 def test_a_bf16_step_multiplies_in_bf16_and_keeps_fp32_weights_close_to_an_fp32_step():
     from pinyin_hanzi.config import ModelConfig
     from pinyin_hanzi.data import Batch
@@ -248,3 +206,43 @@ def test_a_bf16_step_multiplies_in_bf16_and_keeps_fp32_weights_close_to_an_fp32_
     before = torch.cat([p.detach().flatten() for p in model.parameters()])
     fp32_update, bf16_update = results["fp32"][2] - before, results["bf16"][2] - before
     assert torch.nn.functional.cosine_similarity(fp32_update, bf16_update, dim=0) > 0.95
+
+
+class _Killed(BaseException):
+    """The process dying between two file writes (not an Exception: nothing may catch it)."""
+
+
+def test_a_kill_between_the_two_checkpoint_writes_never_loses_the_best_checkpoint(tmp_path, tiny_corpus,
+                                                                                   monkeypatch):
+    torch.set_num_threads(1)
+    config = load_config(write_config(tmp_path / "c.yaml", tiny_config_dict(
+        tmp_path, tiny_corpus, max_steps=12, eval_every=6, batch_tokens=64)))
+    last, best = tmp_path / "checkpoints" / "tiny" / "last.pt", tmp_path / "checkpoints" / "tiny" / "best.pt"
+    # A score that rises at every evaluation (across the resume too), so that each one writes both files.
+    real_evaluate, evaluations = training.evaluate, [0]
+
+    def rising_evaluate(*args, **kwargs):
+        evaluations[0] += 1
+        return {**real_evaluate(*args, **kwargs), "char_accuracy": evaluations[0] / 10}
+
+    monkeypatch.setattr(training, "evaluate", rising_evaluate)
+    real_save, writes = checkpoint.save_checkpoint, []
+
+    def killed_after_the_first_write_at_step_12(path, state):
+        real_save(path, state)
+        writes.append((state["step"], path.name))
+        if state["step"] == 12:
+            raise _Killed
+
+    monkeypatch.setattr(checkpoint, "save_checkpoint", killed_after_the_first_write_at_step_12)
+    with pytest.raises(_Killed):
+        train(config, log=lambda message: None)
+    monkeypatch.setattr(checkpoint, "save_checkpoint", real_save)
+    assert writes[-1][0] == 12 and len(writes) == 3  # both files at step 6, one at step 12
+    # Whatever the kill left, best.pt is never behind the best score last.pt records.
+    assert load_checkpoint(best)["valid_char_accuracy"] >= load_checkpoint(last)["best_accuracy"]
+
+    train(config, resume=True, log=lambda message: None)
+    best_state, last_state = load_checkpoint(best), load_checkpoint(last)
+    assert last_state["step"] == best_state["step"] == 12
+    assert best_state["valid_char_accuracy"] == last_state["best_accuracy"] == last_state["valid_char_accuracy"]

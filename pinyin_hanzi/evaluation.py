@@ -1,0 +1,63 @@
+"""Scoring a model's conversions: validation during training (:func:`evaluate`) and the score of a whole
+split or file typed as a user would (:func:`evaluate_file`, ``translate.py --evaluate``)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Sequence
+
+import torch
+
+from pinyin_hanzi.config import Config
+from pinyin_hanzi.data import collate
+from pinyin_hanzi.loss import model_loss
+from pinyin_hanzi.metrics import conversion_scores, typed
+from pinyin_hanzi.runtime import autocast_for, resolve_precision
+
+if TYPE_CHECKING:
+    from pinyin_hanzi.converter import Converter
+
+
+@torch.no_grad()
+def evaluate(model, valid_encoded, valid_examples, converter: Converter, config: Config, device,
+             candidates: tuple[torch.Tensor, torch.Tensor] | None = None) -> dict:
+    """Teacher-forced validation loss on the whole valid split (the training loss without smoothing), and
+    constrained-greedy character accuracy on its first ``eval_sentences`` examples (a fixed sample, so
+    numbers are comparable across steps). On CUDA in the training's precision; on a CPU in fp32, as
+    translate.py runs there, so that fp32 and bf16 runs are measured alike.
+
+    ``valid_encoded`` and ``valid_examples`` are the same split, encoded and as text; ``candidates`` as in
+    :func:`pinyin_hanzi.loss.model_loss`. Returns {"loss": mean per target token (nats), the scores of
+    :func:`pinyin_hanzi.metrics.conversion_scores` (char_accuracy, cer, exact, sentences, characters),
+    "samples": the first five conversions as readable lines}."""
+    model.eval()
+    precision = resolve_precision(config.train.precision, device) if device.type == "cuda" else "fp32"
+    total_loss, total_tokens = 0.0, 0
+    for begin in range(0, len(valid_encoded), 256):
+        batch = collate(valid_encoded[begin : begin + 256]).to(device)
+        with autocast_for(device, precision):
+            loss, n_tokens = model_loss(model, batch, 0.0, candidates)
+        total_loss, total_tokens = total_loss + float(loss) * n_tokens, total_tokens + n_tokens
+    sample = valid_examples[: config.train.eval_sentences]
+    with autocast_for(device, precision):
+        hypotheses = converter.convert_tokens([e.tokens for e in sample], batch_size=config.decode.batch_sentences,
+                                              constrained=config.decode.constrained)
+    scores = conversion_scores(hypotheses, [e.hanzi for e in sample])
+    samples = [f"{' '.join(e.tokens)}  →  {h}  (reference {e.hanzi})" for e, h in zip(sample[:5], hypotheses)]
+    return {"loss": total_loss / max(total_tokens, 1), **scores, "samples": samples}
+
+
+def evaluate_file(converter, examples: Sequence, *, constrained: bool = True, unsegmented: bool = False, beam: int = 1,
+                  batch_size: int = 256) -> dict:
+    """Scores of converting ``examples`` (corpus Examples) typed as a user would: syllables separated by
+    spaces, or run together (``unsegmented``). Returns the settings and the scores of
+    :func:`pinyin_hanzi.metrics.conversion_scores`, plus top1 (and top3, top5 from the 5-best list when
+    beam >= 5): the share of sentences whose reference is among the k best conversions."""
+    lines = [typed(e.tokens, e.hanzi, unsegmented) for e in examples]
+    references = [e.hanzi for e in examples]
+    nbest = 5 if beam >= 5 else 1
+    found = converter.convert_lines(lines, beam=beam, nbest=nbest, constrained=constrained, batch_size=batch_size)
+    scores = conversion_scores([conversions[0].text for conversions in found], references)
+    for k in (1, 3, 5) if nbest == 5 else (1,):
+        hits = sum(ref in [c.text for c in conversions[:k]] for conversions, ref in zip(found, references))
+        scores[f"top{k}"] = hits / max(len(references), 1)
+    return {"constrained": constrained, "unsegmented": unsegmented, "beam": beam, **scores}

@@ -1,0 +1,66 @@
+"""Where and how the arithmetic runs: device selection, precision (bf16 autocast) and CPU threads.
+
+Training, the benchmarks and conversion ask these questions alike; the answers live here so that each of
+them picks the same device and precision for the same settings.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+
+import torch
+
+from pinyin_hanzi.errors import ConfigError
+
+
+def select_device(name: str) -> torch.device:
+    """``name`` ("auto", "cpu", "cuda", "mps") -> the device: "auto" picks CUDA, then Apple's MPS, then the
+    CPU. ConfigError if the named device is not available here."""
+    if name == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if _mps_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("train.device=cuda but no CUDA device is available (use train.device=auto)")
+    if name == "mps" and not _mps_available():
+        raise ConfigError("train.device=mps but MPS is not available (use train.device=auto)")
+    return torch.device(name)
+
+
+def _mps_available() -> bool:
+    return getattr(torch.backends, "mps", None) is not None and bool(torch.backends.mps.is_available())
+
+
+@functools.cache  # asked at every training step; the answer never changes
+def cpu_has_native_bf16() -> bool:
+    """Whether this CPU multiplies bf16 matrices in hardware (AVX512-BF16 or AMX). There bf16 products run
+    faster than fp32; elsewhere oneDNN emulates them and they are slower than fp32."""
+    checks = [getattr(torch.cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
+    return any(check() for check in checks if check is not None)
+
+
+def resolve_precision(precision: str, device: torch.device) -> str:
+    """train.precision ("auto", "fp32", "bf16") -> "bf16" or "fp32" on ``device``: "auto" is bf16 on CUDA
+    and on CPUs with native bf16 (see :func:`cpu_has_native_bf16`), fp32 elsewhere (MPS included)."""
+    if precision != "auto":
+        return precision
+    if device.type == "cuda" or (device.type == "cpu" and cpu_has_native_bf16()):
+        return "bf16"
+    return "fp32"
+
+
+def autocast_for(device: torch.device, precision: str = "fp32"):
+    """bf16 autocast for the forward pass where ``precision`` (resolved) is bf16: matrix products run in
+    bf16, while weights, gradients, optimizer state, softmax and the loss stay fp32. A no-op for fp32."""
+    if precision == "bf16":
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def set_threads(threads: int) -> None:
+    """Use ``threads`` CPU threads for torch's operators; 0 keeps PyTorch's default (one per core)."""
+    if threads:
+        torch.set_num_threads(threads)

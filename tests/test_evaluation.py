@@ -1,0 +1,52 @@
+import pytest
+import torch
+from conftest import tiny_config_dict
+
+from pinyin_hanzi.config import config_from_dict
+from pinyin_hanzi.corpus import Example, read_examples
+from pinyin_hanzi.data import collate, encode_examples
+from pinyin_hanzi.evaluation import evaluate, evaluate_file
+from pinyin_hanzi.loss import model_loss
+from pinyin_hanzi.metrics import conversion_scores
+
+
+@pytest.fixture(scope="module")
+def converter(trained):
+    from pinyin_hanzi.converter import Converter
+
+    _, _, best = trained
+    return Converter.from_checkpoint(best)
+
+
+def test_validation_loss_is_the_unsmoothed_loss_per_token_and_accuracy_is_of_the_first_sentences(trained, converter,
+                                                                                                  tmp_path):
+    tmp, _, _ = trained
+    examples = read_examples(tmp / "prepared" / "tiny" / "train.tsv")
+    encoded = encode_examples(examples, converter.pinyin_vocab, converter.hanzi_vocab)
+    raw = tiny_config_dict(tmp_path, tmp_path / "unused.txt", eval_sentences=4, label_smoothing=0.3)
+    config = config_from_dict(raw)
+    result = evaluate(converter.model, encoded, examples, converter, config, torch.device("cpu"))
+
+    with torch.no_grad():
+        losses = [model_loss(converter.model, collate([e]), 0.0) for e in encoded]  # one example at a time
+    expected = sum(float(value) * n for value, n in losses) / sum(n for _, n in losses)
+    assert result["loss"] == pytest.approx(expected, rel=1e-5)  # smoothing is for training only
+    outputs = converter.convert_tokens([e.tokens for e in examples[:4]])
+    assert {k: result[k] for k in ("char_accuracy", "cer", "exact", "sentences")} == {
+        k: v for k, v in conversion_scores(outputs, [e.hanzi for e in examples[:4]]).items() if k != "characters"}
+    assert result["sentences"] == 4 and len(result["samples"]) == 4
+    assert result["samples"][0].startswith(" ".join(examples[0].tokens) + "  →  ")
+
+
+def test_evaluate_file_scores_the_conversions_of_typed_input(trained, converter):
+    tmp, _, _ = trained
+    examples = read_examples(tmp / "prepared" / "tiny" / "train.tsv")
+    result = evaluate_file(converter, examples)
+    assert result["char_accuracy"] == 1.0 and result["top1"] == 1.0 and "top5" not in result
+    assert (result["constrained"], result["unsegmented"], result["beam"]) == (True, False, 1)
+
+    wrong = Example(examples[0].tokens, "错" * len(examples[0].hanzi))  # a reference the model never writes
+    result = evaluate_file(converter, [wrong] + examples[1:], beam=5)
+    assert result["exact"] == pytest.approx((len(examples) - 1) / len(examples))
+    assert result["top1"] == result["exact"] and result["top1"] <= result["top3"] <= result["top5"] < 1
+    assert result["char_accuracy"] < 1 and result["beam"] == 5

@@ -1,0 +1,52 @@
+import pytest
+import torch
+
+from pinyin_hanzi import runtime
+from pinyin_hanzi.errors import ConfigError
+from pinyin_hanzi.runtime import autocast_for, resolve_precision, select_device, set_threads
+
+
+def test_precision_auto_is_bf16_on_cuda_and_on_cpus_with_native_bf16(monkeypatch):
+    cpu, cuda, mps = torch.device("cpu"), torch.device("cuda"), torch.device("mps")
+    monkeypatch.setattr(runtime, "cpu_has_native_bf16", lambda: True)
+    assert [resolve_precision("auto", d) for d in (cpu, cuda, mps)] == ["bf16", "bf16", "fp32"]
+    monkeypatch.setattr(runtime, "cpu_has_native_bf16", lambda: False)
+    assert [resolve_precision("auto", d) for d in (cpu, cuda, mps)] == ["fp32", "bf16", "fp32"]
+    assert resolve_precision("fp32", cuda) == "fp32" and resolve_precision("bf16", cpu) == "bf16"
+
+
+def test_autocast_multiplies_in_bf16_only_when_asked():
+    cpu = torch.device("cpu")
+    a, b = torch.randn(4, 4), torch.randn(4, 4)
+    with autocast_for(cpu, "bf16"):
+        assert (a @ b).dtype == torch.bfloat16
+    with autocast_for(cpu, "fp32"):
+        assert (a @ b).dtype == torch.float32
+    with autocast_for(cpu):
+        assert (a @ b).dtype == torch.float32
+
+
+def test_device_selection(monkeypatch):
+    assert select_device("cpu") == torch.device("cpu")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(runtime, "_mps_available", lambda: False)
+    assert select_device("auto") == torch.device("cpu")
+    with pytest.raises(ConfigError, match="train.device=cuda but no CUDA device is available"):
+        select_device("cuda")
+    with pytest.raises(ConfigError, match="train.device=mps but MPS is not available"):
+        select_device("mps")
+    monkeypatch.setattr(runtime, "_mps_available", lambda: True)
+    assert select_device("auto") == torch.device("mps")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert select_device("auto") == torch.device("cuda")
+
+
+def test_threads_zero_keeps_the_default():
+    before = torch.get_num_threads()
+    try:
+        set_threads(0)
+        assert torch.get_num_threads() == before
+        set_threads(1)
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
