@@ -187,7 +187,7 @@ def _char_lm_problem(state: dict, hanzi_vocab_size: int) -> str | None:
 
 def _char_lm_error(where: str, reason: str) -> str:
     return (f"{where}: its character n-gram model cannot be read ({reason}); count it again with "
-            f"python -m pinyin_hanzi.char_lm")
+            f"python -m pinyin_hanzi.cli.char_lm")
 
 
 def model_from_checkpoint(state: dict, where: str = "checkpoint") -> tuple[Transformer, Vocab, Vocab, Config]:
@@ -252,29 +252,3 @@ def export_checkpoint(source: str | Path, target: str | Path, half: bool = True)
         weights[name] = converted[shared]
     save_checkpoint(target, {**{key: state[key] for key in EXPORTED_KEYS if key in state}, MODEL_KEY: weights})
     return {"parameters": sum(t.numel() for t in converted.values()), "bytes": Path(target).stat().st_size}
-
-
-def main(argv=None) -> int:
-    """``python -m pinyin_hanzi.checkpoint export SOURCE TARGET [--float32]``."""
-    import argparse
-    import sys
-
-    parser = argparse.ArgumentParser(prog="python -m pinyin_hanzi.checkpoint",
-                                     description="Export a training checkpoint for inference (float16 weights).")
-    commands = parser.add_subparsers(dest="command", required=True)
-    export = commands.add_parser("export", help="write an inference-only copy (no optimizer state)")
-    export.add_argument("source")
-    export.add_argument("target")
-    export.add_argument("--float32", action="store_true", help="keep float32 weights")
-    args = parser.parse_args(argv)
-    try:
-        result = export_checkpoint(args.source, args.target, half=not args.float32)
-    except CheckpointError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    print(f"{args.target}: {result['parameters']:,} parameters, {result['bytes'] / 2**20:.1f} MiB")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -25,7 +25,6 @@ from pinyin_hanzi.char_lm import CharNgramLM
 from pinyin_hanzi.checkpoint import load_for_inference
 from pinyin_hanzi.config import Config, DecodeConfig
 from pinyin_hanzi.data import pad
-from pinyin_hanzi.errors import CheckpointError
 from pinyin_hanzi.lexicon import PAD_ROW, Lexicon
 from pinyin_hanzi.model import Transformer
 from pinyin_hanzi.pinyin import CLAUSE_PUNCTUATION, is_hanzi
@@ -132,7 +131,7 @@ class Converter:
             decode.lm_weight = lm_weight
         if decode.lm_weight > 0 and char_lm is None and log is not None:
             log(f"note: {path} has no character n-gram model: decoding without one "
-                f"(add one with python -m pinyin_hanzi.char_lm)")
+                f"(add one with python -m pinyin_hanzi.cli.char_lm)")
         return cls(parts.model, parts.pinyin_vocab, parts.hanzi_vocab, select_device(device), window=config.data.max_len,
                    split_penalty=decode.split_penalty, syllable_lm=parts.syllable_lm, clause_end=decode.clause_end,
                    char_lm=char_lm, lm_weight=decode.lm_weight, reading_margin=decode.reading_margin,
