@@ -9,6 +9,7 @@ message that names the key and the file.
 from __future__ import annotations
 
 import dataclasses
+import math
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +17,7 @@ from pathlib import Path
 import yaml
 
 from pinyin_hanzi.errors import ConfigError
-from pinyin_hanzi.sources import SOURCES  # the named corpus sources; anything else must be a .txt/.tsv path
+from pinyin_hanzi.sources import SOURCES, WORD_TABLES  # named corpus sources and word tables
 
 
 @dataclass
@@ -95,6 +96,11 @@ class DecodeConfig:
     lm_phrases: int = 0  # each entry of pypinyin-dict's phrase table is counted this many more times into the
     # n-gram model (idioms and terms the training text has seldom seen; 0: none); with lm_min_count m, m copies
     # keep every phrase's n-grams
+    word_weight: float = 0.0  # weight of the word model in beam search scores (word_lm.py: a word-frequency
+    # table read as a model of the next character; 0: none; greedy decoding never uses it)
+    word_table: str = "wordfreq-zh"  # the word-frequency table train.py counts it from when word_weight > 0:
+    # wordfreq-zh or subtlex-ch (sources.py)
+    word_min_frequency: float = 1e-7  # words rarer than this share of the table are left out (a smaller model)
     reading_margin: float = 8.0  # with the n-gram model: readings of ambiguous letters whose prior is more
     # than this below the best reading's are not decoded (a heuristic; without the model an exact bound prunes)
 
@@ -142,6 +148,9 @@ def _validate(config: Config, where: str) -> None:
     check(dec.lm_min_count >= 1, "decode.lm_min_count", "an integer >= 1")
     check(dec.lm_phrases >= 0, "decode.lm_phrases", "an integer >= 0")
     check(dec.reading_margin >= 0, "decode.reading_margin", "a number >= 0")
+    check(math.isfinite(dec.word_weight) and dec.word_weight >= 0, "decode.word_weight", "a finite number >= 0")
+    check(dec.word_table in WORD_TABLES, "decode.word_table", f"one of {', '.join(WORD_TABLES)}")
+    check(0 <= dec.word_min_frequency < 1, "decode.word_min_frequency", "a number in [0, 1)")
     check(bool(t.name) and "/" not in t.name, "train.name", "a non-empty name without '/'")
     check(t.device in ("auto", "cpu", "cuda", "mps"), "train.device", "auto, cpu, cuda or mps")
     check(t.threads >= 0, "train.threads", "an integer >= 0")

@@ -50,15 +50,32 @@ class WordLexiconLM:
     vocabulary). ``order`` = window + 1, like the n-gram models: the context width decoding must keep."""
 
     def __init__(self, vocab_size: int, word_keys: torch.Tensor, word_log_probs: torch.Tensor,
-                 prefix_keys: torch.Tensor, prefix_log_probs: torch.Tensor, is_word_char: torch.Tensor,
-                 window: int = 6):
+                 is_word_char: torch.Tensor, window: int = 6):
+        """word_keys (w,) sorted int64 keys of the words (see :func:`_key`), word_log_probs (w,) their log
+        frequencies (normalised), is_word_char (v,) bool: the hanzi of the vocabulary."""
         if vocab_size ** MAX_WORD_LEN * (MAX_WORD_LEN + 1) >= 2**63:
             raise ValueError(f"{vocab_size} characters do not fit in int64 keys of {MAX_WORD_LEN}-character words")
         self.vocab_size, self.window, self.order = vocab_size, window, window + 1
         self.word_keys, self.word_log_probs = word_keys, word_log_probs.float()
-        self.prefix_keys, self.prefix_log_probs = prefix_keys, prefix_log_probs.float()
-        self.is_word_char = is_word_char  # (v,) bool: hanzi, which words are made of
+        self.is_word_char = is_word_char
         self._length_offset = vocab_size ** MAX_WORD_LEN
+        self.prefix_keys, self.prefix_log_probs = self._prefix_table()
+
+    def _prefix_table(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every beginning of a word (the word itself included) with the total frequency of the words that
+        begin so: sorted keys and log masses. Derived from the words, so checkpoints store the words alone."""
+        lengths = self.word_keys // self._length_offset
+        digits = self.word_keys % self._length_offset  # the characters as base-v digits, oldest first
+        probs = self.word_log_probs.double().exp()
+        keys, masses = [], []
+        for length in range(1, MAX_WORD_LEN + 1):
+            longer = lengths >= length  # words with a beginning of this length
+            beginning = digits[longer] // self.vocab_size ** (lengths[longer] - length)
+            keys.append(beginning + length * self._length_offset)
+            masses.append(probs[longer])
+        unique, inverse = torch.unique(torch.cat(keys), return_inverse=True)
+        total = torch.zeros(len(unique), dtype=torch.float64).index_add_(0, inverse, torch.cat(masses))
+        return unique, total.log().float()
 
     @classmethod
     def from_frequencies(cls, frequencies: Mapping[str, float], hanzi_vocab: Vocab, window: int = 6,
@@ -77,20 +94,10 @@ class WordLexiconLM:
         for index in is_word_char.nonzero().flatten().tolist():
             words.setdefault(hanzi_vocab.tokens[index], FLOOR)
         norm = sum(words.values())
-        prefixes: dict[str, float] = {}
-        for word, share in words.items():
-            for end in range(1, len(word) + 1):
-                prefixes[word[:end]] = prefixes.get(word[:end], 0.0) + share / norm
-        v = len(hanzi_vocab)
-
-        def table(entries: dict[str, float]) -> tuple[torch.Tensor, torch.Tensor]:
-            keys = torch.tensor([_key(hanzi_vocab.encode(text), v) for text in entries], dtype=torch.long)
-            log_probs = torch.tensor([math.log(value) for value in entries.values()])
-            order = keys.argsort()
-            return keys[order], log_probs[order]
-
-        return cls(v, *table({word: share / norm for word, share in words.items()}), *table(prefixes),
-                   is_word_char, window)
+        keys = torch.tensor([_key(hanzi_vocab.encode(word), len(hanzi_vocab)) for word in words], dtype=torch.long)
+        log_probs = torch.tensor([math.log(share / norm) for share in words.values()])
+        order = keys.argsort()
+        return cls(len(hanzi_vocab), keys[order], log_probs[order], is_word_char, window)
 
     def _span_keys(self, ids: torch.Tensor) -> torch.Tensor:
         """ids (n, w) -> (n, w, L) keys of the spans ending at each position, of lengths L..1 (column j: the
@@ -158,14 +165,14 @@ class WordLexiconLM:
         return len(self.word_keys)
 
     def state_dict(self) -> dict:
+        """The words alone (keys int64, log frequencies float16); the prefix table is derived on loading."""
         return {"vocab_size": self.vocab_size, "window": self.window, "word_keys": self.word_keys,
-                "word_log_probs": self.word_log_probs.half(), "prefix_keys": self.prefix_keys,
-                "prefix_log_probs": self.prefix_log_probs.half(), "is_word_char": self.is_word_char}
+                "word_log_probs": self.word_log_probs.half(), "is_word_char": self.is_word_char}
 
     @classmethod
     def from_state_dict(cls, state: dict) -> "WordLexiconLM":
-        return cls(state["vocab_size"], state["word_keys"], state["word_log_probs"], state["prefix_keys"],
-                   state["prefix_log_probs"], state["is_word_char"], state["window"])
+        return cls(state["vocab_size"], state["word_keys"], state["word_log_probs"], state["is_word_char"],
+                   state["window"])
 
 
 def _key(ids: list[int], vocab_size: int) -> int:
@@ -174,3 +181,30 @@ def _key(ids: list[int], vocab_size: int) -> int:
     for id_ in ids:
         key = key * vocab_size + id_
     return key + len(ids) * vocab_size ** MAX_WORD_LEN
+
+
+def word_model(decode, raw_dir, hanzi_vocab: Vocab) -> WordLexiconLM:
+    """The word model a config's decode section asks for (decode.word_table, decode.word_min_frequency),
+    over ``hanzi_vocab``; the table is fetched into ``raw_dir`` if needed (DataError if that fails)."""
+    from pinyin_hanzi.sources import word_table
+
+    return WordLexiconLM.from_frequencies(word_table(decode.word_table, raw_dir), hanzi_vocab,
+                                          min_frequency=decode.word_min_frequency)
+
+
+def add_to_checkpoint(checkpoint, out, *, table: str = "wordfreq-zh", min_frequency: float = 1e-7,
+                      weight: float = 0.5) -> WordLexiconLM:
+    """Write a copy of ``checkpoint`` to ``out`` with a word model built from the word-frequency table
+    ``table`` (fetched into the checkpoint config's data.raw_dir if needed) and decode.word_* set to these
+    values. Raises CheckpointError for an unreadable checkpoint, DataError when the table cannot be had."""
+    from pinyin_hanzi.checkpoint import CONFIG_KEY, HANZI_VOCAB_KEY, WORD_LM_KEY, load_checkpoint, save_checkpoint
+    from pinyin_hanzi.config import config_from_dict
+
+    state = load_checkpoint(checkpoint)
+    config = config_from_dict(state[CONFIG_KEY], str(checkpoint))
+    decode = config.decode
+    decode.word_table, decode.word_min_frequency, decode.word_weight = table, min_frequency, weight
+    lm = word_model(decode, config.data.raw_dir, Vocab(state[HANZI_VOCAB_KEY]))
+    state[CONFIG_KEY], state[WORD_LM_KEY] = config.to_dict(), lm.state_dict()
+    save_checkpoint(out, state)
+    return lm

@@ -78,3 +78,30 @@ def test_batched_rows_match_single_rows_and_state_round_trips():
     again = WordLexiconLM.from_state_dict(lm.state_dict())
     assert torch.allclose(again.log_prob(contexts, candidates), batched, atol=2e-2)  # float16 storage
     assert again.order == 6 and again.size() == lm.size()
+
+
+def test_a_checkpoint_carries_its_word_model_into_the_converter(trained, tmp_path):
+    import pytest
+
+    from pinyin_hanzi.checkpoint import WORD_LM_KEY, load_checkpoint, load_for_inference, save_checkpoint
+    from pinyin_hanzi.converter import Converter
+    from pinyin_hanzi.errors import CheckpointError
+
+    _, _, best = trained
+    state = load_checkpoint(best)
+    hanzi_vocab = Vocab(state["hanzi_vocab"])
+    words = [token for token in hanzi_vocab.tokens if len(token) == 1 and "\u4e00" <= token <= "\u9fff"]
+    lm = WordLexiconLM.from_frequencies({words[0] + words[1]: 5.0, words[2]: 1.0}, hanzi_vocab)
+    state[WORD_LM_KEY] = lm.state_dict()
+    state["config"]["decode"]["word_weight"] = 0.4
+    with_words = tmp_path / "words.pt"
+    save_checkpoint(with_words, state)
+    assert load_for_inference(with_words).word_lm.size() == lm.size()
+    converter = Converter.from_checkpoint(with_words, lm_weight=0.0)
+    assert converter.word_weight == 0.4 and converter.fusion is not None
+    assert [weight for _, weight in converter.fusion.models] == [0.4]
+    assert Converter.from_checkpoint(with_words, word_weight=0.0).fusion is None
+    state[WORD_LM_KEY]["vocab_size"] = 7  # a word model of another vocabulary
+    save_checkpoint(tmp_path / "bad.pt", state)
+    with pytest.raises(CheckpointError, match="word model counts 7 characters"):
+        load_checkpoint(tmp_path / "bad.pt")

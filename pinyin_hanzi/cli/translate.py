@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -67,7 +68,7 @@ def _load_converter(args):
     path, origin = resolve_checkpoint(args.checkpoint)
     if args.checkpoint is None:
         print(f"using {origin}: {path}", file=sys.stderr)
-    return Converter.from_checkpoint(path, device=args.device, lm_weight=args.lm_weight,
+    return Converter.from_checkpoint(path, device=args.device, lm_weight=args.lm_weight, word_weight=args.word_weight,
                                      log=lambda message: print(message, file=sys.stderr))
 
 
@@ -213,6 +214,9 @@ def _translate(argv) -> int:
     parser.add_argument("--lm-weight", type=float, metavar="W",
                         help="weight of the checkpoint's character n-gram model in beam search (default: its "
                              "decode.lm_weight; 0: the Transformer alone; greedy decoding never uses it)")
+    parser.add_argument("--word-weight", type=float, metavar="W",
+                        help="weight of the checkpoint's word model in beam search (default: its decode.word_weight; "
+                             "0: none; greedy decoding never uses it)")
     parser.add_argument("--nbest", type=int, default=1,
                         help=f"print the N best conversions with their scores, tab-separated (1-{MAX_NBEST})")
     parser.add_argument("--json", action="store_true", help="one JSON object per line: input, output, "
@@ -244,8 +248,9 @@ def _translate(argv) -> int:
         parser.error(f"--nbest must be between 1 and {MAX_NBEST}")
     if args.batch_size < 1:
         parser.error("--batch-size must be at least 1")
-    if args.lm_weight is not None and not args.lm_weight >= 0:
-        parser.error("--lm-weight must be a number >= 0")
+    for option, weight in (("--lm-weight", args.lm_weight), ("--word-weight", args.word_weight)):
+        if weight is not None and not (math.isfinite(weight) and weight >= 0):
+            parser.error(f"{option} must be a finite number >= 0")
     if args.threads < 0:
         parser.error("--threads must be at least 0")
     interactive = args.input is None and args.evaluate is None and (args.text or sys.stdin.isatty())
