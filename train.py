@@ -3,7 +3,7 @@
 
 import sys
 
-from pinyin_hanzi.cli import train_main
+from pinyin_hanzi.cli.train import main
 
 if __name__ == "__main__":
-    sys.exit(train_main())
+    sys.exit(main())

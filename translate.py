@@ -3,7 +3,7 @@
 
 import sys
 
-from pinyin_hanzi.cli import translate_main
+from pinyin_hanzi.cli.translate import main
 
 if __name__ == "__main__":
-    sys.exit(translate_main())
+    sys.exit(main())

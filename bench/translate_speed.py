@@ -110,6 +110,8 @@ def main() -> int:
     parser.add_argument("--latency-threads", type=int, default=1, help="threads for single sentences")
     parser.add_argument("--lm-weight", type=float, help="the character n-gram model's weight (default: the "
                         "checkpoint's decode.lm_weight; 0: the Transformer alone)")
+    parser.add_argument("--word-weight", type=float, help="the word model's weight (default: the checkpoint's "
+                        "decode.word_weight; 0: none)")
     args = parser.parse_args()
     if args.beam < 2:
         parser.error("--beam must be at least 2 (greedy is measured anyway)")
@@ -118,7 +120,7 @@ def main() -> int:
     batch_threads = torch.get_num_threads()
     checkpoint, origin = resolve_checkpoint(args.checkpoint)
     print(f"using {origin}: {checkpoint}", flush=True)
-    converter = Converter.from_checkpoint(checkpoint, lm_weight=args.lm_weight, log=print)
+    converter = Converter.from_checkpoint(checkpoint, lm_weight=args.lm_weight, word_weight=args.word_weight, log=print)
     decode = converter.config.decode
     lm = f"{decode.lm_order}-gram model at weight {decode.lm_weight}" if converter.char_lm else "none"
     print(f"character n-gram model: {lm}", flush=True)
@@ -161,6 +163,7 @@ def main() -> int:
     print(json.dumps({
         "benchmark": "translate_speed", "checkpoint": str(checkpoint), "inputs": args.split or "carried sentences",
         "threads": batch_threads, "lm_weight": decode.lm_weight if converter.char_lm else 0.0,
+        "word_weight": decode.word_weight if converter.word_lm else 0.0,
         "latency_threads": args.latency_threads, "beam": args.beam,
         "greedy_sentences_per_s": round(throughput[greedy], 1),
         "beam_sentences_per_s": round(throughput[beam_name], 1),

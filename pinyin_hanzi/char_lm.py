@@ -25,8 +25,7 @@ checkpoint's hanzi vocabulary.
 
 from __future__ import annotations
 
-import argparse
-import sys
+from pathlib import Path
 from typing import Iterable, Sequence
 
 import torch
@@ -223,54 +222,27 @@ def known_phrases(phrases: Sequence[str], hanzi_vocab) -> list[str]:
     return [phrase for phrase in phrases if all(char in hanzi_vocab.ids for char in phrase)]
 
 
-def main(argv: list[str] | None = None) -> int:
-    """python -m pinyin_hanzi.char_lm CHECKPOINT OUT [--order 3] [--min-count 1] [--phrases 0] [--weight W]: a
-    copy of a checkpoint with a character n-gram model counted from its training split (for checkpoints
-    trained without one, or to count it again; train.py adds it itself when decode.lm_weight > 0)."""
+def count_into_checkpoint(checkpoint: str | Path, out: str | Path, *, order: int = 3, min_count: int = 1,
+                          phrases: int = 0, weight: float = 0.6) -> tuple[CharNgramLM, Path]:
+    """Write a copy of ``checkpoint`` to ``out`` with a character n-gram model counted from its training split
+    (for checkpoints trained without one, or to count it again: train.py adds one itself when
+    decode.lm_weight > 0), its decode.lm_* settings updated. Returns the model and the split it counted.
+    Raises CheckpointError for an unreadable checkpoint, DataError when its prepared data is missing."""
     from pinyin_hanzi.checkpoint import CHAR_LM_KEY, CONFIG_KEY, HANZI_VOCAB_KEY, load_checkpoint, save_checkpoint
     from pinyin_hanzi.config import config_from_dict
     from pinyin_hanzi.corpus import phrase_texts, prepared_dir, read_examples
-    from pinyin_hanzi.errors import PinyinHanziError
+    from pinyin_hanzi.errors import DataError
     from pinyin_hanzi.vocab import Vocab
 
-    parser = argparse.ArgumentParser(prog="python -m pinyin_hanzi.char_lm", description=main.__doc__.splitlines()[0])
-    parser.add_argument("checkpoint")
-    parser.add_argument("out")
-    parser.add_argument("--order", type=int, default=3)
-    parser.add_argument("--min-count", type=int, default=1)
-    parser.add_argument("--phrases", type=int, default=0, metavar="N",
-                        help="count each entry of pypinyin-dict's phrase table N more times (decode.lm_phrases)")
-    parser.add_argument("--weight", type=float, default=0.6, help="decode.lm_weight stored with it (default 0.6)")
-    args = parser.parse_args(argv)
-    for ok, message in ((1 <= args.order <= 4, "--order must be in 1..4"),
-                        (args.min_count >= 1, "--min-count must be >= 1"),
-                        (args.phrases >= 0, "--phrases must be >= 0"), (args.weight >= 0, "--weight must be >= 0")):
-        if not ok:
-            parser.error(message)
-    try:
-        state = load_checkpoint(args.checkpoint)
-        config = config_from_dict(state[CONFIG_KEY], args.checkpoint)
-        train = prepared_dir(config.data) / "train.tsv"
-        if not train.is_file():
-            print(f"error: {train} is missing: prepare the data first "
-                  f"(python train.py --config CONFIG --prepare-only)", file=sys.stderr)
-            return 2
-        phrases = phrase_texts(config.data.raw_dir) if args.phrases else []
-        lm = count_for(read_examples(train, trusted=True), Vocab(state[HANZI_VOCAB_KEY]), args.order, args.min_count,
-                       phrases, args.phrases)
-    except PinyinHanziError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    dec = config.decode
-    dec.lm_weight, dec.lm_order, dec.lm_min_count = args.weight, args.order, args.min_count
-    dec.lm_phrases = args.phrases
+    state = load_checkpoint(checkpoint)
+    config = config_from_dict(state[CONFIG_KEY], str(checkpoint))
+    train = prepared_dir(config.data) / "train.tsv"
+    if not train.is_file():
+        raise DataError(f"{train} is missing: prepare the data first (python train.py --config CONFIG --prepare-only)")
+    table = phrase_texts(config.data.raw_dir) if phrases else []
+    lm = count_for(read_examples(train, trusted=True), Vocab(state[HANZI_VOCAB_KEY]), order, min_count, table, phrases)
+    decode = config.decode
+    decode.lm_weight, decode.lm_order, decode.lm_min_count, decode.lm_phrases = weight, order, min_count, phrases
     state[CONFIG_KEY], state[CHAR_LM_KEY] = config.to_dict(), lm.state_dict()
-    save_checkpoint(args.out, state)
-    with_phrases = f" and the phrase table x {args.phrases}" if args.phrases else ""
-    print(f"{args.out}: {args.order}-gram model of {train}{with_phrases} ({lm.size():,} n-grams), "
-          f"decode.lm_weight={args.weight}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    save_checkpoint(out, state)
+    return lm, train

@@ -23,6 +23,7 @@ from pinyin_hanzi.errors import CheckpointError, ConfigError
 from pinyin_hanzi.model import Transformer
 from pinyin_hanzi.syllable_lm import SyllableBigrams
 from pinyin_hanzi.vocab import Vocab
+from pinyin_hanzi.word_lm import WordLexiconLM
 
 FORMAT_VERSION = 1
 
@@ -35,6 +36,7 @@ MODEL_KEY = "model"  # dict[str, Tensor]: the unwrapped Transformer's state_dict
 STEP_KEY = "step"  # int: optimizer steps taken
 SYLLABLE_LM_KEY = "syllable_lm"  # SyllableBigrams.state_dict(), the prior of readings
 CHAR_LM_KEY = "char_lm"  # CharNgramLM.state_dict(); only when the run counted one (decode.lm_weight > 0)
+WORD_LM_KEY = "word_lm"  # WordLexiconLM.state_dict(); only when the run counted one (decode.word_weight > 0)
 VALID_ACCURACY_KEY = "valid_char_accuracy"  # float: this checkpoint's validation character accuracy
 ELAPSED_KEY = "elapsed_seconds"  # float: training wall time up to this checkpoint, resumed runs included
 # What only --resume needs:
@@ -47,22 +49,24 @@ RNG_KEY = "rng"  # the random generators' states (training.rng_state)
 REQUIRED_KEYS = (FORMAT_VERSION_KEY, CONFIG_KEY, PINYIN_VOCAB_KEY, HANZI_VOCAB_KEY, MODEL_KEY, STEP_KEY)
 RESUME_KEYS = (OPTIMIZER_KEY, SCHEDULER_KEY, BEST_ACCURACY_KEY, BATCHES_KEY, RNG_KEY)
 # What an exported (inference-only) checkpoint keeps of a training checkpoint, besides its weights.
-EXPORTED_KEYS = (CONFIG_KEY, PINYIN_VOCAB_KEY, HANZI_VOCAB_KEY, STEP_KEY, SYLLABLE_LM_KEY, CHAR_LM_KEY,
+EXPORTED_KEYS = (CONFIG_KEY, PINYIN_VOCAB_KEY, HANZI_VOCAB_KEY, STEP_KEY, SYLLABLE_LM_KEY, CHAR_LM_KEY, WORD_LM_KEY,
                  VALID_ACCURACY_KEY, ELAPSED_KEY)
 
 
 def training_checkpoint(*, config: dict, pinyin_vocab: list[str], hanzi_vocab: list[str], model: dict,
                         optimizer: dict, scheduler: dict, step: int, best_accuracy: float,
                         valid_char_accuracy: float, batches: dict, rng: dict, syllable_lm: dict,
-                        char_lm: dict | None, elapsed_seconds: float) -> dict:
+                        char_lm: dict | None, elapsed_seconds: float, word_lm: dict | None = None) -> dict:
     """The state training writes to ``last.pt`` and ``best.pt``, from plain values and state dicts (see the
-    ``*_KEY`` constants for what each one is); ``char_lm`` None leaves its entry out."""
+    ``*_KEY`` constants for what each one is); ``char_lm`` or ``word_lm`` None leaves its entry out."""
     state = {CONFIG_KEY: config, PINYIN_VOCAB_KEY: pinyin_vocab, HANZI_VOCAB_KEY: hanzi_vocab, MODEL_KEY: model,
              OPTIMIZER_KEY: optimizer, SCHEDULER_KEY: scheduler, STEP_KEY: step, BEST_ACCURACY_KEY: best_accuracy,
              VALID_ACCURACY_KEY: valid_char_accuracy, BATCHES_KEY: batches, RNG_KEY: rng,
              SYLLABLE_LM_KEY: syllable_lm}
     if char_lm is not None:
         state[CHAR_LM_KEY] = char_lm
+    if word_lm is not None:
+        state[WORD_LM_KEY] = word_lm
     state[ELAPSED_KEY] = elapsed_seconds
     return state
 
@@ -113,6 +117,8 @@ def validate_checkpoint(state, where: str = "checkpoint") -> None:
         raise CheckpointError(f"{where} is not a pinyin_hanzi checkpoint: its syllable model {problem}")
     if CHAR_LM_KEY in state and (problem := _char_lm_problem(state[CHAR_LM_KEY], len(state[HANZI_VOCAB_KEY]))):
         raise CheckpointError(_char_lm_error(where, problem))
+    if WORD_LM_KEY in state and (problem := _word_lm_problem(state[WORD_LM_KEY], len(state[HANZI_VOCAB_KEY]))):
+        raise CheckpointError(f"{where}: its word model {problem}; count it again with python -m pinyin_hanzi.cli.word_lm")
 
 
 def require_resumable(state: dict, where: str) -> None:
@@ -185,9 +191,23 @@ def _char_lm_problem(state: dict, hanzi_vocab_size: int) -> str | None:
     return None
 
 
+def _word_lm_problem(state, hanzi_vocab_size: int) -> str | None:
+    """What is wrong with a word-model entry (see WordLexiconLM.state_dict), or None."""
+    if not isinstance(state, dict):
+        return "is not a mapping"
+    tensors = ("word_keys", "word_log_probs", "is_word_char")
+    if any(not isinstance(state.get(key), torch.Tensor) for key in tensors) or not _is_int(state.get("window")):
+        return f"lacks {', '.join(tensors)} tensors or its window"
+    if state.get("vocab_size") != hanzi_vocab_size or len(state["is_word_char"]) != hanzi_vocab_size:
+        return f"counts {state.get('vocab_size')!r} characters, the hanzi vocabulary has {hanzi_vocab_size}"
+    if len(state["word_keys"]) != len(state["word_log_probs"]) or state["word_keys"].dtype != torch.int64:
+        return "has word keys and frequencies that do not pair up"
+    return None
+
+
 def _char_lm_error(where: str, reason: str) -> str:
     return (f"{where}: its character n-gram model cannot be read ({reason}); count it again with "
-            f"python -m pinyin_hanzi.char_lm")
+            f"python -m pinyin_hanzi.cli.char_lm")
 
 
 def model_from_checkpoint(state: dict, where: str = "checkpoint") -> tuple[Transformer, Vocab, Vocab, Config]:
@@ -211,8 +231,8 @@ def model_from_checkpoint(state: dict, where: str = "checkpoint") -> tuple[Trans
 @dataclass
 class InferenceParts:
     """What conversion needs of a checkpoint: the model (fp32, on the CPU), both vocabularies, the config,
-    the syllable prior (None in checkpoints without one) and the character n-gram model (None unless the
-    checkpoint has one)."""
+    the syllable prior (None in checkpoints without one), the character n-gram model and the word model
+    (each None unless the checkpoint has one)."""
 
     model: Transformer
     pinyin_vocab: Vocab
@@ -220,6 +240,7 @@ class InferenceParts:
     config: Config
     syllable_lm: SyllableBigrams | None
     char_lm: CharNgramLM | None
+    word_lm: WordLexiconLM | None = None
 
 
 def load_for_inference(path: str | Path) -> InferenceParts:
@@ -235,7 +256,8 @@ def load_for_inference(path: str | Path) -> InferenceParts:
             char_lm = CharNgramLM.from_state_dict(state[CHAR_LM_KEY])
         except (KeyError, TypeError, ValueError, AttributeError, RuntimeError) as error:  # tables that do not
             raise CheckpointError(_char_lm_error(str(path), repr(error))) from None  # fit one another
-    return InferenceParts(model, pinyin_vocab, hanzi_vocab, config, syllable_lm, char_lm)
+    word_lm = WordLexiconLM.from_state_dict(state[WORD_LM_KEY]) if WORD_LM_KEY in state else None
+    return InferenceParts(model, pinyin_vocab, hanzi_vocab, config, syllable_lm, char_lm, word_lm)
 
 
 def export_checkpoint(source: str | Path, target: str | Path, half: bool = True) -> dict:
@@ -252,29 +274,3 @@ def export_checkpoint(source: str | Path, target: str | Path, half: bool = True)
         weights[name] = converted[shared]
     save_checkpoint(target, {**{key: state[key] for key in EXPORTED_KEYS if key in state}, MODEL_KEY: weights})
     return {"parameters": sum(t.numel() for t in converted.values()), "bytes": Path(target).stat().st_size}
-
-
-def main(argv=None) -> int:
-    """``python -m pinyin_hanzi.checkpoint export SOURCE TARGET [--float32]``."""
-    import argparse
-    import sys
-
-    parser = argparse.ArgumentParser(prog="python -m pinyin_hanzi.checkpoint",
-                                     description="Export a training checkpoint for inference (float16 weights).")
-    commands = parser.add_subparsers(dest="command", required=True)
-    export = commands.add_parser("export", help="write an inference-only copy (no optimizer state)")
-    export.add_argument("source")
-    export.add_argument("target")
-    export.add_argument("--float32", action="store_true", help="keep float32 weights")
-    args = parser.parse_args(argv)
-    try:
-        result = export_checkpoint(args.source, args.target, half=not args.float32)
-    except CheckpointError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    print(f"{args.target}: {result['parameters']:,} parameters, {result['bytes'] / 2**20:.1f} MiB")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

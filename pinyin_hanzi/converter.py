@@ -25,7 +25,6 @@ from pinyin_hanzi.char_lm import CharNgramLM
 from pinyin_hanzi.checkpoint import load_for_inference
 from pinyin_hanzi.config import Config, DecodeConfig
 from pinyin_hanzi.data import pad
-from pinyin_hanzi.errors import CheckpointError
 from pinyin_hanzi.lexicon import PAD_ROW, Lexicon
 from pinyin_hanzi.model import Transformer
 from pinyin_hanzi.pinyin import CLAUSE_PUNCTUATION, is_hanzi
@@ -33,6 +32,7 @@ from pinyin_hanzi.typed_input import Piece, alternatives, fewest_syllables, is_l
 from pinyin_hanzi.search import Constraint, Hypothesis, NgramFusion, beam_search, fusion_for
 from pinyin_hanzi.syllable_lm import SyllableBigrams
 from pinyin_hanzi.vocab import Vocab
+from pinyin_hanzi.word_lm import WordLexiconLM
 
 SHIPPED_MODEL = Path(__file__).resolve().parent / "pretrained" / "model.pt"
 CHECKPOINT_VARIABLE = "PINYIN_HANZI_CHECKPOINT"
@@ -83,8 +83,9 @@ class Converter:
     nothing). With ``syllable_lm`` the score is the joint log P(hanzi, syllables) = log P(hanzi | syllables)
     + log P(syllables); ``split_penalty`` further charges each syllable beyond the fewest-syllable reading.
 
-    With ``char_lm`` and ``lm_weight`` > 0, beam search fuses the character n-gram model (search.py); then
-    readings whose prior is more than ``reading_margin`` below the best one's are not decoded.
+    With ``char_lm`` and ``lm_weight`` > 0, beam search fuses the character n-gram model (search.py), and
+    with ``word_lm`` and ``word_weight`` > 0 the word model (word_lm.py); then readings whose prior is more
+    than ``reading_margin`` below the best one's are not decoded.
 
     ``beam`` and ``constrained`` are what :meth:`convert` and :meth:`candidates` use; ``config`` and
     ``checkpoint`` say where a converter loaded from a checkpoint came from (else None)."""
@@ -94,7 +95,7 @@ class Converter:
                  syllable_lm: SyllableBigrams | None = None, clause_end: bool = True,
                  char_lm: CharNgramLM | None = None, lm_weight: float = 0.0, reading_margin: float = 8.0, *,
                  beam: int = DecodeConfig.beam, constrained: bool = True, config: Config | None = None,
-                 checkpoint: Path | None = None):
+                 checkpoint: Path | None = None, word_lm: WordLexiconLM | None = None, word_weight: float = 0.0):
         self.model = model.to(device).eval()
         self.pinyin_vocab, self.hanzi_vocab = pinyin_vocab, hanzi_vocab
         self.device = torch.device(device)
@@ -102,7 +103,10 @@ class Converter:
         self.split_penalty, self.syllable_lm = split_penalty, syllable_lm
         self.char_lm = char_lm if lm_weight > 0 else None
         self.lm_weight, self.reading_margin = lm_weight, reading_margin
-        self.fusion = NgramFusion(self.char_lm, lm_weight) if self.char_lm is not None else None
+        self.word_lm = word_lm if word_weight > 0 else None
+        self.word_weight = word_weight
+        fused = [(lm, weight) for lm, weight in ((self.char_lm, lm_weight), (self.word_lm, word_weight)) if lm is not None]
+        self.fusion = NgramFusion(fused) if fused else None
         self.beam, self.constrained, self.config, self.checkpoint = beam, constrained, config, checkpoint
         # Training clauses end with their punctuation; typed input usually has none. Without it the model
         # reads the last syllable as the middle of a clause (ba -> 八, not 吧), so a line that ends in a
@@ -116,33 +120,36 @@ class Converter:
 
     @classmethod
     def from_checkpoint(cls, path: str | Path | None = None, *, device: str = "cpu", lm_weight: float | None = None,
-                        log: Callable[[str], None] | None = None) -> Converter:
+                        word_weight: float | None = None, log: Callable[[str], None] | None = None) -> Converter:
         """A converter for the checkpoint at ``path`` (None: see :func:`resolve_checkpoint`), with its
-        decode settings, syllable model and character n-gram model. ``lm_weight`` replaces the checkpoint's
-        decode.lm_weight; ``log`` receives a note when that weight is > 0 but the checkpoint has no n-gram
-        model. ``device``: cpu, cuda, mps or auto. Raises CheckpointError (one line) for a missing or
-        unreadable checkpoint, ConfigError for an unavailable device."""
+        decode settings, syllable model, character n-gram model and word model. ``lm_weight`` and
+        ``word_weight`` replace the checkpoint's decode.lm_weight and decode.word_weight; ``log`` receives a
+        note when such a weight is > 0 but the checkpoint has no such model. ``device``: cpu, cuda, mps or
+        auto. Raises CheckpointError (one line) for a missing or unreadable checkpoint, ConfigError for an
+        unavailable device."""
         from pinyin_hanzi.runtime import select_device
 
         path, _ = resolve_checkpoint(path)
         parts = load_for_inference(path)
-        config, char_lm = parts.config, parts.char_lm
+        config = parts.config
         decode = config.decode
-        if lm_weight is not None:
-            decode.lm_weight = lm_weight
-        if decode.lm_weight > 0 and char_lm is None and log is not None:
-            log(f"note: {path} has no character n-gram model: decoding without one "
-                f"(add one with python -m pinyin_hanzi.char_lm)")
+        decode.lm_weight = decode.lm_weight if lm_weight is None else lm_weight
+        decode.word_weight = decode.word_weight if word_weight is None else word_weight
+        for weight, model, what, tool in ((decode.lm_weight, parts.char_lm, "character n-gram model", "char_lm"),
+                                          (decode.word_weight, parts.word_lm, "word model", "word_lm")):
+            if weight > 0 and model is None and log is not None:
+                log(f"note: {path} has no {what}: decoding without one (add one with python -m pinyin_hanzi.cli.{tool})")
         return cls(parts.model, parts.pinyin_vocab, parts.hanzi_vocab, select_device(device), window=config.data.max_len,
                    split_penalty=decode.split_penalty, syllable_lm=parts.syllable_lm, clause_end=decode.clause_end,
-                   char_lm=char_lm, lm_weight=decode.lm_weight, reading_margin=decode.reading_margin,
-                   beam=decode.beam, constrained=decode.constrained, config=config, checkpoint=path)
+                   char_lm=parts.char_lm, lm_weight=decode.lm_weight, reading_margin=decode.reading_margin,
+                   beam=decode.beam, constrained=decode.constrained, config=config, checkpoint=path,
+                   word_lm=parts.word_lm, word_weight=decode.word_weight)
 
     @classmethod
-    def from_pretrained(cls, *, device: str = "cpu", lm_weight: float | None = None,
+    def from_pretrained(cls, *, device: str = "cpu", lm_weight: float | None = None, word_weight: float | None = None,
                         log: Callable[[str], None] | None = None) -> Converter:
         """A converter for the shipped model (pinyin_hanzi/pretrained/model.pt); see :meth:`from_checkpoint`."""
-        return cls.from_checkpoint(SHIPPED_MODEL, device=device, lm_weight=lm_weight, log=log)
+        return cls.from_checkpoint(SHIPPED_MODEL, device=device, lm_weight=lm_weight, word_weight=word_weight, log=log)
 
     # ---------------------------------------------------------------------------------------- public API
 

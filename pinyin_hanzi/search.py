@@ -4,18 +4,20 @@ One step loop, :func:`beam_search`, in the manner of OpenNMT-py's ``beam_search.
 ``search.py``; greedy decoding is beam 1. Two things plug in at one place each:
 - :class:`Constraint`: the characters each position may take (the lexicon's lists of a syllable's hanzi,
   or any character when unconstrained);
-- :class:`NgramFusion`: shallow fusion of a character n-gram model (see char_lm.py), used by beam search
-  only (:func:`fusion_for`).
+- :class:`NgramFusion`: shallow fusion of models of the next character given the ones before it (the
+  character n-gram model of char_lm.py, the word model of word_lm.py), used by beam search only
+  (:func:`fusion_for`).
 
 Scores are sums of log-probabilities, each a softmax over the allowed characters of its position, plus the
-n-gram model's weighted log-probability of each character where it is used.
+fused models' weighted log-probabilities of each character where they are used.
 """
 
 from __future__ import annotations
 
+from typing import Protocol, Sequence
+
 import torch
 
-from pinyin_hanzi.char_lm import CharNgramLM
 from pinyin_hanzi.lexicon import PAD_ROW, Lexicon
 from pinyin_hanzi.model import Transformer
 from pinyin_hanzi.vocab import BOS_ID, PAD_ID
@@ -60,22 +62,33 @@ class Constraint:
         return self.lists[0][:, position, 0]
 
 
-class NgramFusion:
-    """Shallow fusion: each character's score gets ``weight`` x log P_lm(character | the characters before
-    it). The context of a hypothesis is its last ``order - 1`` characters (at least one), (n, m) ids."""
+class LanguageModel(Protocol):
+    """A model of the next character given the ones before it (CharNgramLM, WordLexiconLM)."""
 
-    def __init__(self, char_lm: CharNgramLM, weight: float):
-        self.char_lm, self.weight = char_lm, weight
-        self.history = char_lm.order - 1 if char_lm.order > 1 else 1
+    order: int  # it reads the last order - 1 characters of a context
+
+    def log_prob(self, context: torch.Tensor, candidates: torch.Tensor) -> torch.Tensor: ...
+
+
+class NgramFusion:
+    """Shallow fusion: each character's score gets the sum of ``weight`` x log P(character | the characters
+    before it) over ``models``, (model, weight) pairs of anything with an ``order`` and a
+    ``log_prob(context, candidates)`` as CharNgramLM has. The context of a hypothesis is its last
+    ``max(order) - 1`` characters (at least one), (n, m) ids; each model reads as much of it as it needs."""
+
+    def __init__(self, models: Sequence[tuple[LanguageModel, float]]):
+        self.models = [(model, weight) for model, weight in models if weight > 0]
+        self.history = max([model.order - 1 for model, _ in self.models] + [1])
 
     def start(self, rows: int) -> torch.Tensor:
         """(rows, m): the context before a sentence, <s> only."""
         return torch.full((rows, self.history), BOS_ID, dtype=torch.long)
 
     def scores(self, context: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-        """weight x log P_lm(ids (n, c) | context (n, m)) -> (n, c). <pad> (past the end of a shorter input in
+        """sum of weight x log P(ids (n, c) | context (n, m)) -> (n, c). <pad> (past the end of a shorter input in
         the batch) scores 0, or inputs would pay for their neighbours' length."""
-        return (self.weight * self.char_lm.log_prob(context, ids)).masked_fill(ids == PAD_ID, 0.0)
+        total = sum(weight * model.log_prob(context, ids) for model, weight in self.models)
+        return total.masked_fill(ids == PAD_ID, 0.0)
 
     @staticmethod
     def advance(context: torch.Tensor, order: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:

@@ -50,6 +50,7 @@ from pinyin_hanzi.model import Transformer
 from pinyin_hanzi.runtime import autocast_for, resolve_precision, select_device, set_threads
 from pinyin_hanzi.syllable_lm import SyllableBigrams
 from pinyin_hanzi.vocab import Vocab, load_vocab
+from pinyin_hanzi.word_lm import word_model
 
 
 def lr_at(step: int, config: TrainConfig) -> float:
@@ -226,6 +227,7 @@ class Parts:
     stream: BatchStream
     syllable_lm: SyllableBigrams
     char_lm_state: dict | None  # the checkpoint's char_lm entry, computed once; None without one
+    word_lm_state: dict | None  # the checkpoint's word_lm entry, likewise
     converter: Converter
     candidates: tuple[torch.Tensor, torch.Tensor] | None  # train.loss=candidates: Lexicon.for_vocab
     valid_examples: list[Example]
@@ -263,7 +265,7 @@ def _train(config: Config, process: distributed.Process, *, resume: bool, init_f
     saved = _load_resumable(run) if resume else None
     model, pinyin_vocab, hanzi_vocab = _setup_model(config, splits.data_dir, saved, run.last_path, init_from)
     model.to(run.device)
-    syllable_lm, char_lm_state = _setup_language_models(config, splits.train_examples, hanzi_vocab, log)
+    syllable_lm, char_lm_state, word_lm_state = _setup_language_models(config, splits.train_examples, hanzi_vocab, log)
     train_encoded = encode_examples(splits.train_examples, pinyin_vocab, hanzi_vocab)
     valid_encoded = encode_examples(splits.valid_examples, pinyin_vocab, hanzi_vocab)
     stream = BatchStream(train_encoded, t.batch_tokens, t.seed)  # the same stream on every process
@@ -280,7 +282,7 @@ def _train(config: Config, process: distributed.Process, *, resume: bool, init_f
     if t.loss == "candidates":
         candidates = tuple(part.to(run.device) for part in Lexicon(hanzi_vocab).for_vocab(pinyin_vocab))
     parts = Parts(model, _wrap_for_training(model, run), pinyin_vocab, hanzi_vocab, optimizer, scheduler, stream,
-                  syllable_lm, char_lm_state, converter, candidates, splits.valid_examples, valid_encoded)
+                  syllable_lm, char_lm_state, word_lm_state, converter, candidates, splits.valid_examples, valid_encoded)
     _log_setup(run, parts, splits, logs)
     _train_loop(run, parts, logs)
     log(f"best valid char accuracy {run.best_accuracy:.2%}; checkpoints in {run.checkpoint_dir}")
@@ -344,21 +346,29 @@ def _setup_model(config: Config, data_dir: Path, saved: dict | None, saved_path:
 
 
 def _setup_language_models(config: Config, train_examples: list[Example], hanzi_vocab: Vocab, log
-                           ) -> tuple[SyllableBigrams, dict | None]:
-    """The n-gram models decoding uses, counted from the training split in seconds: the syllable bigrams
-    (always) and, when decode.lm_weight > 0, the character n-gram model's state dict (else None)."""
+                           ) -> tuple[SyllableBigrams, dict | None, dict | None]:
+    """The models decoding uses besides the network, built in seconds: the syllable bigrams (always),
+    counted from the training split; when decode.lm_weight > 0 the character n-gram model's state dict,
+    and when decode.word_weight > 0 the word model's, from the configured word-frequency table (else None)."""
     syllable_lm = SyllableBigrams.count(example.tokens for example in train_examples)
     dec = config.decode
-    if dec.lm_weight <= 0:
-        return syllable_lm, None
-    started_counting = time.time()
-    phrases = phrase_texts(config.data.raw_dir) if dec.lm_phrases > 0 else []
-    char_lm = count_for(train_examples, hanzi_vocab, dec.lm_order, dec.lm_min_count, phrases, dec.lm_phrases)
-    with_phrases = (f", with the phrase table x {dec.lm_phrases}: {len(phrases):,} entries, "
-                    f"those with characters outside the vocabulary left out" if phrases else "")
-    log(f"character {dec.lm_order}-gram model: {char_lm.size():,} n-grams counted in "
-        f"{time.time() - started_counting:.1f} s (decode.lm_weight={dec.lm_weight}{with_phrases})")
-    return syllable_lm, char_lm.state_dict()
+    char_lm_state = word_lm_state = None
+    if dec.lm_weight > 0:
+        started_counting = time.time()
+        phrases = phrase_texts(config.data.raw_dir) if dec.lm_phrases > 0 else []
+        char_lm = count_for(train_examples, hanzi_vocab, dec.lm_order, dec.lm_min_count, phrases, dec.lm_phrases)
+        with_phrases = (f", with the phrase table x {dec.lm_phrases}: {len(phrases):,} entries, "
+                        f"those with characters outside the vocabulary left out" if phrases else "")
+        log(f"character {dec.lm_order}-gram model: {char_lm.size():,} n-grams counted in "
+            f"{time.time() - started_counting:.1f} s (decode.lm_weight={dec.lm_weight}{with_phrases})")
+        char_lm_state = char_lm.state_dict()
+    if dec.word_weight > 0:
+        started_counting = time.time()
+        word_lm = word_model(dec, config.data.raw_dir, hanzi_vocab)
+        log(f"word model: {word_lm.size():,} words of {dec.word_table} in {time.time() - started_counting:.1f} s "
+            f"(decode.word_weight={dec.word_weight})")
+        word_lm_state = word_lm.state_dict()
+    return syllable_lm, char_lm_state, word_lm_state
 
 
 def _setup_optimizer(model: Transformer, t: TrainConfig
@@ -583,7 +593,7 @@ def save_checkpoint(run: Run, parts: Parts, accuracy: float, elapsed: float, *, 
         model=parts.model.state_dict(), optimizer=parts.optimizer.state_dict(), scheduler=parts.scheduler.state_dict(),
         step=run.step, best_accuracy=run.best_accuracy, valid_char_accuracy=accuracy, batches=parts.stream.state_dict(),
         rng=rng_state(), syllable_lm=parts.syllable_lm.state_dict(), char_lm=parts.char_lm_state,
-        elapsed_seconds=elapsed)
+        word_lm=parts.word_lm_state, elapsed_seconds=elapsed)
     if improved:
         checkpoint.save_checkpoint(run.best_path, state)
     checkpoint.save_checkpoint(run.last_path, state)

@@ -6,14 +6,13 @@ WenQuanYi, SimHei, PingFang, Microsoft YaHei, ...); on Debian/Ubuntu ``apt-get i
 (5 MB) or ``fonts-noto-cjk`` provides one. Without a font, hanzi labels are romanised (``zhong:2`` for the
 character at position 2 read zhong) and a note says so.
 
-Usage: ``python -m pinyin_hanzi.visualize positional-encoding out.png --dims 0 1 20 40 --d-model 256``
+The positional-encoding picture from the command line: ``python -m pinyin_hanzi.cli.positional_encoding
+out.png --dims 0 1 20 40 --d-model 256``.
 """
 
 from __future__ import annotations
 
-import argparse
 import functools
-import sys
 from pathlib import Path
 from typing import Sequence
 
@@ -160,27 +159,3 @@ def model_summary(model: Transformer, batch_tokens: int, mean_length: float) -> 
                       f"  tokens per batch     {batch_tokens:>12,} (target tokens, padding included)",
                       f"  FLOPs per token      {flops['forward'] / 1e6:>12.1f} M forward, {flops['training'] / 1e6:.1f} M "
                       f"training (mean length {mean_length:.1f}; output layer {flops['output'] / 1e6:.1f} M)"])
-
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pinyin_hanzi.visualize",
-                                     description="Draw the sinusoidal positional encoding.")
-    sub = parser.add_subparsers(dest="command", required=True)
-    pe = sub.add_parser("positional-encoding", help="PE curves for chosen dimensions and the PE matrix")
-    pe.add_argument("output", help="PNG file to write")
-    pe.add_argument("--dims", type=int, nargs="+", default=list(DEFAULT_PE_DIMS))
-    pe.add_argument("--d-model", type=int, default=256)
-    pe.add_argument("--positions", type=int, default=100)
-    args = parser.parse_args(argv)
-    if args.d_model < 2 or args.d_model % 2 or args.positions < 1:
-        parser.error("--d-model must be even and >= 2, --positions >= 1")
-    bad = [dim for dim in args.dims if not 0 <= dim < args.d_model]
-    if bad:
-        parser.error(f"--dims must lie in 0..{args.d_model - 1} (got {bad})")
-    save_figure(positional_encoding_figure(args.d_model, args.positions, args.dims), args.output)
-    print(args.output)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -126,7 +126,7 @@ CASES = [
     Case("checkpoint whose weights do not fit its config", argv=("--checkpoint", "{tmp}/bad_weights.pt", "ni"),
          status=2, error=("weights do not fit the model its config describes",)),
     Case("checkpoint with an unreadable character n-gram model", argv=("--checkpoint", "{tmp}/bad_lm.pt", "ni"),
-         status=2, error=("character n-gram model cannot be read", "python -m pinyin_hanzi.char_lm")),
+         status=2, error=("character n-gram model cannot be read", "python -m pinyin_hanzi.cli.char_lm")),
     # ---- train.py
     Case("train: missing config", "train.py", ("--config", "{tmp}/missing.yaml"), status=2,
          error=("config file not found:",)),

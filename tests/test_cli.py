@@ -99,7 +99,7 @@ def test_translate_errors_are_one_line(trained, tmp_path):
 def test_a_character_ngram_model_added_to_a_checkpoint_is_used_and_can_be_turned_off(trained, tmp_path):
     tmp, _, best = trained
     with_lm = tmp_path / "with_lm.pt"
-    added = run("-m", "pinyin_hanzi.char_lm", best, with_lm, "--order", "3", "--weight", "0.5")
+    added = run("-m", "pinyin_hanzi.cli.char_lm", best, with_lm, "--order", "3", "--weight", "0.5")
     assert added.returncode == 0, added.stderr
     state = torch.load(with_lm, weights_only=True)
     assert state["config"]["decode"]["lm_weight"] == 0.5 and state["char_lm"]["order"] == 3
@@ -117,8 +117,8 @@ def test_a_character_ngram_model_added_to_a_checkpoint_is_used_and_can_be_turned
     assert off == plain and fused < plain  # the n-gram log-probabilities (< 0) are added
     missing, note = best_score(best, "--lm-weight", "1")
     assert missing == plain and "has no character n-gram model" in note
-    _one_line_error(run("-m", "pinyin_hanzi.char_lm", tmp_path / "none.pt", tmp_path / "out.pt"), "not found")
-    usage = run("-m", "pinyin_hanzi.char_lm", best, tmp_path / "out.pt", "--phrases", "-1")
+    _one_line_error(run("-m", "pinyin_hanzi.cli.char_lm", tmp_path / "none.pt", tmp_path / "out.pt"), "not found")
+    usage = run("-m", "pinyin_hanzi.cli.char_lm", best, tmp_path / "out.pt", "--phrases", "-1")
     assert usage.returncode == 2 and "--phrases must be >= 0" in usage.stderr and "Traceback" not in usage.stderr
 
 

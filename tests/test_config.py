@@ -102,7 +102,7 @@ def test_field_docs_join_continuation_lines_below_their_field_only():
 
 def test_docs_config_md_is_generated_from_the_field_docs():
     written = (ROOT / "docs" / "config.md").read_text(encoding="utf-8")
-    assert written == config_reference(), "docs/config.md is stale: python -m pinyin_hanzi.config > docs/config.md"
+    assert written == config_reference(), "docs/config.md is stale: python -m pinyin_hanzi.cli.config_reference > docs/config.md"
 
 
 def test_reference_lists_every_key_with_its_default():

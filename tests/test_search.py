@@ -5,6 +5,7 @@ from conftest import untrained_converter
 
 from pinyin_hanzi.model import Transformer
 from pinyin_hanzi.search import Constraint, NgramFusion, fusion_for
+from pinyin_hanzi.vocab import PAD_ID
 
 
 def _teacher_forced_score(converter, tokens, chars) -> float:
@@ -102,7 +103,7 @@ def _lm_preferring(converter, sentences: list[str], order: int = 2):
 
 
 def test_greedy_decoding_leaves_the_ngram_model_out_and_beam_search_uses_it():
-    fusion = NgramFusion(_lm_preferring(untrained_converter(), ["你好"]), 1.0)
+    fusion = NgramFusion([(_lm_preferring(untrained_converter(), ["你好"]), 1.0)])
     assert fusion_for(1, fusion) is None and fusion_for(2, fusion) is fusion
     plain = untrained_converter(seed=3)
     tokens = [["ni", "hao", "wo", "men"]]
@@ -137,3 +138,18 @@ def test_with_an_ngram_model_a_batch_decodes_each_input_as_it_would_alone():
     for beam in (1, 4):
         together = fused.convert_tokens(inputs, beam=beam)
         assert together == [fused.convert_tokens([tokens], beam=beam)[0] for tokens in inputs]
+
+
+def test_fusion_sums_the_weighted_scores_of_its_models():
+    class Constant:
+        def __init__(self, order, value):
+            self.order, self.value = order, value
+
+        def log_prob(self, context, candidates):
+            assert context.shape[1] == 5  # the widest model's history
+            return torch.full(candidates.shape, self.value)
+
+    fusion = NgramFusion([(Constant(3, -1.0), 0.5), (Constant(6, -2.0), 0.25), (Constant(9, -7.0), 0.0)])
+    assert fusion.history == 5  # a model of weight 0 takes no part
+    ids = torch.tensor([[5, 6, PAD_ID]])
+    assert fusion.scores(fusion.start(1), ids).tolist() == [[-1.0, -1.0, 0.0]]

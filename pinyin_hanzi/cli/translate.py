@@ -1,74 +1,17 @@
-"""Command-line front ends of ``train.py`` and ``translate.py``: argument parsing, one-line errors."""
+"""``python translate.py``: convert typed pinyin (arguments, --input FILE, stdin, an interactive prompt),
+score a split (--evaluate) or draw attention (--attention), through the Python API (converter.py)."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
+import math
 import sys
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from pinyin_hanzi.errors import CheckpointError, DataError, PinyinHanziError
-
-EXIT_USER_ERROR = 2
-
-
-def _run(main, argv) -> int:
-    """Run ``main(argv)``; user errors become one line on stderr and exit status 2, never a traceback."""
-    try:
-        return main(argv) or 0
-    except PinyinHanziError as error:
-        rank = os.environ.get("RANK", "0")  # under torchrun every process reports; say which
-        print(f"{'' if rank == '0' else f'[rank {rank}] '}error: {error}", file=sys.stderr)
-        return EXIT_USER_ERROR
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
-    except BrokenPipeError:  # output piped into `head` and the like
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
-
-
-# ------------------------------------------------------------------------------------------------- train
-
-
-def _train(argv) -> int:
-    parser = argparse.ArgumentParser(
-        prog="train.py", description="Train a pinyin -> hanzi Transformer.",
-        epilog="example: python train.py --config configs/quickstart.yaml train.max_steps=2000 train.lr=5e-4")
-    parser.add_argument("--config", required=True, help="YAML experiment file, e.g. configs/quickstart.yaml")
-    parser.add_argument("overrides", nargs="*", metavar="section.key=value", help="override config values")
-    mode = parser.add_mutually_exclusive_group()
-    mode.add_argument("--resume", action="store_true", help="continue checkpoints/<train.name>/last.pt exactly")
-    mode.add_argument("--init-from", metavar="CHECKPOINT", help="start a new run from these weights")
-    mode.add_argument("--prepare-only", action="store_true", help="build data/prepared/ and stop")
-    parser.add_argument("--overwrite", action="store_true",
-                        help="start afresh even if checkpoints/<train.name>/ already holds a run")
-    args = parser.parse_args(argv)
-
-    from pinyin_hanzi.config import load_config
-    from pinyin_hanzi.corpus import prepare
-
-    config = load_config(args.config, args.overrides)
-    if args.prepare_only:
-        out = prepare(config.data)
-        print((out / "stats.json").read_text(encoding="utf-8"), end="")
-        return 0
-    from pinyin_hanzi.training import train
-
-    best = train(config, resume=args.resume, init_from=args.init_from, overwrite=args.overwrite,
-                 log=lambda message: print(message, file=sys.stderr))
-    if os.environ.get("RANK", "0") == "0":  # under torchrun, rank 0 speaks for all
-        print(best)
-    return 0
-
-
-def train_main(argv=None) -> int:
-    return _run(_train, argv)
-
-
-# --------------------------------------------------------------------------------------------- translate
+from pinyin_hanzi.cli import run
+from pinyin_hanzi.errors import CheckpointError, DataError
 
 
 def _open_input(name: str):
@@ -125,7 +68,7 @@ def _load_converter(args):
     path, origin = resolve_checkpoint(args.checkpoint)
     if args.checkpoint is None:
         print(f"using {origin}: {path}", file=sys.stderr)
-    return Converter.from_checkpoint(path, device=args.device, lm_weight=args.lm_weight,
+    return Converter.from_checkpoint(path, device=args.device, lm_weight=args.lm_weight, word_weight=args.word_weight,
                                      log=lambda message: print(message, file=sys.stderr))
 
 
@@ -271,6 +214,9 @@ def _translate(argv) -> int:
     parser.add_argument("--lm-weight", type=float, metavar="W",
                         help="weight of the checkpoint's character n-gram model in beam search (default: its "
                              "decode.lm_weight; 0: the Transformer alone; greedy decoding never uses it)")
+    parser.add_argument("--word-weight", type=float, metavar="W",
+                        help="weight of the checkpoint's word model in beam search (default: its decode.word_weight; "
+                             "0: none; greedy decoding never uses it)")
     parser.add_argument("--nbest", type=int, default=1,
                         help=f"print the N best conversions with their scores, tab-separated (1-{MAX_NBEST})")
     parser.add_argument("--json", action="store_true", help="one JSON object per line: input, output, "
@@ -302,8 +248,9 @@ def _translate(argv) -> int:
         parser.error(f"--nbest must be between 1 and {MAX_NBEST}")
     if args.batch_size < 1:
         parser.error("--batch-size must be at least 1")
-    if args.lm_weight is not None and not args.lm_weight >= 0:
-        parser.error("--lm-weight must be a number >= 0")
+    for option, weight in (("--lm-weight", args.lm_weight), ("--word-weight", args.word_weight)):
+        if weight is not None and not (math.isfinite(weight) and weight >= 0):
+            parser.error(f"{option} must be a finite number >= 0")
     if args.threads < 0:
         parser.error("--threads must be at least 0")
     interactive = args.input is None and args.evaluate is None and (args.text or sys.stdin.isatty())
@@ -339,5 +286,9 @@ def _translate(argv) -> int:
     return 0
 
 
-def translate_main(argv=None) -> int:
-    return _run(_translate, argv)
+def main(argv=None) -> int:
+    return run(_translate, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

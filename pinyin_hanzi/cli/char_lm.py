@@ -1,0 +1,44 @@
+"""``python -m pinyin_hanzi.cli.char_lm CHECKPOINT OUT [--order 3] [--min-count 1] [--phrases 0] [--weight W]``:
+a copy of a checkpoint with a character n-gram model counted from its training split (char_lm.py)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from pinyin_hanzi.cli import run
+
+
+def _main(argv) -> int:
+    from pinyin_hanzi.char_lm import count_into_checkpoint
+
+    parser = argparse.ArgumentParser(prog="python -m pinyin_hanzi.cli.char_lm",
+                                     description="Count a character n-gram model from a checkpoint's training split "
+                                                 "into a copy of the checkpoint.")
+    parser.add_argument("checkpoint")
+    parser.add_argument("out")
+    parser.add_argument("--order", type=int, default=3)
+    parser.add_argument("--min-count", type=int, default=1)
+    parser.add_argument("--phrases", type=int, default=0, metavar="N",
+                        help="count each entry of pypinyin-dict's phrase table N more times (decode.lm_phrases)")
+    parser.add_argument("--weight", type=float, default=0.6, help="decode.lm_weight stored with it (default 0.6)")
+    args = parser.parse_args(argv)
+    for ok, message in ((1 <= args.order <= 4, "--order must be in 1..4"),
+                        (args.min_count >= 1, "--min-count must be >= 1"),
+                        (args.phrases >= 0, "--phrases must be >= 0"), (args.weight >= 0, "--weight must be >= 0")):
+        if not ok:
+            parser.error(message)
+    lm, train = count_into_checkpoint(args.checkpoint, args.out, order=args.order, min_count=args.min_count,
+                                      phrases=args.phrases, weight=args.weight)
+    with_phrases = f" and the phrase table x {args.phrases}" if args.phrases else ""
+    print(f"{args.out}: {args.order}-gram model of {train}{with_phrases} ({lm.size():,} n-grams), "
+          f"decode.lm_weight={args.weight}")
+    return 0
+
+
+def main(argv=None) -> int:
+    return run(_main, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,31 @@
+"""``python -m pinyin_hanzi.cli.export SOURCE TARGET [--float32]``: an inference-only copy of a training
+checkpoint (no optimizer state; float16 weights unless --float32), as shipped in pinyin_hanzi/pretrained/."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from pinyin_hanzi.cli import run
+
+
+def _main(argv) -> int:
+    from pinyin_hanzi.checkpoint import export_checkpoint
+
+    parser = argparse.ArgumentParser(prog="python -m pinyin_hanzi.cli.export",
+                                     description="Export a training checkpoint for inference (float16 weights).")
+    parser.add_argument("source")
+    parser.add_argument("target")
+    parser.add_argument("--float32", action="store_true", help="keep float32 weights")
+    args = parser.parse_args(argv)
+    result = export_checkpoint(args.source, args.target, half=not args.float32)
+    print(f"{args.target}: {result['parameters']:,} parameters, {result['bytes'] / 2**20:.1f} MiB")
+    return 0
+
+
+def main(argv=None) -> int:
+    return run(_main, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,37 @@
+"""``python -m pinyin_hanzi.cli.positional_encoding OUT.png [--dims 0 1 20 40] [--d-model 256] [--positions 100]``:
+the book's picture of the sinusoidal positional encoding (curves for chosen dimensions, and the matrix)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from pinyin_hanzi.cli import run
+
+
+def _main(argv) -> int:
+    from pinyin_hanzi.visualize import DEFAULT_PE_DIMS, positional_encoding_figure, save_figure
+
+    parser = argparse.ArgumentParser(prog="python -m pinyin_hanzi.cli.positional_encoding",
+                                     description="Draw the sinusoidal positional encoding.")
+    parser.add_argument("output", help="PNG file to write")
+    parser.add_argument("--dims", type=int, nargs="+", default=list(DEFAULT_PE_DIMS))
+    parser.add_argument("--d-model", type=int, default=256)
+    parser.add_argument("--positions", type=int, default=100)
+    args = parser.parse_args(argv)
+    if args.d_model < 2 or args.d_model % 2 or args.positions < 1:
+        parser.error("--d-model must be even and >= 2, --positions >= 1")
+    bad = [dim for dim in args.dims if not 0 <= dim < args.d_model]
+    if bad:
+        parser.error(f"--dims must lie in 0..{args.d_model - 1} (got {bad})")
+    save_figure(positional_encoding_figure(args.d_model, args.positions, args.dims), args.output)
+    print(args.output)
+    return 0
+
+
+def main(argv=None) -> int:
+    return run(_main, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,41 @@
+"""``python -m pinyin_hanzi.cli.word_lm CHECKPOINT OUT [--table wordfreq-zh] [--min-frequency 1e-7] [--weight W]``:
+a copy of a checkpoint with a word model (word_lm.py) built from a word-frequency table (sources.py)."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+
+from pinyin_hanzi.cli import run
+
+
+def _main(argv) -> int:
+    from pinyin_hanzi.word_lm import add_to_checkpoint
+    from pinyin_hanzi.sources import WORD_TABLES
+
+    parser = argparse.ArgumentParser(prog="python -m pinyin_hanzi.cli.word_lm",
+                                     description="Add a word model, built from a word-frequency table, to a copy "
+                                                 "of a checkpoint.")
+    parser.add_argument("checkpoint")
+    parser.add_argument("out")
+    parser.add_argument("--table", default="wordfreq-zh", choices=sorted(WORD_TABLES), help="decode.word_table")
+    parser.add_argument("--min-frequency", type=float, default=1e-7, help="decode.word_min_frequency")
+    parser.add_argument("--weight", type=float, default=0.5, help="decode.word_weight stored with it (default 0.5)")
+    args = parser.parse_args(argv)
+    if not (math.isfinite(args.weight) and args.weight >= 0):
+        parser.error("--weight must be a finite number >= 0")
+    if not 0 <= args.min_frequency < 1:
+        parser.error("--min-frequency must lie in [0, 1)")
+    lm = add_to_checkpoint(args.checkpoint, args.out, table=args.table, min_frequency=args.min_frequency,
+                           weight=args.weight)
+    print(f"{args.out}: word model of {args.table} ({lm.size():,} words), decode.word_weight={args.weight}")
+    return 0
+
+
+def main(argv=None) -> int:
+    return run(_main, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,210 @@
+"""Word knowledge for decoding: a word-unigram model read as a model of characters.
+
+The character n-gram model (char_lm.py) is counted from the training text and knows which characters
+follow which there; it cannot know which of two homophone words people say when that text rarely has
+them (兽医 or 收益, 视野 or 时也). A word-frequency table counted from a large modern corpus does. This
+module turns such a table into scores that decoding can add character by character, as it adds the
+n-gram model's:
+
+    P(c_1 .. c_t is how the text begins) = sum over segmentations of c_1 .. c_t into words w_1 .. w_k and a
+    beginning p of the next word:  P(w_1) ... P(w_k) * M(p)
+
+where P(w) is the word's frequency and M(p) the total frequency of the words that begin with p (a word
+counts as beginning with itself). A character's score is the log-ratio of this prefix probability with
+and without it, so the scores of all characters after a given text sum to one: a proper model of the
+next character, a word-unigram model, with no knowledge across word boundaries (the n-gram model and the
+network supply that). Characters outside every word keep a small floor frequency.
+
+Sums over segmentations are kept as forward log-probabilities A(i) = log P(the first i characters end a
+word). They are computed over a window of the last ``window`` characters, as if a word began at the
+window's start: stateless, so the search passes the same recent-characters context it passes the n-gram
+model. Any character that is not a hanzi (``<s>``, punctuation, digits, letters) is a certain word
+boundary and scores 0.
+
+Words and their prefixes are stored as sorted int64 keys (the characters' hanzi ids as digits in base v,
+plus the length times v ** max_word_len), looked up with ``torch.searchsorted`` as in char_lm.py.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Mapping
+
+import torch
+
+from pinyin_hanzi.pinyin import is_hanzi
+from pinyin_hanzi.vocab import Vocab
+
+MAX_WORD_LEN = 4  # 4 characters in base v=10k+ still fit int64 keys; longer words are rare and left out
+FLOOR = 1e-8  # frequency of a hanzi of the vocabulary that is in no word of the table
+
+
+def _find(keys: torch.Tensor, values: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:
+    """values[index of each query in the sorted ``keys``], -inf where a query is not there."""
+    index = torch.searchsorted(keys, queries).clamp_(max=len(keys) - 1)
+    return torch.where(keys[index] == queries, values[index], float("-inf"))
+
+
+class WordLexiconLM:
+    """Word-unigram scores of the next hanzi given the ``window`` characters before it (hanzi ids of one
+    vocabulary). ``order`` = window + 1, like the n-gram models: the context width decoding must keep."""
+
+    def __init__(self, vocab_size: int, word_keys: torch.Tensor, word_log_probs: torch.Tensor,
+                 is_word_char: torch.Tensor, window: int = 6):
+        """word_keys (w,) sorted int64 keys of the words (see :func:`_key`), word_log_probs (w,) their log
+        frequencies (normalised), is_word_char (v,) bool: the hanzi of the vocabulary."""
+        if vocab_size ** MAX_WORD_LEN * (MAX_WORD_LEN + 1) >= 2**63:
+            raise ValueError(f"{vocab_size} characters do not fit in int64 keys of {MAX_WORD_LEN}-character words")
+        self.vocab_size, self.window, self.order = vocab_size, window, window + 1
+        self.word_keys, self.word_log_probs = word_keys, word_log_probs.float()
+        self.is_word_char = is_word_char
+        self._length_offset = vocab_size ** MAX_WORD_LEN
+        self.prefix_keys, self.prefix_log_probs = self._prefix_table()
+
+    def _prefix_table(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every beginning of a word (the word itself included) with the total frequency of the words that
+        begin so: sorted keys and log masses. Derived from the words, so checkpoints store the words alone."""
+        lengths = self.word_keys // self._length_offset
+        digits = self.word_keys % self._length_offset  # the characters as base-v digits, oldest first
+        probs = self.word_log_probs.double().exp()
+        keys, masses = [], []
+        for length in range(1, MAX_WORD_LEN + 1):
+            longer = lengths >= length  # words with a beginning of this length
+            beginning = digits[longer] // self.vocab_size ** (lengths[longer] - length)
+            keys.append(beginning + length * self._length_offset)
+            masses.append(probs[longer])
+        unique, inverse = torch.unique(torch.cat(keys), return_inverse=True)
+        total = torch.zeros(len(unique), dtype=torch.float64).index_add_(0, inverse, torch.cat(masses))
+        return unique, total.log().float()
+
+    @classmethod
+    def from_frequencies(cls, frequencies: Mapping[str, float], hanzi_vocab: Vocab, window: int = 6,
+                         min_frequency: float = 0.0) -> "WordLexiconLM":
+        """From a word -> frequency (or count) table: words of 1..MAX_WORD_LEN hanzi of ``hanzi_vocab``
+        whose frequency is at least ``min_frequency`` (as a share of the table's total), normalised; every
+        other hanzi of the vocabulary is a one-character word of frequency FLOOR."""
+        total = sum(frequencies.values()) or 1.0
+        words: dict[str, float] = {}
+        for word, frequency in frequencies.items():
+            share = frequency / total
+            if (1 <= len(word) <= MAX_WORD_LEN and share >= min_frequency and share > 0
+                    and all(is_hanzi(char) and char in hanzi_vocab.ids for char in word)):
+                words[word] = words.get(word, 0.0) + share
+        is_word_char = torch.tensor([len(token) == 1 and is_hanzi(token) for token in hanzi_vocab.tokens])
+        for index in is_word_char.nonzero().flatten().tolist():
+            words.setdefault(hanzi_vocab.tokens[index], FLOOR)
+        norm = sum(words.values())
+        keys = torch.tensor([_key(hanzi_vocab.encode(word), len(hanzi_vocab)) for word in words], dtype=torch.long)
+        log_probs = torch.tensor([math.log(share / norm) for share in words.values()])
+        order = keys.argsort()
+        return cls(len(hanzi_vocab), keys[order], log_probs[order], is_word_char, window)
+
+    def _span_keys(self, ids: torch.Tensor) -> torch.Tensor:
+        """ids (n, w) -> (n, w, L) keys of the spans ending at each position, of lengths L..1 (column j: the
+        span of length L - j); spans that would start before the first column get key -1 (never found)."""
+        n, width = ids.shape
+        keys = torch.full((n, width, MAX_WORD_LEN), -1, dtype=torch.long)
+        # The span of length l ending at i has the digits ids[i-l+1 .. i], oldest first: its key is the
+        # key of the span of length l - 1 plus ids[i-l+1] * v ** (l - 1).
+        power = 1
+        running = torch.zeros(n, width, dtype=torch.long)
+        for length in range(1, MAX_WORD_LEN + 1):
+            shifted = torch.full((n, width), -1, dtype=torch.long)
+            shifted[:, length - 1 :] = ids[:, : width - length + 1]  # the oldest character of each span
+            running = torch.where(shifted >= 0, running + shifted * power, running)
+            power *= self.vocab_size
+            valid = torch.arange(width) >= length - 1
+            keys[:, :, MAX_WORD_LEN - length] = torch.where(valid, running + length * self._length_offset, -1)
+        return keys
+
+    def _forward(self, context: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """context (n, w) -> A (n, w + 1): log P(the first i characters of the window end a word), A[:, 0] = 0,
+        and (n, w, L) span keys (see :meth:`_span_keys`)."""
+        n, width = context.shape
+        span_keys = self._span_keys(context)
+        span_log_probs = _find(self.word_keys, self.word_log_probs, span_keys)  # (n, w, L)
+        boundary = ~self.is_word_char[context]  # (n, w): a certain boundary at non-hanzi
+        forward = torch.full((n, width + 1), float("-inf"))
+        forward[:, 0] = 0.0
+        for end in range(1, width + 1):
+            starts = torch.arange(end - MAX_WORD_LEN, end)  # span of length L..1 ending at end
+            before = torch.where(starts >= 0, forward[:, starts.clamp(min=0)], float("-inf"))  # (n, L)
+            words = torch.logsumexp(before + span_log_probs[:, end - 1], dim=1)
+            forward[:, end] = torch.where(boundary[:, end - 1], forward[:, end - 1], words)
+        return forward, span_keys
+
+    def log_prob(self, context: torch.Tensor, candidates: torch.Tensor) -> torch.Tensor:
+        """context (n, m): preceding hanzi ids, oldest first (m >= window; ``<s>`` before a sentence's
+        start); candidates (n, c) hanzi ids -> (n, c) log P(candidate | context) under the word-unigram
+        model; 0 for candidates that are not hanzi."""
+        context = context[:, -self.window :]
+        n, width = context.shape
+        c = candidates.shape[1]
+        forward, _ = self._forward(context)
+        # The text so far as a prefix: a word boundary at the end, or a word begun at one of the last L starts.
+        ends_with_boundary = ~self.is_word_char[context[:, -1]]
+
+        def prefix_score(sequence: torch.Tensor, before: torch.Tensor) -> torch.Tensor:
+            """sequence (k, w') and its forward values before (k, w'+1) -> (k,) log P(prefix)."""
+            keys = self._span_keys(sequence[:, -MAX_WORD_LEN:])[:, -1].contiguous()  # (k, L): spans ending at the end
+            log_masses = _find(self.prefix_keys, self.prefix_log_probs, keys)
+            end = sequence.shape[1]
+            starts = torch.arange(end - MAX_WORD_LEN, end)
+            valid = starts >= 0
+            starts_before = before[:, starts.clamp(min=0)].masked_fill(~valid, float("-inf"))
+            return torch.logsumexp(starts_before + log_masses, dim=1)
+
+        old = torch.where(ends_with_boundary, forward[:, -1], prefix_score(context, forward))  # (n,)
+        extended = torch.cat([context.repeat_interleave(c, 0), candidates.reshape(-1, 1)], dim=1)  # (n c, w+1)
+        new = prefix_score(extended, forward.repeat_interleave(c, 0)).view(n, c)
+        scores = new - old[:, None]
+        return torch.where(self.is_word_char[candidates], scores, 0.0)
+
+    def size(self) -> int:
+        """The number of words in the table (one-character floor entries included)."""
+        return len(self.word_keys)
+
+    def state_dict(self) -> dict:
+        """The words alone (keys int64, log frequencies float16); the prefix table is derived on loading."""
+        return {"vocab_size": self.vocab_size, "window": self.window, "word_keys": self.word_keys,
+                "word_log_probs": self.word_log_probs.half(), "is_word_char": self.is_word_char}
+
+    @classmethod
+    def from_state_dict(cls, state: dict) -> "WordLexiconLM":
+        return cls(state["vocab_size"], state["word_keys"], state["word_log_probs"], state["is_word_char"],
+                   state["window"])
+
+
+def _key(ids: list[int], vocab_size: int) -> int:
+    """The key of a span of hanzi ids: its ids as base-v digits, oldest first, plus its length's offset."""
+    key = 0
+    for id_ in ids:
+        key = key * vocab_size + id_
+    return key + len(ids) * vocab_size ** MAX_WORD_LEN
+
+
+def word_model(decode, raw_dir, hanzi_vocab: Vocab) -> WordLexiconLM:
+    """The word model a config's decode section asks for (decode.word_table, decode.word_min_frequency),
+    over ``hanzi_vocab``; the table is fetched into ``raw_dir`` if needed (DataError if that fails)."""
+    from pinyin_hanzi.sources import word_table
+
+    return WordLexiconLM.from_frequencies(word_table(decode.word_table, raw_dir), hanzi_vocab,
+                                          min_frequency=decode.word_min_frequency)
+
+
+def add_to_checkpoint(checkpoint, out, *, table: str = "wordfreq-zh", min_frequency: float = 1e-7,
+                      weight: float = 0.5) -> WordLexiconLM:
+    """Write a copy of ``checkpoint`` to ``out`` with a word model built from the word-frequency table
+    ``table`` (fetched into the checkpoint config's data.raw_dir if needed) and decode.word_* set to these
+    values. Raises CheckpointError for an unreadable checkpoint, DataError when the table cannot be had."""
+    from pinyin_hanzi.checkpoint import CONFIG_KEY, HANZI_VOCAB_KEY, WORD_LM_KEY, load_checkpoint, save_checkpoint
+    from pinyin_hanzi.config import config_from_dict
+
+    state = load_checkpoint(checkpoint)
+    config = config_from_dict(state[CONFIG_KEY], str(checkpoint))
+    decode = config.decode
+    decode.word_table, decode.word_min_frequency, decode.word_weight = table, min_frequency, weight
+    lm = word_model(decode, config.data.raw_dir, Vocab(state[HANZI_VOCAB_KEY]))
+    state[CONFIG_KEY], state[WORD_LM_KEY] = config.to_dict(), lm.state_dict()
+    save_checkpoint(out, state)
+    return lm

@@ -1,0 +1,107 @@
+import itertools
+import math
+
+import torch
+
+from pinyin_hanzi.vocab import BOS_ID, SPECIALS, Vocab
+from pinyin_hanzi.word_lm import FLOOR, WordLexiconLM
+
+CHARS = "我们去北京兽医收益好"
+VOCAB = Vocab(list(SPECIALS) + list(CHARS) + ["，"])
+TABLE = {"我们": 50.0, "我": 30.0, "去": 20.0, "北京": 10.0, "兽医": 1.0, "收益": 8.0, "好": 5.0, "京": 0.5}
+
+
+def ids(text):
+    return VOCAB.encode(text)
+
+
+def context(text, width=6):
+    return torch.tensor([([BOS_ID] * width + ids(text))[-width:]])
+
+
+def brute_prefix_probability(lm_words, text):
+    """Sum over segmentations of ``text`` into words + the beginning of one more word."""
+    total = 0.0
+    for cuts in itertools.product([False, True], repeat=max(len(text) - 1, 0)):
+        pieces, start = [], 0
+        for index, cut in enumerate(cuts, start=1):
+            if cut:
+                pieces.append(text[start:index])
+                start = index
+        pieces.append(text[start:])
+        *complete, last = pieces
+        if all(word in lm_words for word in complete):
+            mass = sum(p for word, p in lm_words.items() if word.startswith(last))
+            total += math.prod(lm_words[word] for word in complete) * mass
+    return total
+
+
+def test_scores_are_the_ratio_of_prefix_probabilities_summed_over_segmentations():
+    lm = WordLexiconLM.from_frequencies(TABLE, VOCAB)
+    words = dict(TABLE)
+    for char in CHARS:
+        words.setdefault(char, FLOOR * sum(TABLE.values()))
+    norm = sum(words.values())
+    words = {word: value / norm for word, value in words.items()}
+    for text, next_char in [("我", "们"), ("我们去北", "京"), ("兽", "医"), ("", "我"), ("北京", "好")]:
+        expected = math.log(brute_prefix_probability(words, text + next_char)) - (
+            math.log(brute_prefix_probability(words, text)) if text else 0.0)
+        got = float(lm.log_prob(context(text), torch.tensor([ids(next_char)]))[0, 0])
+        assert abs(got - expected) < 1e-3, (text, next_char, got, expected)
+
+
+def test_next_character_distribution_sums_to_one_and_prefers_words():
+    lm = WordLexiconLM.from_frequencies(TABLE, VOCAB)
+    hanzi = torch.tensor([ids(CHARS)])
+    for text in ["", "我", "兽", "我们去"]:
+        log_probs = lm.log_prob(context(text), hanzi)[0]
+        assert abs(float(log_probs.exp().sum()) - 1.0) < 1e-3
+    after = lm.log_prob(context("兽"), torch.tensor([ids("医益")]))[0]
+    assert after[0] > after[1] + 5  # 兽医 is a word, 兽益 is not
+
+
+def test_non_hanzi_is_a_boundary_and_scores_zero():
+    lm = WordLexiconLM.from_frequencies(TABLE, VOCAB)
+    assert float(lm.log_prob(context("我们"), torch.tensor([ids("，")]))[0, 0]) == 0.0
+    after_comma = lm.log_prob(context("北，"), torch.tensor([ids("京我")]))[0]
+    at_start = lm.log_prob(context(""), torch.tensor([ids("京我")]))[0]
+    assert torch.allclose(after_comma, at_start)  # 北，京 is not the word 北京
+
+
+def test_batched_rows_match_single_rows_and_state_round_trips():
+    lm = WordLexiconLM.from_frequencies(TABLE, VOCAB, window=5)
+    contexts = torch.cat([context(text, 5) for text in ["", "我们", "去北", "兽医收"]])
+    candidates = torch.tensor([ids("京医们益")] * 4)
+    batched = lm.log_prob(contexts, candidates)
+    for row in range(4):
+        assert torch.allclose(batched[row], lm.log_prob(contexts[row : row + 1], candidates[row : row + 1])[0])
+    again = WordLexiconLM.from_state_dict(lm.state_dict())
+    assert torch.allclose(again.log_prob(contexts, candidates), batched, atol=2e-2)  # float16 storage
+    assert again.order == 6 and again.size() == lm.size()
+
+
+def test_a_checkpoint_carries_its_word_model_into_the_converter(trained, tmp_path):
+    import pytest
+
+    from pinyin_hanzi.checkpoint import WORD_LM_KEY, load_checkpoint, load_for_inference, save_checkpoint
+    from pinyin_hanzi.converter import Converter
+    from pinyin_hanzi.errors import CheckpointError
+
+    _, _, best = trained
+    state = load_checkpoint(best)
+    hanzi_vocab = Vocab(state["hanzi_vocab"])
+    words = [token for token in hanzi_vocab.tokens if len(token) == 1 and "\u4e00" <= token <= "\u9fff"]
+    lm = WordLexiconLM.from_frequencies({words[0] + words[1]: 5.0, words[2]: 1.0}, hanzi_vocab)
+    state[WORD_LM_KEY] = lm.state_dict()
+    state["config"]["decode"]["word_weight"] = 0.4
+    with_words = tmp_path / "words.pt"
+    save_checkpoint(with_words, state)
+    assert load_for_inference(with_words).word_lm.size() == lm.size()
+    converter = Converter.from_checkpoint(with_words, lm_weight=0.0)
+    assert converter.word_weight == 0.4 and converter.fusion is not None
+    assert [weight for _, weight in converter.fusion.models] == [0.4]
+    assert Converter.from_checkpoint(with_words, word_weight=0.0).fusion is None
+    state[WORD_LM_KEY]["vocab_size"] = 7  # a word model of another vocabulary
+    save_checkpoint(tmp_path / "bad.pt", state)
+    with pytest.raises(CheckpointError, match="word model counts 7 characters"):
+        load_checkpoint(tmp_path / "bad.pt")
