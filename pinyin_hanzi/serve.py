@@ -12,7 +12,8 @@ queueing one sentence at a time.
 
 Errors are JSON ``{"error": message, "field": name-or-null}``: 413 for a body, a line or a batch over the
 limits, 415 for a body not declared JSON, 422 for malformed JSON and wrong types or values (naming the
-field), 400 for a body that is not UTF-8 and for input the converter rejects, 500 (logged) for anything else; none of them stops the service.
+field), 400 for a body that is not UTF-8, JSON nested too deep to parse, and input the converter rejects,
+404 and 405 for unknown paths and methods, 500 (logged) for anything else; none of them stops the service.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import signal
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -33,6 +35,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from pinyin_hanzi.errors import PinyinHanziError
@@ -87,6 +90,7 @@ class DynamicBatcher:
         self.calls = 0  # convert_lines calls made
         self.lines = 0  # lines converted
         self.largest_call = 0  # most lines in one call
+        self.decoding = 0  # lines in the call in progress
         self._executor: ThreadPoolExecutor | None = None
         self._queue: asyncio.Queue[_Job] | None = None
         self._worker: asyncio.Task | None = None
@@ -173,6 +177,7 @@ class DynamicBatcher:
 
     async def _decode(self, group: list[_Job], options: tuple) -> None:
         lines = [line for job in group for line in job.lines]
+        self.decoding = len(lines)
         try:
             found = await self.call(self._convert_lines, lines, options)
         except asyncio.CancelledError:
@@ -185,6 +190,8 @@ class DynamicBatcher:
             if not group[0].future.done():
                 group[0].future.set_exception(error)
             return
+        finally:
+            self.decoding = 0
         start = 0
         for job in group:
             if not job.future.done():
@@ -272,6 +279,7 @@ class Health(BaseModel):
     calls: int = Field(description="convert_lines calls made so far")
     lines: int = Field(description="texts converted so far")
     largest_call: int = Field(description="most texts converted in one call")
+    decoding: int = Field(description="texts in the call in progress")
 
 
 # ----------------------------------------------------------------------------------------- the app
@@ -317,7 +325,9 @@ def _field(error: dict) -> str:
     location is a character offset)."""
     if error.get("type") == "json_invalid":
         return "body"
-    return ".".join(str(part) for part in error["loc"] if part != "body") or "body"
+    # pydantic names the member of a union it tried (text: str | list[str] -> "str", "list[str]"): not a field
+    parts = [str(part) for part in error["loc"] if part not in ("body", "str") and "[" not in str(part)]
+    return ".".join(parts) or "body"
 
 
 def _error(status: int, message: str, field: str | None) -> JSONResponse:
@@ -401,9 +411,15 @@ def create_app(converter, *, limits: Limits = Limits(), batching: bool = True, m
     async def validation_error(request: Request, error: RequestValidationError):
         detail = [{"field": _field(e), "message": e["msg"]} for e in error.errors()] or [
             {"field": "body", "message": "invalid request"}]
+        detail = [entry for i, entry in enumerate(detail) if entry not in detail[:i]]
         first = detail[0]
         return JSONResponse({"error": f"{first['field']}: {first['message']}", "field": first["field"],
                              "detail": detail}, status_code=422)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, error: StarletteHTTPException):  # 404, 405, unparseable bodies
+        return JSONResponse({"error": str(error.detail), "field": None}, status_code=error.status_code,
+                            headers=error.headers)
 
     @app.exception_handler(PinyinHanziError)
     async def converter_error(request: Request, error: PinyinHanziError):
@@ -444,7 +460,7 @@ def create_app(converter, *, limits: Limits = Limits(), batching: bool = True, m
         checkpoint = getattr(converter, "checkpoint", None)
         return {"status": "ok", "checkpoint": str(checkpoint) if checkpoint else None, "beam": converter.beam,
                 "batching": batcher.enabled, "calls": batcher.calls, "lines": batcher.lines,
-                "largest_call": batcher.largest_call}
+                "largest_call": batcher.largest_call, "decoding": batcher.decoding}
 
     @app.get("/", include_in_schema=False)
     async def page():
@@ -510,9 +526,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     print(f"serving {getattr(converter, 'checkpoint', None) or 'the shipped model'} on http://{args.host}:{args.port}"
           f" (API: /docs)", file=sys.stderr, flush=True)
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=args.access_log,
-                timeout_graceful_shutdown=10)
+    # uvicorn turns SIGINT/SIGTERM into a graceful shutdown (requests in flight finish, then the app's
+    # lifespan ends), restores the handlers it found and raises the signal again; these handlers turn that
+    # last signal into a normal return, exit status 0.
+    previous = {sig: signal.signal(sig, _raise_stopped) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=args.access_log,
+                    timeout_graceful_shutdown=10)
+    except _Stopped:
+        pass
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    print("stopped", file=sys.stderr, flush=True)
     return 0
+
+
+class _Stopped(Exception):
+    pass
+
+
+def _raise_stopped(signum, frame):
+    raise _Stopped(signum)
 
 
 if __name__ == "__main__":
