@@ -180,6 +180,7 @@ function render() {
   candidateList.replaceChildren();
   const current = preedit && converted;
   candidateList.classList.toggle("stale", Boolean(current && converted.preedit !== preedit));
+  candidateList.dataset.for = current ? converted.preedit : "";  // which typing they convert (for tests)
   if (!current) return;
   converted.candidates.forEach((candidate, index) => {
     const item = document.createElement("li");
@@ -251,7 +252,8 @@ function paint() {
   const { chars, syllables } = attention;
   const cell = 30, left = 36, top = 58;
   const ratio = window.devicePixelRatio || 1;
-  const width = left + cell * syllables.length + 8, height = top + cell * chars.length + 8;
+  // 40 px on the right: room for the last syllable's slanted label
+  const width = left + cell * syllables.length + 40, height = top + cell * chars.length + 8;
   canvas.width = width * ratio;
   canvas.height = height * ratio;
   canvas.style.width = `${width}px`;
