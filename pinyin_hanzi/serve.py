@@ -489,6 +489,10 @@ def _parser() -> argparse.ArgumentParser:
                              "0.0.0.0, exposes the service to the network)")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch intra-op threads of the model worker (default 1: the event loop needs a core "
+                             "for HTTP, and OpenMP threads that wait spinning slow every call down many times "
+                             "over when the CPU is shared)")
     parser.add_argument("--max-wait-ms", type=float, default=5.0,
                         help="how long a request waits for others to share its batch (default 5)")
     parser.add_argument("--max-batch-lines", type=int, default=64, help="most texts decoded in one call")
@@ -516,6 +520,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not 0 <= args.port <= 65535:
         print(f"error: --port {args.port} is not a TCP port", file=sys.stderr)
         return 2
+    if args.threads < 1:
+        print(f"error: --threads {args.threads}: at least 1", file=sys.stderr)
+        return 2
+    torch.set_num_threads(args.threads)
     try:
         converter = load_converter(args.checkpoint, args.device)
     except PinyinHanziError as error:
