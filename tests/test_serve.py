@@ -196,3 +196,87 @@ def test_sigterm_finishes_the_requests_in_flight_then_stops(service):
     assert output.rstrip().endswith("stopped") and "Traceback" not in output
     with pytest.raises(httpx.TransportError):
         service.get("/health", timeout=2)
+
+
+# ------------------------------------------------------------------------------- the batcher on its own
+
+class RecordingConverter:
+    """Converts each line to its upper-case self and records the lines of every call; a line "boom" raises,
+    as a converter bug would. What is under test is the batcher around it, not a model."""
+
+    beam, checkpoint = 5, None
+
+    def __init__(self, delay_s: float = 0.0):
+        self.calls: list[list[str]] = []
+        self.delay_s = delay_s
+
+    def convert_lines(self, lines, *, beam, nbest, chinese_punctuation=False):
+        from types import SimpleNamespace
+
+        time.sleep(self.delay_s)
+        if "boom" in lines:
+            raise RuntimeError("boom")
+        self.calls.append(list(lines))
+        return [[SimpleNamespace(text=line.upper(), score=-1.0, syllables=list(line), notes=[])] for line in lines]
+
+
+def _run_batcher(converter, jobs, **kwargs):
+    """Submit ``jobs`` ((lines, beam) pairs) at once; each job's texts or exception, in order."""
+    import asyncio
+
+    from pinyin_hanzi.serve import DynamicBatcher
+
+    async def scenario():
+        batcher = DynamicBatcher(converter, **kwargs)
+        await batcher.start()
+        try:
+            found = await asyncio.gather(*(batcher.convert(lines, beam=beam, nbest=1) for lines, beam in jobs),
+                                         return_exceptions=True)
+        finally:
+            await batcher.stop()
+        return [f if isinstance(f, Exception) else [c[0].text for c in f] for f in found]
+
+    return asyncio.run(scenario())
+
+
+def test_batcher_decodes_jobs_arriving_together_in_one_call_and_answers_each():
+    converter = RecordingConverter()
+    found = _run_batcher(converter, [(["a"], 5), (["b", "c"], 5), (["d"], 5)])
+    assert found == [["A"], ["B", "C"], ["D"]]
+    assert converter.calls == [["a", "b", "c", "d"]]
+
+
+def test_batcher_keeps_jobs_with_other_options_apart_and_respects_the_line_cap():
+    converter = RecordingConverter()
+    assert _run_batcher(converter, [(["a"], 5), (["b"], 1), (["c"], 5)]) == [["A"], ["B"], ["C"]]
+    assert sorted(converter.calls) == [["a", "c"], ["b"]]
+    converter = RecordingConverter()
+    _run_batcher(converter, [([str(i)], 5) for i in range(10)], max_lines=4)
+    assert [len(call) for call in converter.calls] == [4, 4, 2]
+
+
+def test_batcher_without_batching_converts_each_job_alone_in_order():
+    converter = RecordingConverter()
+    assert _run_batcher(converter, [(["a"], 5), (["b"], 5)], enabled=False) == [["A"], ["B"]]
+    assert converter.calls == [["a"], ["b"]]
+
+
+def test_a_failing_job_fails_alone_and_the_batcher_goes_on():
+    converter = RecordingConverter()
+    found = _run_batcher(converter, [(["a"], 5), (["boom"], 5), (["c"], 5)])
+    assert found[0] == ["A"] and found[2] == ["C"]
+    assert isinstance(found[1], RuntimeError)
+
+
+@pytest.mark.filterwarnings("ignore:Using `httpx` with `starlette.testclient`")  # newest starlette's advice
+def test_an_unexpected_error_is_a_json_500_and_the_app_keeps_serving():
+    from fastapi.testclient import TestClient
+
+    from pinyin_hanzi.serve import create_app
+
+    with TestClient(create_app(RecordingConverter()), raise_server_exceptions=False) as client:
+        answer = client.post("/convert", json={"text": "boom"})
+        assert answer.status_code == 500
+        assert answer.json() == {"error": "internal error: RuntimeError", "field": None}
+        assert client.get("/health").json()["status"] == "ok"
+        assert client.post("/convert", json={"text": "ok"}).json()["output"] == "OK"
