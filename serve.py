@@ -1,3 +1,4 @@
+#!/usr/bin/env python3
 """Serve pinyin -> hanzi conversion over HTTP, with a web IME page at / (see pinyin_hanzi/serve.py).
 
     python serve.py                               # the shipped model on http://127.0.0.1:8000
