@@ -539,8 +539,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     # last signal into a normal return, exit status 0.
     previous = {sig: signal.signal(sig, _raise_stopped) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
+        # Requests in flight get up to 30 s to finish (a batch of long beam-search lines can take seconds).
         uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=args.access_log,
-                    timeout_graceful_shutdown=10)
+                    timeout_graceful_shutdown=30)
     except _Stopped:
         pass
     finally:
