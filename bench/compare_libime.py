@@ -4,12 +4,14 @@ Each example (``tokens<TAB>hanzi``, one token per character) is typed two ways: 
 (ours: spaces, libime: apostrophes) and run together. libime converts one Chinese run at a time, as its
 wrapper expects; punctuation, digits and Latin pass through unchanged and the runs' outputs are put back
 in place. Our model converts the whole typed line exactly as ``translate.py --evaluate`` does
-(``metrics.typed`` + ``Converter.convert``). Both are scored by ``metrics.conversion_scores``.
+(``metrics.typed`` + ``Converter.convert_lines``). Both are scored by ``metrics.conversion_scores``.
 
     bash /work/shared/peers/build.sh /tmp/peers          # builds the libime wrapper (Debian packages, root)
-    python bench/compare_libime.py --checkpoint checkpoints/quickstart/best.pt \\
-        --split data/prepared/pd1998/test.tsv [--split more.tsv ...] [--libime /tmp/peers/libime_convert] \\
+    python bench/compare_libime.py --split data/prepared/pd1998/test.tsv [--split more.tsv ...] \\
+        [--checkpoint checkpoints/quickstart/best.pt] [--libime /tmp/peers/libime_convert] \\
         [--limit N] [--beam 1] [--engines ours,libime] [--threads 1] [--dump hyps.tsv]
+
+Our model is the shipped one unless ``--checkpoint`` (or $PINYIN_HANZI_CHECKPOINT) names another.
 
 libime is a measuring tool only: nothing of it is part of this repository or the product. Sentences/s
 exclude start-up (libime: loading its dictionary and language model, measured on empty input; ours:
@@ -134,9 +136,9 @@ def convert_ours(converter, examples: Sequence[Example], *, unsegmented: bool, b
                  split: str) -> Result:
     """Each example typed as ``translate.py --evaluate`` types it, converted by our model (constrained)."""
     lines = [typed(example.tokens, example.hanzi, unsegmented) for example in examples]
-    converter.convert(lines[:32], beam=beam)  # warm-up
+    converter.convert_lines(lines[:32], beam=beam)  # warm-up
     cpu_started, started = time.process_time(), time.perf_counter()
-    found = converter.convert(lines, beam=beam, nbest=1, batch_size=batch_size)
+    found = converter.convert_lines(lines, beam=beam, nbest=1, batch_size=batch_size)
     seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu_started
     return Result(split, "ours", unsegmented, [conversions[0].text for conversions in found], seconds, cpu_seconds)
 
@@ -173,8 +175,8 @@ def print_table(rows: Sequence[dict]) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--checkpoint", default="checkpoints/quickstart/best.pt", help="our model")
-    parser.add_argument("--split", action="append", required=True, help="a prepared tokens<TAB>hanzi file; repeatable")
+    parser.add_argument("--checkpoint", help="our model (default: $PINYIN_HANZI_CHECKPOINT, else the shipped one)")
+    parser.add_argument("--split", action="append", help="a prepared tokens<TAB>hanzi file; repeatable")
     parser.add_argument("--libime", default="/tmp/peers/libime_convert", help="the wrapper built by build.sh")
     parser.add_argument("--engines", default="ours,libime", help="comma-separated: ours, libime")
     parser.add_argument("--limit", type=int, default=0, help="first N examples of each split (0: all)")
@@ -187,16 +189,21 @@ def main() -> int:
     engines = [engine.strip() for engine in args.engines.split(",") if engine.strip()]
     if not engines or any(engine not in ENGINES for engine in engines):
         parser.error(f"--engines takes a comma-separated list of {', '.join(ENGINES)}")
+    if not args.split or ("libime" in engines and not Path(args.libime).is_file()):
+        parser.error(f"needs --split FILE (prepared tokens<TAB>hanzi, e.g. data/prepared/pd1998/test.tsv) and, for "
+                     f"libime, its wrapper at --libime (now {args.libime}: bash /work/shared/peers/build.sh /tmp/peers)")
     torch.set_num_threads(args.threads)
 
-    converter, ours_load = None, None
+    converter, ours_load, checkpoint = None, None, None
     if "ours" in engines:
-        from pinyin_hanzi.cli import load_converter
+        from pinyin_hanzi.converter import Converter, resolve_checkpoint
 
+        checkpoint, origin = resolve_checkpoint(args.checkpoint)
+        print(f"ours: {origin} {checkpoint}", file=sys.stderr)
         started = time.perf_counter()
-        converter, config = load_converter(args.checkpoint)
+        converter = Converter.from_checkpoint(checkpoint, log=lambda message: print(message, file=sys.stderr))
         ours_load = time.perf_counter() - started
-        args.beam = args.beam or config.decode.beam
+        args.beam = args.beam or converter.beam
     libime_load = libime_startup(args.libime) if "libime" in engines else None
 
     rows, dump = [], []
@@ -230,7 +237,7 @@ def main() -> int:
     if args.dump:
         Path(args.dump).write_text("".join("\t".join(fields) + "\n" for fields in dump), encoding="utf-8")
     print(json.dumps({
-        "benchmark": "compare_libime", "checkpoint": args.checkpoint if "ours" in engines else None,
+        "benchmark": "compare_libime", "checkpoint": None if checkpoint is None else str(checkpoint),
         "beam": args.beam, "threads": args.threads, "limit": args.limit,
         "ours_load_s": None if ours_load is None else round(ours_load, 2),
         "libime_load_s": None if libime_load is None else round(libime_load[0], 3), "results": rows,

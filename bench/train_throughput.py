@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from pinyin_hanzi.config import load_config
 from pinyin_hanzi.corpus import prepare, read_examples
 from pinyin_hanzi.data import BatchStream, encode_examples
-from pinyin_hanzi.decoding import CandidateTable
+from pinyin_hanzi.lexicon import Lexicon
 from pinyin_hanzi.model import Transformer, shift_right, sinusoidal_table
 from pinyin_hanzi.training import autocast_for, loss_fn, model_loss, resolve_precision, select_device
 from pinyin_hanzi.visualize import flops_per_token
@@ -129,7 +129,7 @@ def main() -> int:
     data_dir = prepare(config.data)
     pinyin_vocab, hanzi_vocab = load_vocab(data_dir / "pinyin_vocab.txt"), load_vocab(data_dir / "hanzi_vocab.txt")
     encoded = encode_examples(read_examples(data_dir / "train.tsv", trusted=True), pinyin_vocab, hanzi_vocab)
-    candidates = tuple(part.to(device) for part in CandidateTable(hanzi_vocab).for_vocab(pinyin_vocab))
+    candidates = tuple(part.to(device) for part in Lexicon(hanzi_vocab).for_vocab(pinyin_vocab))
     stream = iter(BatchStream(encoded, config.train.batch_tokens, seed=0))
     torch.manual_seed(0)
     ours = Transformer(config.model, source_vocab_size=len(pinyin_vocab), target_vocab_size=len(hanzi_vocab)).to(device)

@@ -1,20 +1,19 @@
-"""Conversion speed: batched sentences/s (greedy and beam 5) on the PD test split, in-process latency
-(p50/p95) for single 10-syllable sentences, and the cold start of ``translate.py``.
+"""Conversion speed through the Python API: batched sentences/s (greedy and beam search), in-process latency
+(p50/p95) of single 10-syllable sentences, and the cold start of ``translate.py``.
 
-    python bench/translate_speed.py --checkpoint checkpoints/quickstart/best.pt [--latency-sentences 200]
-                                    [--threads N] [--latency-threads 1] [--lm-weight 0]
+    python bench/translate_speed.py                       # the shipped model, sentences this script carries
+    python bench/translate_speed.py --checkpoint checkpoints/quickstart/best.pt --split data/prepared/pd1998/test.tsv
+                                    [--beam 5] [--threads N] [--latency-threads 1] [--lm-weight 0]
 
-Batched conversion runs with ``--threads`` (0: PyTorch's default, one per core), single sentences with
-``--latency-threads`` (1, what ``translate.py`` uses for text typed on the command line or at the prompt).
-
-Single sentences are also decoded through the model's modules (``Transformer.decode`` with a key/value
-cache) instead of ``StepDecoder``, alternating sentence by sentence with it in the same process, so that
-the ratio holds on a noisy machine; ``--no-reference`` skips that.
+Inputs: the sentences below, typed as their pinyin (pypinyin's readings, via ``pinyin.hanzi_to_tokens``),
+or a prepared ``tokens<TAB>hanzi`` file (``--split``). Batched conversion runs with ``--threads`` (0:
+PyTorch's default, one per core), single sentences with ``--latency-threads`` (1, what ``translate.py``
+uses for text typed on the command line or at the prompt). Greedy decoding and beam search take turns
+sentence by sentence, so that their medians stand side by side on a noisy machine.
 
 With a character n-gram model in the checkpoint, beam search uses it and greedy decoding does not (as in
-``translate.py``); ``lm_weight`` in the summary is the beam search's.
-
-The last line printed is a one-line JSON summary.
+``translate.py``); ``lm_weight`` in the summary is the beam search's. The last line printed is a one-line
+JSON summary.
 """
 
 from __future__ import annotations
@@ -32,10 +31,41 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pinyin_hanzi import decoding
-from pinyin_hanzi.cli import load_converter
-from pinyin_hanzi.corpus import prepared_dir, read_examples
-from pinyin_hanzi.pinyin import syllables
+from pinyin_hanzi.converter import Converter, resolve_checkpoint
+from pinyin_hanzi.pinyin import hanzi_to_tokens, syllables
+
+SENTENCES = """\
+我们明天早上八点在学校门口见面。
+这个问题我们已经讨论了很长时间了。
+他每天骑自行车去公司上班。
+今年夏天的天气特别热，大家都不想出门。
+请问去火车站应该坐几路公共汽车？
+妈妈在厨房里准备今天的晚饭。
+这本书的作者是一位很有名的历史学家。
+我们公司明年打算在上海开一家新的分店。
+孩子们在公园里放风筝，玩得非常开心。
+医生说他需要多休息，少喝咖啡。
+这家饭馆的菜又便宜又好吃。
+你能不能帮我把这封信寄出去？
+经济发展必须和环境保护结合起来。
+他从小就喜欢画画，现在成了一名设计师。
+会议的时间改到下星期三下午两点。
+我觉得这部电影的故事情节有点复杂。
+图书馆周末的开放时间是上午九点到下午五点。
+政府决定增加对农村教育的投入。
+他们两个人是大学时候的同班同学。
+冬天来了，山上的树叶都落光了。
+这个城市的交通问题越来越严重。
+我昨天晚上看书看到很晚才睡觉。
+请大家把手机关掉，考试马上就要开始了。
+她说话的声音很小，我几乎听不清楚。
+科学家们正在研究一种新的治疗方法。
+春节期间很多人都要回老家看望父母。
+这条河的水以前很清，现在被污染了。
+老师让我们每天写一篇日记。
+这次比赛我们队终于赢了。
+银行的工作人员耐心地回答了我的问题。
+""".split()
 
 
 def percentile(values: list[float], fraction: float) -> float:
@@ -43,92 +73,101 @@ def percentile(values: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
 
 
-class ModulePath:
-    """The reference for ``StepDecoder``: each step through ``Transformer.decode`` with its cache."""
+def carried_sentences() -> list[list[str]]:
+    """The model tokens of each sentence this script carries."""
+    return [tokens for tokens in map(hanzi_to_tokens, SENTENCES) if tokens]
 
-    def __init__(self, model, memory, cross_mask):
-        self.model, self.memory, self.cross_mask, self.cache = model, memory, cross_mask, model.new_cache()
 
-    def step(self, previous, position, candidates=None):
-        return self.model.decode(previous, self.memory, self.cross_mask, self.cache, start=position,
-                                 candidates=candidates)
+def split_sentences(path: str) -> list[list[str]]:
+    from pinyin_hanzi.corpus import read_examples
 
-    def reorder(self, order):
-        for layer_cache in self.cache:
-            for name in ("k", "v"):
-                layer_cache["self"][name] = layer_cache["self"][name].index_select(0, order)
+    return [example.tokens for example in read_examples(path, trusted=True)]
+
+
+def ten_syllable_lines(token_lists: list[list[str]], count: int) -> list[str]:
+    """Up to ``count`` typed lines of 10 syllables: each token list's first ten, where all are syllables,
+    cycling through the token lists (then starting one syllable later) until there are enough."""
+    lines: list[str] = []
+    for offset in range(0, 40):
+        for tokens in token_lists:
+            window = tokens[offset : offset + 10]
+            if len(window) == 10 and all(token in syllables() for token in window):
+                lines.append(" ".join(window))
+            if len(lines) == count:
+                return lines
+    return lines
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--checkpoint", default="checkpoints/quickstart/best.pt")
+    parser.add_argument("--checkpoint", help="default: $PINYIN_HANZI_CHECKPOINT, else the shipped model")
+    parser.add_argument("--split", help="a prepared tokens<TAB>hanzi file (default: the sentences this script carries)")
+    parser.add_argument("--beam", type=int, default=5, help="the beam search measured beside greedy (default 5)")
+    parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--latency-sentences", type=int, default=200)
     parser.add_argument("--cold-starts", type=int, default=3)
     parser.add_argument("--threads", type=int, default=0, help="threads for batched conversion (0: default)")
     parser.add_argument("--latency-threads", type=int, default=1, help="threads for single sentences")
-    parser.add_argument("--no-reference", action="store_true", help="skip the module-path latency reference")
     parser.add_argument("--lm-weight", type=float, help="the character n-gram model's weight (default: the "
                         "checkpoint's decode.lm_weight; 0: the Transformer alone)")
     args = parser.parse_args()
+    if args.beam < 2:
+        parser.error("--beam must be at least 2 (greedy is measured anyway)")
     if args.threads:
         torch.set_num_threads(args.threads)
     batch_threads = torch.get_num_threads()
-    converter, config = load_converter(args.checkpoint, lm_weight=args.lm_weight)
-    lm = f"{config.decode.lm_order}-gram model at weight {config.decode.lm_weight}" if converter.char_lm else "none"
+    checkpoint, origin = resolve_checkpoint(args.checkpoint)
+    print(f"using {origin}: {checkpoint}", flush=True)
+    converter = Converter.from_checkpoint(checkpoint, lm_weight=args.lm_weight, log=print)
+    decode = converter.config.decode
+    lm = f"{decode.lm_order}-gram model at weight {decode.lm_weight}" if converter.char_lm else "none"
     print(f"character n-gram model: {lm}", flush=True)
-    examples = read_examples(prepared_dir(config.data) / "test.tsv", trusted=True)
-    tokens = [e.tokens for e in examples]
+    tokens = split_sentences(args.split) if args.split else carried_sentences()
+    batched = tokens if args.split else tokens * max(1, 1024 // len(tokens))  # enough for full batches
+    beams = {"greedy": 1, f"beam {args.beam}": args.beam}
 
     throughput = {}
-    for beam in (1, 5):
-        converter.convert_tokens(tokens[:256], beam=beam)  # warm-up
+    for name, beam in beams.items():
+        converter.convert_tokens(batched[: args.batch_size], beam=beam)  # warm-up
         started = time.perf_counter()
-        converter.convert_tokens(tokens, beam=beam, batch_size=256)
-        throughput[beam] = len(tokens) / (time.perf_counter() - started)
-        print(f"batched {'greedy' if beam == 1 else 'beam 5'}: {throughput[beam]:,.0f} sentences/s "
-              f"({len(tokens)} test sentences)", flush=True)
+        converter.convert_tokens(batched, beam=beam, batch_size=args.batch_size)
+        throughput[name] = len(batched) / (time.perf_counter() - started)
+        print(f"batched {name}: {throughput[name]:,.0f} sentences/s ({len(batched)} sentences)", flush=True)
 
-    ten = [" ".join(t[:10]) for t in tokens if sum(token in syllables() for token in t[:10]) == 10]
-    ten = ten[: args.latency_sentences]
+    lines = ten_syllable_lines(tokens, args.latency_sentences)
     torch.set_num_threads(args.latency_threads)
-    latency, reference = {}, {}
-    paths = {"step": decoding.StepDecoder} | ({} if args.no_reference else {"modules": ModulePath})
-    for beam in (1, 5):
-        converter.convert(ten[:5], beam=beam)  # warm-up
-        times = {name: [] for name in paths}
-        for line in ten:
-            for name, path in paths.items():
-                decoding.StepDecoder = path
-                started = time.perf_counter()
-                converter.convert([line], beam=beam)
-                times[name].append((time.perf_counter() - started) * 1000)
-        decoding.StepDecoder = paths["step"]
-        kind = "greedy" if beam == 1 else "beam 5"
-        latency[beam] = (statistics.median(times["step"]), percentile(times["step"], 0.95))
-        print(f"single 10-syllable sentence, {kind}: p50 {latency[beam][0]:.1f} ms, "
-              f"p95 {latency[beam][1]:.1f} ms ({len(times['step'])} sentences)", flush=True)
-        if "modules" in times:
-            reference[beam] = statistics.median(times["modules"])
-            print(f"  same sentences through the modules (alternating): p50 {reference[beam]:.1f} ms, "
-                  f"{reference[beam] / latency[beam][0]:.2f}x the time", flush=True)
+    times: dict[str, list[float]] = {name: [] for name in beams}
+    for name, beam in beams.items():
+        converter.convert_lines(lines[:5], beam=beam)  # warm-up
+    for line in lines:
+        for name, beam in beams.items():
+            started = time.perf_counter()
+            converter.convert_lines([line], beam=beam)
+            times[name].append((time.perf_counter() - started) * 1000)
+    latency = {name: (statistics.median(values), percentile(values, 0.95)) for name, values in times.items()}
+    for name, (p50, p95) in latency.items():
+        print(f"single 10-syllable sentence, {name}: p50 {p50:.1f} ms, p95 {p95:.1f} ms ({len(lines)} sentences, "
+              f"alternating)", flush=True)
 
     cold = []
     for _ in range(args.cold_starts):
         started = time.perf_counter()
-        subprocess.run([sys.executable, str(ROOT / "translate.py"), "--checkpoint", args.checkpoint, "ni hao"],
+        subprocess.run([sys.executable, str(ROOT / "translate.py"), "--checkpoint", str(checkpoint), "ni hao"],
                        capture_output=True, check=True)
         cold.append(time.perf_counter() - started)
-    print(f"translate.py cold start: median {statistics.median(cold):.2f} s over {len(cold)} runs")
+    if cold:
+        print(f"translate.py cold start: median {statistics.median(cold):.2f} s over {len(cold)} runs")
+    greedy, beam_name = "greedy", f"beam {args.beam}"
     print(json.dumps({
-        "benchmark": "translate_speed", "checkpoint": args.checkpoint, "threads": batch_threads,
-        "lm_weight": config.decode.lm_weight if converter.char_lm else 0.0,
-        "latency_threads": args.latency_threads,
-        "greedy_sentences_per_s": round(throughput[1], 1), "beam5_sentences_per_s": round(throughput[5], 1),
-        "greedy_p50_ms": round(latency[1][0], 2), "greedy_p95_ms": round(latency[1][1], 2),
-        "beam5_p50_ms": round(latency[5][0], 2), "beam5_p95_ms": round(latency[5][1], 2),
-        "module_path_greedy_p50_ms": round(reference[1], 2) if reference else None,
-        "module_path_beam5_p50_ms": round(reference[5], 2) if reference else None,
-        "cold_start_s": round(statistics.median(cold), 2), "test_sentences": len(tokens), "latency_sentences": len(ten),
+        "benchmark": "translate_speed", "checkpoint": str(checkpoint), "inputs": args.split or "carried sentences",
+        "threads": batch_threads, "lm_weight": decode.lm_weight if converter.char_lm else 0.0,
+        "latency_threads": args.latency_threads, "beam": args.beam,
+        "greedy_sentences_per_s": round(throughput[greedy], 1),
+        "beam_sentences_per_s": round(throughput[beam_name], 1),
+        "greedy_p50_ms": round(latency[greedy][0], 2), "greedy_p95_ms": round(latency[greedy][1], 2),
+        "beam_p50_ms": round(latency[beam_name][0], 2), "beam_p95_ms": round(latency[beam_name][1], 2),
+        "cold_start_s": round(statistics.median(cold), 2) if cold else None,
+        "batched_sentences": len(batched), "latency_sentences": len(lines),
     }))
     return 0
 

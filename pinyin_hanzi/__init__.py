@@ -1,3 +1,15 @@
-"""pinyin_hanzi: train an encoder-decoder Transformer that converts pinyin into Chinese characters."""
+"""pinyin_hanzi: train an encoder-decoder Transformer that converts pinyin into Chinese characters.
+
+``from pinyin_hanzi import Converter`` is the Python API (see converter.py). It is imported on first use, so
+that ``import pinyin_hanzi.config`` and the like stay light (no torch)."""
 
 __version__ = "0.1.0"
+__all__ = ["Candidate", "Converter"]
+
+
+def __getattr__(name: str):
+    if name in __all__:
+        from pinyin_hanzi import converter
+
+        return getattr(converter, name)
+    raise AttributeError(f"module 'pinyin_hanzi' has no attribute {name!r}")

@@ -117,43 +117,16 @@ def _chunks(lines: Iterable[str], size: int) -> Iterator[list[str]]:
         yield chunk
 
 
-def load_converter(checkpoint: str | None, device: str = "cpu", lm_weight: float | None = None):
-    """A Converter for ``checkpoint``; without one, for the newest ``checkpoints/*/best.pt`` if it is newer
-    than the shipped ``pinyin_hanzi/pretrained/model.pt``, else for the shipped model (named on stderr).
-    ``lm_weight``: the character n-gram model's weight, instead of the checkpoint's decode.lm_weight."""
-    from pinyin_hanzi.char_lm import CharNgramLM
-    from pinyin_hanzi.checkpoint import default_checkpoint, load_checkpoint, model_from_checkpoint
-    from pinyin_hanzi.decoding import Converter
-    from pinyin_hanzi.syllable_lm import SyllableBigrams
-    from pinyin_hanzi.training import select_device
+def _load_converter(args):
+    """The Converter for ``--checkpoint``, else for the default model (named on stderr: see
+    ``converter.resolve_checkpoint``)."""
+    from pinyin_hanzi.converter import Converter, resolve_checkpoint
 
-    if checkpoint is None:
-        found, why = default_checkpoint()
-        if found is None:
-            raise CheckpointError("no checkpoint found under checkpoints/: train one with "
-                                  "`python train.py --config configs/quickstart.yaml` or pass --checkpoint PATH")
-        print(f"using {why}: {found}", file=sys.stderr)
-        checkpoint = str(found)
-    state = load_checkpoint(checkpoint)
-    model, pinyin_vocab, hanzi_vocab, config = model_from_checkpoint(state, checkpoint)
-    syllable_lm = SyllableBigrams.from_state_dict(state["syllable_lm"]) if "syllable_lm" in state else None
-    char_lm = None
-    if "char_lm" in state:
-        try:
-            char_lm = CharNgramLM.from_state_dict(state["char_lm"])
-        except (KeyError, TypeError, ValueError, AttributeError, RuntimeError) as error:
-            raise CheckpointError(f"{checkpoint}: its character n-gram model cannot be read ({error!r}); count it "
-                                  f"again with python -m pinyin_hanzi.char_lm") from None
-    if lm_weight is not None:
-        config.decode.lm_weight = lm_weight
-    if config.decode.lm_weight > 0 and char_lm is None:
-        print(f"note: {checkpoint} has no character n-gram model: decoding without one "
-              f"(add one with python -m pinyin_hanzi.char_lm)", file=sys.stderr)
-    converter = Converter(model, pinyin_vocab, hanzi_vocab, select_device(device), window=config.data.max_len,
-                          split_penalty=config.decode.split_penalty, syllable_lm=syllable_lm,
-                          clause_end=config.decode.clause_end, char_lm=char_lm, lm_weight=config.decode.lm_weight,
-                          reading_margin=config.decode.reading_margin)
-    return converter, config
+    path, origin = resolve_checkpoint(args.checkpoint)
+    if args.checkpoint is None:
+        print(f"using {origin}: {path}", file=sys.stderr)
+    return Converter.from_checkpoint(path, device=args.device, lm_weight=args.lm_weight,
+                                     log=lambda message: print(message, file=sys.stderr))
 
 
 def _read_pairs(name: str):
@@ -181,14 +154,14 @@ def _is_prepared_split(name: str) -> bool:
         name.split(".")[0] in ("valid", "test") and not name.endswith(".tsv") and "/" not in name)
 
 
-def _evaluate(converter, config, args, examples) -> int:
+def _evaluate(converter, args, examples) -> int:
     """Score the conversion of a prepared split (``args.evaluate`` is train/valid/test or test.<source>)
     or of ``examples`` read from the user's file."""
     from pinyin_hanzi.corpus import prepared_dir, read_examples
     from pinyin_hanzi.metrics import evaluate_file
 
     if examples is None:
-        folder = prepared_dir(config.data)
+        folder = prepared_dir(converter.config.data)
         path = folder / f"{args.evaluate}.tsv"
         if not path.is_file():
             found = sorted(p.stem for p in folder.glob("*.tsv")) if folder.is_dir() else []
@@ -217,8 +190,8 @@ def _evaluate(converter, config, args, examples) -> int:
 def _format(line: str, conversions, args) -> str:
     if args.json:
         best = conversions[0]
-        return json.dumps({"input": line, "output": best.text, "segmentation": best.tokens,
-                           "candidates": [{"text": c.text, "score": round(c.score, 4), "segmentation": c.tokens}
+        return json.dumps({"input": line, "output": best.text, "segmentation": best.syllables,
+                           "candidates": [{"text": c.text, "score": round(c.score, 4), "segmentation": c.syllables}
                                           for c in conversions],
                            "notes": best.notes}, ensure_ascii=False)
     if args.nbest > 1:
@@ -227,7 +200,7 @@ def _format(line: str, conversions, args) -> str:
 
 
 def _convert_and_print(converter, lines: list[str], args) -> None:
-    found = converter.convert(lines, beam=args.beam, nbest=args.nbest, constrained=args.constrained,
+    found = converter.convert_lines(lines, beam=args.beam, nbest=args.nbest, constrained=args.constrained,
                               batch_size=args.batch_size, chinese_punctuation=args.chinese_punctuation)
     for line, conversions in zip(lines, found):
         if args.verbose:
@@ -240,12 +213,12 @@ def _convert_and_print(converter, lines: list[str], args) -> None:
 def _draw_attention(converter, line: str, args) -> None:
     from pinyin_hanzi.visualize import save_figure, sentence_attention
 
-    best = converter.convert([line], beam=args.beam, constrained=args.constrained)[0][0]
+    best = converter.convert_lines([line], beam=args.beam, constrained=args.constrained)[0][0]
     if not best.text:
         raise DataError("nothing to draw: the input converts to an empty line")
-    source_ids = converter.pinyin_vocab.encode(best.tokens)
+    source_ids = converter.pinyin_vocab.encode(best.syllables)
     target_ids = converter.hanzi_vocab.encode(best.text)
-    figure, note = sentence_attention(converter.model, source_ids, target_ids, best.tokens, best.text,
+    figure, note = sentence_attention(converter.model, source_ids, target_ids, best.syllables, best.text,
                                       kind=args.attention_kind, heads=args.heads)
     try:
         save_figure(figure, args.attention)
@@ -290,8 +263,8 @@ def _translate(argv) -> int:
                "python translate.py --input lines.txt | python translate.py --evaluate test --beam 1")
     parser.add_argument("text", nargs="*", help="pinyin to convert (all arguments form one line); without "
                         "text or --input, an interactive prompt on a terminal, else standard input")
-    parser.add_argument("--checkpoint", help="checkpoint file (default: the newest checkpoints/*/best.pt if "
-                        "newer than the shipped pinyin_hanzi/pretrained/model.pt, else the shipped model)")
+    parser.add_argument("--checkpoint", help="checkpoint file (default: the one $PINYIN_HANZI_CHECKPOINT names, "
+                        "else the shipped pinyin_hanzi/pretrained/model.pt)")
     parser.add_argument("--input", metavar="FILE", help="convert each line of FILE ('-' for stdin)")
     parser.add_argument("--beam", type=int, help="beam size, 1 for greedy (default: the checkpoint's decode.beam, "
                         "5 unless its config says otherwise)")
@@ -347,11 +320,11 @@ def _translate(argv) -> int:
     user_pairs = None
     if args.evaluate is not None and not _is_prepared_split(args.evaluate):
         user_pairs = _read_pairs(args.evaluate)  # before loading the model: a bad file fails at once
-    converter, config = load_converter(args.checkpoint, args.device, args.lm_weight)
-    args.constrained = config.decode.constrained and not args.unconstrained
-    args.beam = args.beam or config.decode.beam
+    converter = _load_converter(args)
+    args.constrained = converter.constrained and not args.unconstrained
+    args.beam = args.beam or converter.beam
     if args.evaluate is not None:
-        return _evaluate(converter, config, args, user_pairs)
+        return _evaluate(converter, args, user_pairs)
     if args.attention and not args.text:
         parser.error("--attention needs pinyin text to convert")
     if args.text:

@@ -59,7 +59,7 @@ def evaluate_file(converter, examples: Sequence, *, constrained: bool = True, un
     lines = [typed(e.tokens, e.hanzi, unsegmented) for e in examples]
     references = [e.hanzi for e in examples]
     nbest = 5 if beam >= 5 else 1
-    found = converter.convert(lines, beam=beam, nbest=nbest, constrained=constrained, batch_size=batch_size)
+    found = converter.convert_lines(lines, beam=beam, nbest=nbest, constrained=constrained, batch_size=batch_size)
     scores = conversion_scores([conversions[0].text for conversions in found], references)
     for k in (1, 3, 5) if nbest == 5 else (1,):
         hits = sum(ref in [c.text for c in conversions[:k]] for conversions, ref in zip(found, references))

@@ -11,6 +11,16 @@ against the (b, h, query, key) score matrix, as ``F.scaled_dot_product_attention
 - cross-attention mask: the padding mask of the source, applied to decoder queries.
 Padded target positions need no mask of their own: under the look-ahead mask a real position never sees
 a later (padded) one, and the loss ignores outputs at padded positions.
+
+Incremental decoding (one path, the modules' own): ``Transformer.new_cache()`` gives a :class:`DecoderCache`;
+``decode(newest, memory, padding_mask, cache=cache)`` then takes only the positions not decoded yet, and each
+decoder layer's :class:`KVCache` keeps the self-attention keys/values of earlier positions and the
+cross-attention keys/values of the memory (projected once per input). ``cache.reorder(order)`` follows a
+beam search's re-ranking of its hypotheses.
+
+Inference decodes one position per call with a single query row, so the arithmetic of a step is small and
+per-call Python overhead counts: the modules call dropout only when it does something (training, p > 0)
+and split heads with plain views.
 """
 
 from __future__ import annotations
@@ -24,7 +34,6 @@ from torch import nn
 from pinyin_hanzi.config import ModelConfig
 from pinyin_hanzi.vocab import BOS_ID, PAD_ID
 
-Cache = list[dict[str, dict[str, torch.Tensor]]]  # per decoder layer: {"self": {k, v}, "cross": {k, v}}
 
 
 def shift_right(target: torch.Tensor) -> torch.Tensor:
@@ -48,14 +57,64 @@ def sinusoidal_table(max_positions: int, d_model: int) -> torch.Tensor:
 
 
 def split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
-    """(b, t, h*k) -> (b, h, t, k), i.e. einops' rearrange "b t (h k) -> b h t k", written out as a view: at
-    one position per decoding step, einops' per-call overhead showed in the latency."""
-    return x.unflatten(-1, (n_heads, -1)).transpose(1, 2)
+    """(b, t, h*k) -> (b, h, t, k), i.e. einops' rearrange "b t (h k) -> b h t k", written out as a view
+    (einops' per-call overhead is a cost at one position per decoding step)."""
+    return x.view(x.shape[0], x.shape[1], n_heads, -1).transpose(1, 2)
 
 
 def merge_heads(x: torch.Tensor) -> torch.Tensor:
     """(b, h, t, k) -> (b, t, h*k): the inverse of :func:`split_heads`."""
     return x.transpose(1, 2).flatten(2)
+
+
+def linear(x: torch.Tensor, layer: nn.Linear) -> torch.Tensor:
+    """``layer(x)`` as a plain function call: the module call's per-call overhead is a cost at one position
+    per decoding step."""
+    return F.linear(x, layer.weight, layer.bias)
+
+
+def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
+    """``F.dropout`` where it changes something (training with p > 0); otherwise x itself, without a call."""
+    return F.dropout(x, p, training=True) if training and p > 0 else x
+
+
+class KVCache:
+    """One decoder layer's keys and values during incremental decoding (torchtune's ``KVCache``, grown by
+    concatenation): self-attention over the positions decoded so far, (n, h, t, k), and cross-attention
+    over the memory, (n, h, s, k), projected at the first step and reused after it."""
+
+    def __init__(self):
+        self.keys: torch.Tensor | None = None
+        self.values: torch.Tensor | None = None
+        self.memory_keys: torch.Tensor | None = None
+        self.memory_values: torch.Tensor | None = None
+
+    def append(self, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Add the newest positions' keys/values (n, h, t_new, k); returns all so far, (n, h, t, k)."""
+        if self.keys is not None:
+            keys, values = torch.cat([self.keys, keys], dim=2), torch.cat([self.values, values], dim=2)
+        self.keys, self.values = keys, values
+        return keys, values
+
+    def reorder(self, order: torch.Tensor) -> None:
+        """Keep the self-attention rows ``order`` (n,), in that order. The memory's keys/values stay: a beam
+        search reorders among the hypotheses of one input, which share their memory (as fairseq does)."""
+        if self.keys is not None:
+            self.keys, self.values = self.keys.index_select(0, order), self.values.index_select(0, order)
+
+
+class DecoderCache:
+    """The whole decoder's state between incremental steps: a :class:`KVCache` per layer and the number of
+    positions decoded so far (the position of the next one)."""
+
+    def __init__(self, n_layers: int):
+        self.layers = [KVCache() for _ in range(n_layers)]
+        self.length = 0
+
+    def reorder(self, order: torch.Tensor) -> None:
+        """Continue from rows ``order`` (n,) of every layer (beam search); see :meth:`KVCache.reorder`."""
+        for layer in self.layers:
+            layer.reorder(order)
 
 
 class Embedding(nn.Module):
@@ -68,15 +127,15 @@ class Embedding(nn.Module):
         with torch.no_grad():
             self.tokens.weight[PAD_ID].zero_()
         self.register_buffer("positions", sinusoidal_table(max_positions, d_model), persistent=False)
-        self.scale = math.sqrt(d_model)
-        self.dropout = nn.Dropout(dropout)
+        self.scale, self.dropout = math.sqrt(d_model), dropout
 
     def forward(self, ids: torch.Tensor, start: int = 0) -> torch.Tensor:
         """(b, t) ids, first position ``start`` -> (b, t, d)."""
         length = ids.shape[1]
         if start + length > self.positions.shape[0]:
             raise ValueError(f"sequence of {start + length} positions exceeds max_positions={self.positions.shape[0]}")
-        return self.dropout(self.tokens(ids) * self.scale + self.positions[start : start + length])
+        return dropout(self.tokens(ids) * self.scale + self.positions[start : start + length], self.dropout,
+                       self.training)
 
 
 class MultiHeadAttention(nn.Module):
@@ -93,7 +152,7 @@ class MultiHeadAttention(nn.Module):
         self.out = nn.Linear(d_model, d_model)
 
     def _keys_values(self, source: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        keys, values = self.key_value(source).chunk(2, dim=-1)  # (b, s, 2d) -> two (b, s, d)
+        keys, values = linear(source, self.key_value).chunk(2, dim=-1)  # (b, s, 2d) -> two (b, s, d)
         return split_heads(keys, self.n_heads), split_heads(values, self.n_heads)  # two (b, h, s, k)
 
     def forward(
@@ -103,23 +162,22 @@ class MultiHeadAttention(nn.Module):
         *,
         mask: torch.Tensor | None = None,
         causal: bool = False,
-        cache: dict[str, torch.Tensor] | None = None,
+        cache: KVCache | None = None,
     ) -> torch.Tensor:
-        """x (b, t, d) -> (b, t, d). ``cache`` (incremental decoding): self-attention appends this step's
-        keys/values to it; cross-attention projects the memory once and reuses it."""
-        query = split_heads(self.query(x), self.n_heads)
+        """x (b, t, d) -> (b, t, d). With a ``cache`` (incremental decoding), self-attention appends this
+        step's keys/values to the earlier positions' and attends to all of them; cross-attention projects
+        the memory at the first step and reuses it."""
+        query = split_heads(linear(x, self.query), self.n_heads)
         if memory is None:
             keys, values = self._keys_values(x)
             if cache is not None:
-                if "k" in cache:  # earlier positions, (b, h, t_before, k)
-                    keys, values = torch.cat([cache["k"], keys], dim=2), torch.cat([cache["v"], values], dim=2)
-                cache["k"], cache["v"] = keys, values
-        elif cache is not None and "k" in cache:
-            keys, values = cache["k"], cache["v"]
-        else:
+                keys, values = cache.append(keys, values)
+        elif cache is None:
             keys, values = self._keys_values(memory)
-            if cache is not None:
-                cache["k"], cache["v"] = keys, values
+        else:
+            if cache.memory_keys is None:
+                cache.memory_keys, cache.memory_values = self._keys_values(memory)
+            keys, values = cache.memory_keys, cache.memory_values
         # (b, h, t, k) attending over (b, h, s, k); mask broadcasts to (b, h, t, s)
         if self.record:
             attended = self._attend_explicitly(query, keys, values, mask, causal)
@@ -127,7 +185,7 @@ class MultiHeadAttention(nn.Module):
             attended = F.scaled_dot_product_attention(
                 query, keys, values, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0,
                 is_causal=causal)
-        return self.out(merge_heads(attended))
+        return linear(merge_heads(attended), self.out)
 
     def _attend_explicitly(self, query, keys, values, mask, causal) -> torch.Tensor:
         """softmax(QK^T / sqrt(k)) V written out, as in the book, keeping the weights (b, h, t, s)."""
@@ -148,10 +206,15 @@ class FeedForward(nn.Module):
 
     def __init__(self, *, d_model: int, d_ff: int, dropout: float):
         super().__init__()
+        # A Sequential for the parameter names of saved checkpoints (net.0, net.3); forward calls its Linears
+        # and skips the dropout where it does nothing.
         self.net = nn.Sequential(nn.Linear(d_model, d_ff), nn.ReLU(), nn.Dropout(dropout), nn.Linear(d_ff, d_model))
+        self.dropout = dropout
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.net(x)
+        """(b, t, d) -> (b, t, f) -> (b, t, d)."""
+        hidden, _, _, output = self.net
+        return linear(dropout(F.relu(linear(x, hidden)), self.dropout, self.training), output)
 
 
 class Sublayer(nn.Module):
@@ -159,12 +222,13 @@ class Sublayer(nn.Module):
 
     def __init__(self, *, d_model: int, dropout: float, pre_norm: bool):
         super().__init__()
-        self.norm, self.dropout, self.pre_norm = nn.LayerNorm(d_model), nn.Dropout(dropout), pre_norm
+        self.norm, self.dropout, self.pre_norm = nn.LayerNorm(d_model), dropout, pre_norm
 
-    def forward(self, x: torch.Tensor, function) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, function, *args, **kwargs) -> torch.Tensor:
+        """x (b, t, d) -> (b, t, d); ``function(y, *args, **kwargs)`` is the sublayer."""
         if self.pre_norm:
-            return x + self.dropout(function(self.norm(x)))
-        return self.norm(x + self.dropout(function(x)))
+            return x + dropout(function(self.norm(x), *args, **kwargs), self.dropout, self.training)
+        return self.norm(x + dropout(function(x, *args, **kwargs), self.dropout, self.training))
 
 
 class EncoderLayer(nn.Module):
@@ -176,7 +240,7 @@ class EncoderLayer(nn.Module):
 
     def forward(self, x: torch.Tensor, padding_mask: torch.Tensor) -> torch.Tensor:
         """x (b, s, d), padding_mask (b, 1, 1, s) -> (b, s, d)."""
-        x = self.sublayers[0](x, lambda y: self.self_attention(y, mask=padding_mask))
+        x = self.sublayers[0](x, self.self_attention, mask=padding_mask)
         return self.sublayers[1](x, self.feed_forward)
 
 
@@ -188,16 +252,16 @@ class DecoderLayer(nn.Module):
         self.feed_forward = FeedForward(d_model=d_model, d_ff=d_ff, dropout=dropout)
         self.sublayers = nn.ModuleList(Sublayer(d_model=d_model, dropout=dropout, pre_norm=pre_norm) for _ in range(3))
 
-    def forward(self, x, memory, cross_mask, cache: dict | None = None) -> torch.Tensor:
-        """x (b, t, d), memory (b, s, d), cross_mask (b, 1, 1, s) -> (b, t, d).
+    def forward(self, x: torch.Tensor, memory: torch.Tensor, cross_mask: torch.Tensor | None,
+                cache: KVCache | None = None) -> torch.Tensor:
+        """x (b, t, d), memory (b, s, d), cross_mask (b, 1, 1, s) or None -> (b, t, d).
 
         Without a cache, x is the whole shifted target and the look-ahead mask applies; with one, x is the
         newest position alone and attends to the cached earlier positions (all of which it may see)."""
-        self_cache = cache["self"] if cache is not None else None
-        cross_cache = cache["cross"] if cache is not None else None
-        x = self.sublayers[0](x, lambda y: self.self_attention(y, causal=cache is None, cache=self_cache))
-        x = self.sublayers[1](x, lambda y: self.cross_attention(y, memory, mask=cross_mask, cache=cross_cache))
-        return self.sublayers[2](x, self.feed_forward)
+        around_self, around_cross, around_feed_forward = self.sublayers
+        x = around_self(x, self.self_attention, causal=cache is None, cache=cache)
+        x = around_cross(x, self.cross_attention, memory, mask=cross_mask, cache=cache)
+        return around_feed_forward(x, self.feed_forward)
 
 
 class Transformer(nn.Module):
@@ -236,20 +300,30 @@ class Transformer(nn.Module):
         self,
         target_input: torch.Tensor,
         memory: torch.Tensor,
-        padding_mask: torch.Tensor,
-        cache: Cache | None = None,
-        start: int = 0,
+        padding_mask: torch.Tensor | None,
+        *,
+        cache: DecoderCache | None = None,
         candidates: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """target_input (b, t) ids (already shifted), memory (b, s, d), padding_mask (b, 1, 1, s) or None
         (nothing padded) -> logits (b, t, v).
 
-        With ``cache`` (from :meth:`new_cache`), ``target_input`` holds only the positions from ``start``
-        on, and keys/values of earlier positions come from the cache instead of being recomputed.
-        With ``candidates`` (b, t, c) hanzi ids, the logits of those ids only, (b, t, c)."""
-        x = self.target_embedding(target_input, start=start)
-        for index, layer in enumerate(self.decoder_layers):
-            x = layer(x, memory, padding_mask, cache[index] if cache is not None else None)
+        With ``cache`` (from :meth:`new_cache`), ``target_input`` (b, 1) is the next position alone (at
+        ``cache.length``): keys/values of earlier positions and of the memory come from the cache instead of
+        being recomputed, and the cache grows by one position. With ``candidates`` (b, t, c) hanzi ids, the
+        logits of those ids only, (b, t, c). ValueError past max_positions, or for several positions with a
+        cache."""
+        if cache is None:
+            x = self.target_embedding(target_input)
+            for layer in self.decoder_layers:
+                x = layer(x, memory, padding_mask)
+        else:
+            if target_input.shape[1] != 1:
+                raise ValueError(f"a cached decoder step takes one position, not {target_input.shape[1]}")
+            x = self.target_embedding(target_input, start=cache.length)
+            for layer, layer_cache in zip(self.decoder_layers, cache.layers):
+                x = layer(x, memory, padding_mask, layer_cache)
+            cache.length += 1
         return self.logits(self.decoder_norm(x), candidates)
 
     def logits(self, hidden: torch.Tensor, candidates: torch.Tensor | None = None) -> torch.Tensor:
@@ -275,8 +349,9 @@ class Transformer(nn.Module):
             pieces.append(F.pad(chunk_logits, (0, flat_ids.shape[1] - ids.shape[1])))
         return torch.cat(pieces)[order.argsort()].view(candidates.shape)  # back to position order
 
-    def new_cache(self) -> Cache:
-        return [{"self": {}, "cross": {}} for _ in self.decoder_layers]
+    def new_cache(self) -> DecoderCache:
+        """An empty cache for incremental :meth:`decode`, one per batch of inputs."""
+        return DecoderCache(len(self.decoder_layers))
 
     def forward(self, source: torch.Tensor, target: torch.Tensor, candidates: torch.Tensor | None = None
                 ) -> torch.Tensor:
@@ -304,90 +379,3 @@ class Transformer(nn.Module):
             for module in modules:
                 module.record, module.last_weights = False, None
             self.train(was_training)
-
-
-class StepDecoder:
-    """The decoder at inference, one new position per call: what ``Transformer.decode`` computes with a
-    cache, written as plain functional calls on the model's own weight tensors (references, not copies, so
-    a model that goes on training is always read as it is now).
-
-    Why a second spelling: converting one typed sentence runs the decoder once per character with a single
-    query row. Each step's arithmetic is then small (reading the weights), and the module path's ~50
-    ``nn.Module`` calls, attribute lookups and no-op dropouts per step cost as much again: 10 steps of a
-    d256 2-layer decoder took 9.0 ms through the modules and 5.8 ms this way (one thread, same process).
-    The modules stay the definition (training uses them, and so does the book); tests check that both give
-    the same logits, pre- and post-norm, with and without padding.
-
-    Usage: ``decoder = StepDecoder(model, memory, cross_mask)``, then ``decoder.step(previous, position)``
-    for position 0, 1, ...; ``decoder.reorder(order)`` after a beam search re-ranks its hypotheses."""
-
-    def __init__(self, model: Transformer, memory: torch.Tensor, cross_mask: torch.Tensor | None):
-        """memory (n, s, d) and cross_mask (n, 1, 1, s) or None (nothing padded), as from ``encode``."""
-        def linear(module: nn.Linear) -> tuple[torch.Tensor, torch.Tensor | None]:
-            return module.weight, module.bias
-
-        def norm(module: nn.LayerNorm) -> tuple[tuple[int, ...], torch.Tensor, torch.Tensor]:
-            return module.normalized_shape, module.weight, module.bias
-
-        self.model, self.cross_mask = model, cross_mask
-        self.n_heads, self.pre_norm = model.config.n_heads, model.config.norm == "pre"
-        embedding = model.target_embedding
-        self.embedding, self.scale, self.positions = embedding.tokens.weight, embedding.scale, embedding.positions
-        self.final_norm = norm(model.decoder_norm) if isinstance(model.decoder_norm, nn.LayerNorm) else None
-        self.layers = []
-        for layer in model.decoder_layers:
-            self_attention, cross_attention, feed_forward = layer.self_attention, layer.cross_attention, layer.feed_forward
-            cross_keys, cross_values = cross_attention._keys_values(memory)  # (n, h, s, k): once per input
-            self.layers.append(dict(
-                norms=[norm(sublayer.norm) for sublayer in layer.sublayers],
-                self_query=linear(self_attention.query), self_key_value=linear(self_attention.key_value),
-                self_out=linear(self_attention.out), cross_query=linear(cross_attention.query),
-                cross_out=linear(cross_attention.out), cross_keys=cross_keys, cross_values=cross_values,
-                hidden=linear(feed_forward.net[0]), output=linear(feed_forward.net[3])))
-        self.keys: list[torch.Tensor | None] = [None] * len(self.layers)  # per layer: (n, h, t, k) so far
-        self.values: list[torch.Tensor | None] = [None] * len(self.layers)
-
-    def _residual(self, x: torch.Tensor, norm, function) -> torch.Tensor:
-        if self.pre_norm:
-            return x + function(F.layer_norm(x, *norm))
-        return F.layer_norm(x + function(x), *norm)
-
-    def step(self, previous: torch.Tensor, position: int, candidates: torch.Tensor | None = None) -> torch.Tensor:
-        """previous (n, 1): the characters chosen at ``position`` - 1 (``<s>`` at 0) -> logits (n, 1, v), or
-        (n, 1, c) for ``candidates`` (n, 1, c) hanzi ids, as ``Transformer.decode`` returns them."""
-        if position >= self.positions.shape[0]:
-            raise ValueError(f"sequence of {position + 1} positions exceeds max_positions={self.positions.shape[0]}")
-        x = F.embedding(previous, self.embedding) * self.scale + self.positions[position]  # (n, 1, d)
-        for index, weights in enumerate(self.layers):
-            def self_attention(y: torch.Tensor) -> torch.Tensor:
-                query = split_heads(F.linear(y, *weights["self_query"]), self.n_heads)
-                keys, values = (split_heads(part, self.n_heads)
-                                for part in F.linear(y, *weights["self_key_value"]).chunk(2, -1))
-                if self.keys[index] is not None:  # earlier positions
-                    keys = torch.cat([self.keys[index], keys], dim=2)
-                    values = torch.cat([self.values[index], values], dim=2)
-                self.keys[index], self.values[index] = keys, values
-                attended = F.scaled_dot_product_attention(query, keys, values)  # sees every earlier position
-                return F.linear(merge_heads(attended), *weights["self_out"])
-
-            def cross_attention(y: torch.Tensor) -> torch.Tensor:
-                query = split_heads(F.linear(y, *weights["cross_query"]), self.n_heads)
-                attended = F.scaled_dot_product_attention(query, weights["cross_keys"], weights["cross_values"],
-                                                          attn_mask=self.cross_mask)
-                return F.linear(merge_heads(attended), *weights["cross_out"])
-
-            def feed_forward(y: torch.Tensor) -> torch.Tensor:
-                return F.linear(F.relu(F.linear(y, *weights["hidden"])), *weights["output"])
-
-            first, second, third = weights["norms"]
-            x = self._residual(x, first, self_attention)
-            x = self._residual(x, second, cross_attention)
-            x = self._residual(x, third, feed_forward)
-        if self.final_norm is not None:
-            x = F.layer_norm(x, *self.final_norm)
-        return self.model.logits(x, candidates)
-
-    def reorder(self, order: torch.Tensor) -> None:
-        """Keep the self-attention keys/values of rows ``order`` (n,), in that order (beam search)."""
-        self.keys = [keys.index_select(0, order) for keys in self.keys]
-        self.values = [values.index_select(0, order) for values in self.values]

@@ -33,8 +33,9 @@ from pinyin_hanzi.checkpoint import load_checkpoint, model_from_checkpoint, save
 from pinyin_hanzi.config import Config, TrainConfig, save_config
 from pinyin_hanzi.corpus import phrase_texts, prepare, read_examples
 from pinyin_hanzi.data import Batch, BatchStream, collate, encode_examples
-from pinyin_hanzi.decoding import Converter
+from pinyin_hanzi.converter import Converter
 from pinyin_hanzi.errors import CheckpointError, ConfigError, TrainingError
+from pinyin_hanzi.lexicon import Lexicon
 from pinyin_hanzi.metrics import conversion_scores
 from pinyin_hanzi.model import Transformer
 from pinyin_hanzi.syllable_lm import SyllableBigrams
@@ -390,7 +391,7 @@ def _train(config: Config, process: distributed.Process, *, resume: bool, init_f
     converter = Converter(model, pinyin_vocab, hanzi_vocab, device)
     candidates = None
     if t.loss == "candidates":
-        candidates = tuple(part.to(device) for part in converter.candidates.for_vocab(pinyin_vocab))
+        candidates = tuple(part.to(device) for part in Lexicon(hanzi_vocab).for_vocab(pinyin_vocab))
     log(f"device {device}, {torch.get_num_threads()} threads, {resolve_precision(t.precision, device)} | "
         f"{count_parameters(model) / 1e6:.2f}M parameters | "
         f"vocab {len(pinyin_vocab)} pinyin, {len(hanzi_vocab)} hanzi | "

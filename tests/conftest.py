@@ -77,3 +77,23 @@ def trained(tmp_path_factory, tiny_corpus):
     config_path = write_config(tmp / "tiny.yaml", tiny_config_dict(tmp, tiny_corpus))
     best = train(load_config(config_path), log=lambda message: None)
     return tmp, config_path, best
+
+
+UNTRAINED_HANZI = list("你好妮号我们门北京经吧八，。1") + ["A"]
+UNTRAINED_PINYIN = ["ni", "hao", "wo", "men", "bei", "jing", "ba", "，", "。", "1", "A"]
+
+
+def untrained_converter(seed=0, pinyin=UNTRAINED_PINYIN, hanzi=UNTRAINED_HANZI, **options):
+    """A Converter over an untrained model: whatever it prefers, the constraint must hold."""
+    from pinyin_hanzi.config import ModelConfig
+    from pinyin_hanzi.converter import Converter
+    from pinyin_hanzi.model import Transformer
+    from pinyin_hanzi.vocab import Vocab
+
+    torch.manual_seed(seed)
+    config = ModelConfig(d_model=32, n_heads=4, n_encoder_layers=1, n_decoder_layers=1, d_ff=64, dropout=0.0,
+                         max_positions=16)
+    pinyin_vocab = Vocab(["<pad>", "<s>", "</s>", "<unk>"] + list(pinyin))
+    hanzi_vocab = Vocab(["<pad>", "<s>", "</s>", "<unk>"] + list(hanzi))
+    model = Transformer(config, source_vocab_size=len(pinyin_vocab), target_vocab_size=len(hanzi_vocab))
+    return Converter(model, pinyin_vocab, hanzi_vocab, **options)

@@ -108,8 +108,7 @@ CASES = [
     # ---- translate.py: checkpoints
     Case("missing checkpoint", argv=("--checkpoint", "{tmp}/none.pt", "ni"), status=2,
          error=("checkpoint not found:",)),
-    Case("no --checkpoint and no local training", argv=("ni hao",), stdout="你好",
-         note="using the shipped pretrained model"),
+    Case("no --checkpoint", argv=("ni hao",), stdout="你好", note="using the shipped model"),
     Case("truncated checkpoint", argv=("--checkpoint", "{tmp}/truncated.pt", "ni"), status=2,
          error=("truncated, corrupt or not a checkpoint",)),
     Case("corrupt checkpoint", argv=("--checkpoint", "{tmp}/garbage.pt", "ni"), status=2,
@@ -201,7 +200,7 @@ def results(trained, tiny_corpus, tmp_path_factory) -> dict[str, tuple[int, str,
     for case in CASES:
         for name, content in case.files.items():
             (tmp / name).write_bytes(content)
-    workdir = tmp / "empty_workdir"  # no checkpoints/ here: without --checkpoint, the shipped model is used
+    workdir = tmp / "empty_workdir"
     workdir.mkdir()
 
     def expand(text: str) -> str:
@@ -215,7 +214,7 @@ def results(trained, tiny_corpus, tmp_path_factory) -> dict[str, tuple[int, str,
     for case in CASES:
         if case.line is None:
             argv = [expand(arg) for arg in case.argv]
-            if case.script == "translate.py" and case.name != "no --checkpoint and no local training" and "--checkpoint" not in argv:
+            if case.script == "translate.py" and case.name != "no --checkpoint" and "--checkpoint" not in argv:
                 argv = ["--checkpoint", str(best), *argv]
             jobs[case.name] = (case.script, argv, case.stdin)
     with concurrent.futures.ThreadPoolExecutor(max_workers=3) as pool:

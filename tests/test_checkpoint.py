@@ -9,7 +9,7 @@ from pinyin_hanzi.checkpoint import (
     save_checkpoint,
 )
 from pinyin_hanzi.corpus import read_examples
-from pinyin_hanzi.decoding import Converter
+from pinyin_hanzi.converter import Converter
 from pinyin_hanzi.errors import CheckpointError
 
 

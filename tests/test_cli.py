@@ -8,9 +8,9 @@ import torch
 from conftest import ROOT, tiny_config_dict, write_config
 
 
-def run(*args, stdin=None, cwd=ROOT):
+def run(*args, stdin=None, cwd=ROOT, env=None):
     return subprocess.run([sys.executable, *map(str, args)], input=stdin, capture_output=True, text=True, cwd=cwd,
-                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"})
+                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **(env or {})})
 
 
 def _one_line_error(result, *fragments):
@@ -86,7 +86,9 @@ def test_translate_errors_are_one_line(trained, tmp_path):
     bad.write_bytes(b"ni hao\n\xff\xfe\n")
     _one_line_error(run(ROOT / "translate.py", "--checkpoint", best, "--input", bad), "line 2 is not valid UTF-8")
     shipped = run(ROOT / "translate.py", "ni hao", cwd=tmp_path)  # no local training: the shipped model
-    assert shipped.returncode == 0 and "using the shipped pretrained model" in shipped.stderr
+    assert shipped.returncode == 0 and "using the shipped model" in shipped.stderr
+    named = run(ROOT / "translate.py", "ni hao", cwd=tmp_path, env={"PINYIN_HANZI_CHECKPOINT": str(best)})
+    assert named.returncode == 0 and f"using the checkpoint named by PINYIN_HANZI_CHECKPOINT: {best}" in named.stderr
     usage = run(ROOT / "translate.py", "--checkpoint", best, "--input", "-", "ni hao")
     assert usage.returncode == 2 and "not several" in usage.stderr
     for bad in (["--beam", "0"], ["--nbest", "1000"], ["--nbest", "0"], ["--lm-weight", "-1"]):

@@ -3,7 +3,7 @@ import torch
 
 from pinyin_hanzi.config import ModelConfig
 from pinyin_hanzi.vocab import BOS_ID, PAD_ID
-from pinyin_hanzi.model import StepDecoder, Transformer, shift_right, sinusoidal_table
+from pinyin_hanzi.model import Transformer, shift_right, sinusoidal_table
 
 SOURCE_VOCAB, TARGET_VOCAB = 30, 40
 
@@ -61,20 +61,8 @@ def test_extra_padding_does_not_change_outputs(norm):
         assert not torch.allclose(plain, model(noisy_source, padded_target)[:, :5], atol=1e-3)
 
 
-def test_incremental_decoding_with_cache_equals_full_decoding():
-    model = _model()
-    source, target = _ids(3, 6, SOURCE_VOCAB), _ids(3, 6, TARGET_VOCAB, seed=2)
-    with torch.no_grad():
-        full = model(source, target)
-        memory, mask = model.encode(source)
-        cache, decoder_input, steps = model.new_cache(), shift_right(target), []
-        for position in range(6):
-            steps.append(model.decode(decoder_input[:, position : position + 1], memory, mask, cache, start=position))
-    assert torch.allclose(full, torch.cat(steps, dim=1), atol=1e-5)
-
-
 @pytest.mark.parametrize("norm", ["pre", "post"])
-def test_step_decoder_gives_the_modules_logits_step_by_step_and_after_reordering(norm):
+def test_cached_decoding_gives_the_uncached_logits_step_by_step_and_after_reordering(norm):
     model = _model(norm=norm)
     source, target = _ids(3, 6, SOURCE_VOCAB), _ids(3, 6, TARGET_VOCAB, seed=2)
     source[1, 4:] = PAD_ID  # one padded input: the cross-attention mask matters
@@ -82,35 +70,41 @@ def test_step_decoder_gives_the_modules_logits_step_by_step_and_after_reordering
     decoder_input = shift_right(target)
     with torch.no_grad():
         memory, mask = model.encode(source)
-        full = model.decode(decoder_input, memory, mask)  # (b, t, v), the module path without a cache
+        full = model.decode(decoder_input, memory, mask)  # (b, t, v), no cache
         restricted = model.decode(decoder_input, memory, mask, candidates=candidates)
-        decoder = StepDecoder(model, memory, mask)
-        steps = []
+        cache, steps = model.new_cache(), []
         for position in range(6):
-            steps.append(decoder.step(decoder_input[:, position : position + 1], position))
+            steps.append(model.decode(decoder_input[:, position : position + 1], memory, mask, cache=cache))
+        assert cache.length == 6
         assert torch.allclose(torch.cat(steps, dim=1), full, atol=1e-5)
         assert not torch.allclose(steps[1], steps[2], atol=1e-3)  # positions differ: the check has teeth
-        decoder = StepDecoder(model, memory, mask)
+        cache = model.new_cache()
         for position in range(6):
-            logits = decoder.step(decoder_input[:, position : position + 1], position,
-                                  candidates[:, position : position + 1])
+            logits = model.decode(decoder_input[:, position : position + 1], memory, mask, cache=cache,
+                                  candidates=candidates[:, position : position + 1])
             assert torch.allclose(logits, restricted[:, position : position + 1], atol=1e-5)
         # Beam search: rows of one input, each with its own prefix; reordering keeps each row's history.
         one, one_mask = memory[:1].expand(3, -1, -1), mask[:1].expand(3, -1, -1, -1)
         beams = model.decode(decoder_input, one, one_mask)  # (3, t, v): row r continues prefix r
-        decoder = StepDecoder(model, one, one_mask)
+        cache = model.new_cache()
         for position in range(3):
-            decoder.step(decoder_input[:, position : position + 1], position)
+            model.decode(decoder_input[:, position : position + 1], one, one_mask, cache=cache)
         order = torch.tensor([2, 0, 2])
-        decoder.reorder(order)
-        assert torch.allclose(decoder.step(decoder_input[order, 3:4], 3), beams[order, 3:4], atol=1e-5)
+        cache.reorder(order)
+        step = model.decode(decoder_input[order, 3:4], one, one_mask, cache=cache)
+        assert torch.allclose(step, beams[order, 3:4], atol=1e-5)
+        assert not torch.allclose(step, beams[:, 3:4], atol=1e-3)  # without the reorder it would differ
 
 
-def test_step_decoder_refuses_positions_past_max_positions():
+def test_cached_decoding_refuses_positions_past_max_positions_and_several_at_once():
     model = _model()
     memory, mask = model.encode(_ids(1, 3, SOURCE_VOCAB))
+    cache = model.new_cache()
+    cache.length = 64
     with pytest.raises(ValueError, match="max_positions"):
-        StepDecoder(model, memory, mask).step(torch.tensor([[BOS_ID]]), 64)
+        model.decode(torch.tensor([[BOS_ID]]), memory, mask, cache=cache)
+    with pytest.raises(ValueError, match="one position"):
+        model.decode(torch.tensor([[BOS_ID, 5]]), memory, mask, cache=model.new_cache())
 
 
 def test_logits_of_candidates_equal_the_full_logits_at_those_ids():

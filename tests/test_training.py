@@ -26,10 +26,10 @@ def test_lr_warms_up_then_decays_to_the_floor():
 
 def test_tiny_model_memorises_the_tiny_corpus(trained):
     tmp, config_path, best = trained
-    from pinyin_hanzi.cli import load_converter
+    from pinyin_hanzi.converter import Converter
     from pinyin_hanzi.metrics import conversion_scores
 
-    converter, _ = load_converter(str(best))
+    converter = Converter.from_checkpoint(best)
     examples = read_examples(tmp / "prepared" / "tiny" / "train.tsv")
     outputs = converter.convert_tokens([e.tokens for e in examples])
     assert outputs == [e.hanzi for e in examples]

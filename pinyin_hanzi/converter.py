@@ -1,0 +1,385 @@
+"""The Python API: a :class:`Converter` turns what a user types into hanzi.
+
+    from pinyin_hanzi import Converter
+    converter = Converter.from_pretrained()          # or Converter.from_checkpoint("checkpoints/x/best.pt")
+    converter.convert("ni hao")                      # "你好"
+    converter.candidates("xian", n=5)                # [Candidate(text="现", score=..., syllables=["xian"]), ...]
+
+Typed text -> pieces with alternative readings (pinyin.py) -> chunks of at most one window -> each reading
+searched (search.py) under the lexicon's constraint (lexicon.py) -> the n best distinct texts.
+
+Which model converts by default (:func:`resolve_checkpoint`): an explicit checkpoint path, else the one the
+environment variable ``PINYIN_HANZI_CHECKPOINT`` names, else the shipped model.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+import torch
+
+from pinyin_hanzi.char_lm import CharNgramLM
+from pinyin_hanzi.checkpoint import load_checkpoint, model_from_checkpoint
+from pinyin_hanzi.config import Config, DecodeConfig
+from pinyin_hanzi.data import pad
+from pinyin_hanzi.errors import CheckpointError
+from pinyin_hanzi.lexicon import PAD_ROW, Lexicon
+from pinyin_hanzi.model import Transformer
+from pinyin_hanzi.pinyin import (CLAUSE_PUNCTUATION, Piece, alternatives, fewest_syllables, is_hanzi, is_literal_key,
+                                 literal_key, parse_pieces)
+from pinyin_hanzi.search import Constraint, Hypothesis, NgramFusion, beam_search, fusion_for
+from pinyin_hanzi.syllable_lm import SyllableBigrams
+from pinyin_hanzi.vocab import Vocab
+
+SHIPPED_MODEL = Path(__file__).resolve().parent / "pretrained" / "model.pt"
+CHECKPOINT_VARIABLE = "PINYIN_HANZI_CHECKPOINT"
+CLAUSE_END_MARK = "。"  # what a typed line that ends in a syllable is decoded as ending with (not shown)
+ASCII_TO_CHINESE_PUNCTUATION = {",": "，", ".": "。", "?": "？", "!": "！"}
+
+
+def resolve_checkpoint(path: str | Path | None = None) -> tuple[Path, str]:
+    """The checkpoint that converts and how to name its origin to a user: ``path`` ("checkpoint"), else
+    the environment variable PINYIN_HANZI_CHECKPOINT, else the shipped model. The file is not opened."""
+    if path is not None:
+        return Path(path), "checkpoint"
+    if os.environ.get(CHECKPOINT_VARIABLE):
+        return Path(os.environ[CHECKPOINT_VARIABLE]), f"the checkpoint named by {CHECKPOINT_VARIABLE}"
+    return SHIPPED_MODEL, "the shipped model"
+
+
+@dataclass
+class Candidate:
+    """One conversion of a typed line."""
+
+    text: str
+    score: float  # log-probability under the model (sum over positions), plus the reading's prior
+    syllables: list[str] = field(default_factory=list)  # the model tokens of the reading it converts
+    notes: list[str] = field(default_factory=list)  # fallbacks used, for verbose output
+
+
+@dataclass
+class _Plan:
+    """The readings to decode for some typed lines: (tokens, keys) and prior per reading, and which
+    readings belong to which chunk of which line."""
+
+    readings: list[tuple[list[str], list[str]]] = field(default_factory=list)
+    priors: list[float] = field(default_factory=list)  # log P(syllables) - split_penalty x extra syllables
+    chunks: dict[tuple[int, int], list[int]] = field(default_factory=dict)  # (line, chunk) -> reading indices
+    chunk_counts: list[int] = field(default_factory=list)  # per line
+    open_chunks: set[tuple[int, int]] = field(default_factory=set)  # decoded with a virtual clause end
+
+
+class Converter:
+    """A trained model with its vocabularies: converts typed lines or token lists into hanzi.
+
+    ``window``: the longest token sequence given to the model at once (the training examples' max length);
+    longer input is cut at punctuation, or into windows, and converted piece by piece.
+
+    Readings of ambiguous letters: log P(hanzi | syllables) of different readings condition on different
+    syllables and are not comparable as they are (an extra syllable with few candidates costs almost
+    nothing). With ``syllable_lm`` the score is the joint log P(hanzi, syllables) = log P(hanzi | syllables)
+    + log P(syllables); ``split_penalty`` further charges each syllable beyond the fewest-syllable reading.
+
+    With ``char_lm`` and ``lm_weight`` > 0, beam search fuses the character n-gram model (search.py); then
+    readings whose prior is more than ``reading_margin`` below the best one's are not decoded.
+
+    ``beam`` and ``constrained`` are what :meth:`convert` and :meth:`candidates` use; ``config`` and
+    ``checkpoint`` say where a converter loaded from a checkpoint came from (else None)."""
+
+    def __init__(self, model: Transformer, pinyin_vocab: Vocab, hanzi_vocab: Vocab,
+                 device: torch.device | str = "cpu", window: int | None = None, split_penalty: float = 3.0,
+                 syllable_lm: SyllableBigrams | None = None, clause_end: bool = True,
+                 char_lm: CharNgramLM | None = None, lm_weight: float = 0.0, reading_margin: float = 8.0, *,
+                 beam: int = DecodeConfig.beam, constrained: bool = True, config: Config | None = None,
+                 checkpoint: Path | None = None):
+        self.model = model.to(device).eval()
+        self.pinyin_vocab, self.hanzi_vocab = pinyin_vocab, hanzi_vocab
+        self.device = torch.device(device)
+        self.lexicon = Lexicon(hanzi_vocab)
+        self.split_penalty, self.syllable_lm = split_penalty, syllable_lm
+        self.char_lm = char_lm if lm_weight > 0 else None
+        self.lm_weight, self.reading_margin = lm_weight, reading_margin
+        self.fusion = NgramFusion(self.char_lm, lm_weight) if self.char_lm is not None else None
+        self.beam, self.constrained, self.config, self.checkpoint = beam, constrained, config, checkpoint
+        # Training clauses end with their punctuation; typed input usually has none. Without it the model
+        # reads the last syllable as the middle of a clause (ba -> 八, not 吧), so a line that ends in a
+        # syllable is decoded with a virtual 。 after it, which is dropped from the output.
+        end = CLAUSE_END_MARK
+        self.clause_end = clause_end and end in pinyin_vocab.ids and end in hanzi_vocab.ids
+        positions = model.config.max_positions - self.clause_end  # room for the virtual 。
+        self.window = min(window or positions, positions)
+
+    # ------------------------------------------------------------------------------------------ loading
+
+    @classmethod
+    def from_checkpoint(cls, path: str | Path | None = None, *, device: str = "cpu", lm_weight: float | None = None,
+                        log: Callable[[str], None] | None = None) -> Converter:
+        """A converter for the checkpoint at ``path`` (None: see :func:`resolve_checkpoint`), with its
+        decode settings, syllable model and character n-gram model. ``lm_weight`` replaces the checkpoint's
+        decode.lm_weight; ``log`` receives a note when that weight is > 0 but the checkpoint has no n-gram
+        model. ``device``: cpu, cuda, mps or auto. Raises CheckpointError (one line) for a missing or
+        unreadable checkpoint, ConfigError for an unavailable device."""
+        from pinyin_hanzi.training import select_device
+
+        path, _ = resolve_checkpoint(path)
+        state = load_checkpoint(path)
+        model, pinyin_vocab, hanzi_vocab, config = model_from_checkpoint(state, str(path))
+        syllable_lm = SyllableBigrams.from_state_dict(state["syllable_lm"]) if "syllable_lm" in state else None
+        char_lm = _char_lm(state, path)
+        decode = config.decode
+        if lm_weight is not None:
+            decode.lm_weight = lm_weight
+        if decode.lm_weight > 0 and char_lm is None and log is not None:
+            log(f"note: {path} has no character n-gram model: decoding without one "
+                f"(add one with python -m pinyin_hanzi.char_lm)")
+        return cls(model, pinyin_vocab, hanzi_vocab, select_device(device), window=config.data.max_len,
+                   split_penalty=decode.split_penalty, syllable_lm=syllable_lm, clause_end=decode.clause_end,
+                   char_lm=char_lm, lm_weight=decode.lm_weight, reading_margin=decode.reading_margin,
+                   beam=decode.beam, constrained=decode.constrained, config=config, checkpoint=path)
+
+    @classmethod
+    def from_pretrained(cls, *, device: str = "cpu", lm_weight: float | None = None,
+                        log: Callable[[str], None] | None = None) -> Converter:
+        """A converter for the shipped model (pinyin_hanzi/pretrained/model.pt); see :meth:`from_checkpoint`."""
+        return cls.from_checkpoint(SHIPPED_MODEL, device=device, lm_weight=lm_weight, log=log)
+
+    # ---------------------------------------------------------------------------------------- public API
+
+    def convert(self, text: str | Sequence[str]) -> str | list[str]:
+        """The best conversion of a typed line (str -> str), or of each of several (list -> list, batched),
+        with this converter's ``beam`` and ``constrained``."""
+        lines = [text] if isinstance(text, str) else list(text)
+        found = self.convert_lines(lines, beam=self.beam, constrained=self.constrained)
+        outputs = [candidates[0].text for candidates in found]
+        return outputs[0] if isinstance(text, str) else outputs
+
+    def candidates(self, text: str, n: int = 5) -> list[Candidate]:
+        """Up to ``n`` distinct conversions of a typed line, best first (beam: the larger of ``beam`` and n)."""
+        return self.convert_lines([text], beam=max(self.beam, n), nbest=n, constrained=self.constrained)[0]
+
+    def convert_lines(self, lines: Sequence[str], *, beam: int | None = None, nbest: int = 1,
+                      constrained: bool = True, batch_size: int = 256, alternatives_limit: int = 4,
+                      chinese_punctuation: bool = False) -> list[list[Candidate]]:
+        """Typed lines -> up to ``nbest`` distinct conversions each, best first (beam: ``self.beam`` unless
+        given, at least ``nbest``).
+
+        Each alternative reading of ambiguous input (``xian`` = xian / xi'an) is decoded and the scores pick
+        among them. Input longer than one window is converted chunk by chunk (cut at punctuation); its
+        n-best list then holds the best conversion only. ``chinese_punctuation``: ASCII , . ? ! right
+        after a hanzi become ，。？！."""
+        beam = max(beam or self.beam, nbest)
+        fused = fusion_for(beam, self.fusion) is not None
+        plan = self._plan(lines, alternatives_limit, fused)
+        found = self._decode_best_first(plan, beam, nbest, constrained, batch_size, fused)
+        return self._assemble(plan, found, nbest, chinese_punctuation)
+
+    def convert_tokens(self, token_lists: Sequence[Sequence[str]], *, constrained: bool = True,
+                       batch_size: int = 256, beam: int = 1) -> list[str]:
+        """One output per token list (same order; an empty list gives ""). Token lists longer than the
+        window are converted window by window."""
+        pieces = [(i, list(tokens[start : start + self.window]))
+                  for i, tokens in enumerate(token_lists) for start in range(0, max(len(tokens), 1), self.window)]
+        found = self._decode([(tokens, tokens) for _, tokens in pieces], beam, constrained, batch_size)
+        outputs = [""] * len(token_lists)
+        for (i, _), candidates in zip(pieces, found):
+            outputs[i] += candidates[0].text
+        return outputs
+
+    def search(self, token_lists: Sequence[Sequence[str]], key_lists: Sequence[Sequence[str]] | None = None, *,
+               beam: int = 1, constrained: bool = True) -> list[list[Hypothesis]]:
+        """The search's hypotheses for token lists (keys: the lexicon's constraint keys, the tokens unless
+        given): per list, up to ``beam`` (hanzi ids, score), best first. No fallbacks, no chunking."""
+        key_lists = key_lists or token_lists
+        length = max(len(tokens) for tokens in token_lists)
+        source = pad([self.pinyin_vocab.encode(tokens) for tokens in token_lists]).to(self.device)
+        rows = torch.tensor([[self.lexicon.row(key) for key in keys] + [PAD_ROW] * (length - len(keys))
+                             for keys in key_lists])
+        return beam_search(self.model, source, Constraint(self.lexicon, rows, constrained), beam=beam,
+                           fusion=self.fusion)
+
+    # ------------------------------------------------------------------------------------------ decoding
+
+    def _decode(self, readings: list[tuple[list[str], list[str]]], beam: int, constrained: bool,
+                batch_size: int) -> list[list[Candidate]]:
+        """Candidates (best first) of each (tokens, keys) reading, decoded in batches of similar length."""
+        results: list[list[Candidate]] = [[] for _ in readings]
+        order = sorted(range(len(readings)), key=lambda i: len(readings[i][0]))
+        for begin in range(0, len(order), batch_size):
+            indices = [i for i in order[begin : begin + batch_size] if readings[i][0]]
+            for i in order[begin : begin + batch_size]:
+                if not readings[i][0]:
+                    results[i] = [Candidate("", 0.0)]
+            if not indices:
+                continue
+            found = self.search([readings[i][0] for i in indices], [readings[i][1] for i in indices],
+                                beam=beam, constrained=constrained)
+            for i, hypotheses in zip(indices, found):
+                for ids, score in hypotheses:
+                    text, notes = self._text(ids, readings[i][1], constrained)
+                    results[i].append(Candidate(text, score, list(readings[i][0]), notes))
+        return results
+
+    def _text(self, ids: list[int], keys: Sequence[str], constrained: bool) -> tuple[str, list[str]]:
+        """The text of hanzi ids, with each fallback (a key without a character in the vocabulary) put in."""
+        chars, notes = [], []
+        for index, key in zip(ids, keys):
+            fallback = self.lexicon.fallback(key)
+            if constrained and fallback is not None:
+                chars.append(fallback)
+                if fallback != (key[1] if is_literal_key(key) else key):
+                    notes.append(f"no character of '{key}' is in the model's vocabulary: used '{fallback}'")
+            else:
+                chars.append(self.hanzi_vocab.tokens[index])
+        return "".join(chars), notes
+
+    # --------------------------------------------------------------------------------- typed lines
+
+    def _chunks(self, pieces: list[Piece]) -> list[list[Piece]]:
+        """Pieces grouped into chunks of at most ``window`` tokens (by each piece's first reading), cut after
+        punctuation where possible; a letter run longer than a window is cut into windows."""
+        chunks, current, size, cut = [], [], 0, 0
+        for piece in pieces:
+            n = len(piece.options[0])
+            if n > self.window:
+                if current:
+                    chunks.append(current)
+                best = piece.options[0]
+                chunks.extend([Piece((best[s : s + self.window],))] for s in range(0, n, self.window))
+                current, size, cut = [], 0, 0
+                continue
+            while current and size + n > self.window:
+                head, current = (current[:cut], current[cut:]) if cut else (current, [])
+                chunks.append(head)
+                size, cut = sum(len(p.options[0]) for p in current), 0
+            current.append(piece)
+            size += n
+            if len(piece.options) == 1 and piece.options[0][-1][0] in CLAUSE_PUNCTUATION:
+                cut = len(current)
+        if current or not chunks:
+            chunks.append(current)
+        return chunks
+
+    def _plan(self, lines: Sequence[str], alternatives_limit: int, fused: bool) -> _Plan:
+        """Each line's chunks and their readings with priors. A line's last chunk, when it ends in a
+        letter (no punctuation typed), is decoded with a virtual clause end (see ``__init__``)."""
+        plan = _Plan()
+        score = self.syllable_lm.bigram_log_prob if self.syllable_lm is not None else fewest_syllables
+        for line_index, line in enumerate(lines):
+            chunks = self._chunks(parse_pieces(line, alternatives_limit, score))
+            plan.chunk_counts.append(len(chunks))
+            for chunk_index, chunk in enumerate(chunks):
+                ends_open = (self.clause_end and chunk_index == len(chunks) - 1 and bool(chunk)
+                             and not is_literal_key(chunk[-1].options[0][-1][1]))
+                if ends_open:
+                    plan.open_chunks.add((line_index, chunk_index))
+                for tokens, keys, prior in self._readings(chunk, alternatives_limit, fused):
+                    if ends_open:
+                        tokens, keys = tokens + [CLAUSE_END_MARK], keys + [literal_key(CLAUSE_END_MARK)]
+                    plan.chunks.setdefault((line_index, chunk_index), []).append(len(plan.readings))
+                    plan.readings.append((tokens, keys))
+                    plan.priors.append(prior)
+        return plan
+
+    def _readings(self, chunk: list[Piece], alternatives_limit: int, fused: bool
+                  ) -> list[tuple[list[str], list[str], float]]:
+        """(tokens, keys, prior) of each reading of a chunk. With n-gram fusion, only the readings whose
+        prior is within ``reading_margin`` of the best: its terms lower every score, so the bound of
+        :meth:`_decode_best_first` would leave most alternatives to decode. A heuristic, not a bound: a
+        reading far below the best prior seldom wins, and it is then usually wrong."""
+        options = alternatives(chunk, alternatives_limit)
+        fewest = min(len(reading) for reading in options)
+        scored = []
+        for reading in options:
+            tokens = [token for token, _ in reading]
+            prior = self.syllable_lm.log_prob(tokens) if self.syllable_lm is not None else 0.0
+            prior -= self.split_penalty * (len(reading) - fewest)
+            scored.append((tokens, [key for _, key in reading], prior))
+        if fused:
+            best_prior = max(prior for _, _, prior in scored)
+            scored = [entry for entry in scored if entry[2] >= best_prior - self.reading_margin]
+        return scored
+
+    def _decode_best_first(self, plan: _Plan, beam: int, nbest: int, constrained: bool, batch_size: int,
+                           fused: bool) -> list[list[Candidate] | None]:
+        """Candidates of the plan's readings, scores including their priors; None for readings that cannot
+        enter the n-best list and were not decoded.
+
+        log P(hanzi | syllables) <= 0 (and so are the n-gram model's terms), so a reading whose prior is
+        below the nbest-th score already found cannot enter the n-best list. Decoding each chunk's most
+        probable reading first leaves almost nothing else to decode. With n-gram fusion the readings left
+        (see :meth:`_readings`) mostly survive that bound, so when one batch holds them all they are
+        decoded together at once instead of in two passes."""
+        found: list[list[Candidate] | None] = [None] * len(plan.readings)
+
+        def decode(indices: list[int]) -> None:
+            searched = self._decode([plan.readings[i] for i in indices], beam, constrained, batch_size)
+            for i, candidates in zip(indices, searched):
+                for candidate in candidates:
+                    candidate.score += plan.priors[i]
+                found[i] = candidates
+
+        if fused and len(plan.readings) <= batch_size:
+            decode(list(range(len(plan.readings))))
+        decode([max(indices, key=plan.priors.__getitem__) for indices in plan.chunks.values()
+                if all(found[i] is None for i in indices)])
+        remaining = []
+        for indices in plan.chunks.values():
+            best_by_text: dict[str, float] = {}
+            for candidate in (c for i in indices if found[i] is not None for c in found[i]):
+                best_by_text[candidate.text] = max(candidate.score, best_by_text.get(candidate.text, float("-inf")))
+            scores = sorted(best_by_text.values(), reverse=True)
+            bar = scores[nbest - 1] if len(scores) >= nbest else float("-inf")
+            remaining += [i for i in indices if found[i] is None and plan.priors[i] >= bar]
+        decode(remaining)
+        return found
+
+    def _assemble(self, plan: _Plan, found: list[list[Candidate] | None], nbest: int,
+                  chinese_punctuation: bool) -> list[list[Candidate]]:
+        """Per line, its n-best list: distinct texts, each with its best-scoring reading, best first; a line
+        of several chunks gets the concatenation of each chunk's best."""
+        per_chunk = {key: [c for i in indices if found[i] is not None for c in found[i]]
+                     for key, indices in plan.chunks.items()}
+        for key in plan.open_chunks:  # the virtual 。 was forced (log-probability 0): drop it, score unchanged
+            per_chunk[key] = [Candidate(c.text[:-1], c.score, c.syllables[:-1], c.notes) for c in per_chunk[key]]
+        outputs = []
+        for line_index, count in enumerate(plan.chunk_counts):
+            ranked = []  # per chunk: distinct texts, best first
+            for chunk_index in range(count):
+                by_text: dict[str, Candidate] = {}
+                for candidate in per_chunk[(line_index, chunk_index)]:
+                    if candidate.text not in by_text or candidate.score > by_text[candidate.text].score:
+                        by_text[candidate.text] = candidate
+                ranked.append(sorted(by_text.values(), key=lambda c: -c.score))
+            if count == 1:
+                best = ranked[0][:nbest]
+            else:
+                parts = [chunk[0] for chunk in ranked]
+                best = [Candidate("".join(p.text for p in parts), sum(p.score for p in parts),
+                                  [t for p in parts for t in p.syllables], [n for p in parts for n in p.notes])]
+            if chinese_punctuation:
+                best = [_chinese_punctuation(candidate) for candidate in best]
+            outputs.append(best)
+        return outputs
+
+
+def _char_lm(state: dict, path: Path) -> CharNgramLM | None:
+    """The checkpoint's character n-gram model, or None; CheckpointError (one line) if it cannot be read."""
+    if "char_lm" not in state:
+        return None
+    try:
+        return CharNgramLM.from_state_dict(state["char_lm"])
+    except (KeyError, TypeError, ValueError, AttributeError, RuntimeError) as error:
+        raise CheckpointError(f"{path}: its character n-gram model cannot be read ({error!r}); count it "
+                              f"again with python -m pinyin_hanzi.char_lm") from None
+
+
+def _chinese_punctuation(candidate: Candidate) -> Candidate:
+    """ASCII , . ? ! right after a hanzi become ，。？！ (``1.5`` and ``OK!`` stay as they are)."""
+    chars = list(candidate.text)
+    for i, char in enumerate(chars):
+        if char in ASCII_TO_CHINESE_PUNCTUATION and i > 0 and is_hanzi(chars[i - 1]):
+            chars[i] = ASCII_TO_CHINESE_PUNCTUATION[char]
+    return Candidate("".join(chars), candidate.score, candidate.syllables, candidate.notes)

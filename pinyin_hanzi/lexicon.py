@@ -1,0 +1,98 @@
+"""The lexicon: which hanzi may stand for a constraint key. Shared by the training loss (``for_vocab``) and
+search (the allowed characters of each position).
+
+A key is a toneless syllable (``ni``), a toned one (``ni3``, neutral tone ``de5``) or a literal key
+(``=。``, a character typed to pass through as itself). With a tone, only characters with that toned reading
+may be chosen; a pass-through character may only become itself. Where the vocabulary has no candidate (a
+syllable whose characters never occurred in training, a symbol never seen), the row allows ``<unk>`` and
+keeps a fallback: the first character of the reading table, or the symbol itself.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.nn.utils.rnn import pad_sequence
+
+from pinyin_hanzi.pinyin import is_literal_key, syllable_table, toned_syllable_table
+from pinyin_hanzi.vocab import PAD_ID, SPECIALS, UNK_ID, Vocab
+
+PAD_ROW = 0  # the row of positions past the end of a sequence: only <pad>, with probability 1
+
+
+class Lexicon:
+    """Constraint key -> allowed hanzi ids, as rows of a boolean (n_rows, v) table; row :data:`PAD_ROW`
+    allows <pad> alone. Rows are added as keys are first asked for."""
+
+    def __init__(self, hanzi_vocab: Vocab):
+        self.hanzi_vocab = hanzi_vocab
+        self.unconstrained = torch.ones(len(hanzi_vocab), dtype=torch.bool)  # (v,): any character but specials
+        self.unconstrained[: len(SPECIALS)] = False
+        pad_only = torch.zeros(len(hanzi_vocab), dtype=torch.bool)
+        pad_only[PAD_ID] = True
+        self.rows: dict[str, int] = {}
+        self.fallbacks: list[str | None] = [None]  # per row: the fixed output when no candidate is in the vocab
+        self._masks: list[torch.Tensor] = [pad_only]
+        self._table: torch.Tensor | None = None
+        self._ids: list[torch.Tensor] = [torch.tensor([PAD_ID])]  # per row: the allowed ids, increasing
+
+    @staticmethod
+    def characters(key: str) -> tuple[str, ...]:
+        """Characters that may stand for ``key`` (any, not only those in the vocabulary). A toned syllable
+        no character has (``ni5``) counts as toneless. A single-letter syllable (a, o, e, n, m) may also
+        be that Latin letter passing through, as in ``P y t h o n``; a literal key (``=o``, typed input that
+        is not pinyin) only itself."""
+        if is_literal_key(key):
+            return (key[1],)
+        chars = None
+        if key[-1:].isdigit() and key[:-1].isalpha():
+            chars = toned_syllable_table().get(key)
+            key = key[:-1]
+        chars = chars or syllable_table().get(key)
+        if chars is None:
+            return (key,)
+        return chars + (key,) if len(key) == 1 else chars
+
+    def row(self, key: str) -> int:
+        """The table row of ``key``, added on first use."""
+        if key not in self.rows:
+            chars = self.characters(key)
+            mask = torch.zeros(len(self.hanzi_vocab), dtype=torch.bool)
+            ids = [self.hanzi_vocab.ids[char] for char in chars if char in self.hanzi_vocab]
+            mask[ids if ids else [UNK_ID]] = True
+            self.rows[key] = len(self._masks)
+            self._masks.append(mask)
+            self._ids.append(mask.nonzero().flatten())
+            self.fallbacks.append(None if ids else chars[0])
+            self._table = None
+        return self.rows[key]
+
+    def fallback(self, key: str) -> str | None:
+        """The character ``key`` becomes without the model (none of its characters is in the vocabulary),
+        or None."""
+        return self.fallbacks[self.row(key)]
+
+    def table(self) -> torch.Tensor:
+        """(n_rows, v) bool: the allowed characters of each row."""
+        if self._table is None:
+            self._table = torch.stack(self._masks)
+        return self._table
+
+    def ids(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The allowed characters of ``rows`` (any shape) as lists: (..., c) hanzi ids in increasing order,
+        padded with <pad> on the right, and (..., c) bool, True at real entries; c = the most any of these
+        rows has."""
+        used, inverse = rows.unique(return_inverse=True)
+        lists = [self._ids[row] for row in used.tolist()]
+        ids = pad_sequence(lists, batch_first=True, padding_value=PAD_ID)  # (rows used, c)
+        real = pad_sequence([torch.ones(len(row), dtype=torch.bool) for row in lists], batch_first=True)
+        return ids[inverse], real[inverse]
+
+    def for_vocab(self, pinyin_vocab: Vocab) -> tuple[torch.Tensor, torch.Tensor]:
+        """The candidates of each source id, for the training loss: hanzi ids (pinyin vocab size, c) and
+        (pinyin vocab size, c) bool, True at real entries (see :meth:`ids`). Special ids and <unk> have none
+        (their raw token is unknown; the loss then counts the reference character alone)."""
+        rows = torch.tensor([PAD_ROW if index < len(SPECIALS) else self.row(token)
+                             for index, token in enumerate(pinyin_vocab.tokens)])
+        ids, real = self.ids(rows)
+        real[: len(SPECIALS)] = False
+        return ids, real

@@ -1,0 +1,220 @@
+from conftest import UNTRAINED_HANZI, UNTRAINED_PINYIN, untrained_converter
+
+from pinyin_hanzi.converter import CHECKPOINT_VARIABLE, SHIPPED_MODEL, Candidate, Converter, resolve_checkpoint
+from pinyin_hanzi.pinyin import alternatives, fewest_syllables, parse_pieces, readings
+
+
+def test_the_python_api_in_three_lines():
+    converter = Converter.from_pretrained()
+    assert converter.convert("wo men qu bei jing ba") == "我们去北京吧"
+    found = converter.candidates("xian", n=5)
+    assert len(found) == 5 and len({c.text for c in found}) == 5 and all(isinstance(c, Candidate) for c in found)
+    assert [c.score for c in found] == sorted((c.score for c in found), reverse=True)
+    assert all(c.syllables in (["xian"], ["xi", "an"]) and len(c.text) == len(c.syllables) for c in found)
+    assert converter.convert(["ni hao", "xie xie"]) == ["你好", "谢谢"]
+    assert converter.checkpoint == SHIPPED_MODEL and converter.beam == converter.config.decode.beam
+
+
+def test_the_default_model_is_an_explicit_path_else_the_environment_variable_else_the_shipped_one(monkeypatch,
+                                                                                                    tmp_path):
+    monkeypatch.delenv(CHECKPOINT_VARIABLE, raising=False)
+    assert resolve_checkpoint() == (SHIPPED_MODEL, "the shipped model")
+    monkeypatch.setenv(CHECKPOINT_VARIABLE, str(tmp_path / "env.pt"))
+    assert resolve_checkpoint()[0] == tmp_path / "env.pt" and CHECKPOINT_VARIABLE in resolve_checkpoint()[1]
+    assert resolve_checkpoint(tmp_path / "mine.pt") == (tmp_path / "mine.pt", "checkpoint")
+
+
+def test_constrained_output_has_one_valid_character_per_syllable():
+    for seed in range(5):
+        converter = untrained_converter(seed)
+        tokens = ["ni", "hao", "，", "wo", "men", "bei", "jing", "ba", "1", "A", "。"]
+        output = converter.convert_tokens([tokens])[0]
+        assert len(output) == len(tokens)
+        for token, char in zip(tokens, output):
+            if token.isalpha() and token.islower():
+                assert token in readings()[char], (token, char)
+            else:
+                assert char == token  # punctuation, digits, Latin pass through unchanged
+
+
+def test_unconstrained_decoding_may_choose_anything_but_specials():
+    converter = untrained_converter()
+    outputs = converter.convert_tokens([["ni", "hao"] * 4], constrained=False)
+    assert len(outputs[0]) == 8 and all(char in UNTRAINED_HANZI for char in outputs[0])
+
+
+def test_no_candidate_in_vocabulary_falls_back_to_the_reading_table():
+    converter = untrained_converter()
+    output = converter.convert_tokens([["ni", "zhong", "€", "hao"]])[0]  # zhong, € never seen in training
+    assert len(output) == 4 and output[2] == "€"
+    assert "zhong" in readings()[output[1]]
+
+
+def test_batching_and_order_do_not_change_results():
+    converter = untrained_converter()
+    inputs = [["ni", "hao"], [], ["wo", "men", "bei", "jing", "ba", "。"], ["ba"]] * 4
+    one_by_one = [converter.convert_tokens([tokens])[0] for tokens in inputs]
+    assert converter.convert_tokens(inputs, batch_size=2) == one_by_one
+    assert converter.convert_tokens(inputs) == one_by_one  # 12 x c ids > v: all logits, then the candidates'
+    assert one_by_one[1] == ""
+
+
+def test_inputs_longer_than_the_model_are_decoded_in_pieces():
+    converter = untrained_converter()
+    tokens = ["wo", "men"] * 20  # 40 > max_positions=16
+    output = converter.convert_tokens([tokens])[0]
+    assert len(output) == 40
+    assert all(("wo" if i % 2 == 0 else "men") in readings()[c] for i, c in enumerate(output))
+
+
+def test_convert_lines_parses_typed_pinyin():
+    converter = untrained_converter()
+    output = converter.convert_lines(["nihao，wo3men2"])[0][0].text
+    assert len(output) == 5 and output[2] == "，"
+
+
+def test_convert_is_convert_lines_with_the_converters_beam():
+    converter = untrained_converter(seed=2, beam=3)
+    lines = ["ni hao wo men", "bei jing"]
+    assert converter.convert(lines) == [c[0].text for c in converter.convert_lines(lines, beam=3)]
+    assert converter.convert(lines[0]) == converter.convert(lines)[0]
+    assert converter.candidates("ni hao", n=4) == converter.convert_lines(["ni hao"], beam=4, nbest=4)[0]
+
+
+def test_greedy_converts_typed_lines_as_token_lists():
+    converter = untrained_converter(seed=4, clause_end=False)
+    assert converter.convert_lines(["ni hao wo men"], beam=1)[0][0].text == \
+           converter.convert_tokens([["ni", "hao", "wo", "men"]])[0]
+
+
+def test_nbest_is_ordered_unique_and_constrained():
+    converter = untrained_converter(seed=5)
+    candidates = converter.convert_lines(["ni hao bei jing"], beam=8, nbest=8)[0]
+    assert len(candidates) == 8  # 2 x 2 x 2 x 2 = 16 possible for "ni hao bei jing" alone
+    scores = [c.score for c in candidates]
+    assert scores == sorted(scores, reverse=True)
+    assert len({c.text for c in candidates}) == 8
+    for candidate in candidates:
+        assert len(candidate.text) == len(candidate.syllables)
+        for syllable, char in zip(candidate.syllables, candidate.text):
+            assert syllable in readings().get(char, ()) or (len(syllable) == 1 and char == syllable)
+
+
+def test_tones_constrain_the_output():
+    for seed in range(3):
+        converter = untrained_converter(seed)
+        assert converter.convert_lines(["ni3"], beam=1)[0][0].text == "你"  # the only ni3 in the vocabulary
+        assert converter.convert_lines(["nī"], beam=1)[0][0].text == "妮"  # tone marks too
+        assert converter.convert_lines(["hao3"], beam=1)[0][0].text == "好"  # 号 is hao2/hao4 only
+
+
+def test_ambiguous_segmentations_are_decoded_and_ranked_by_score():
+    converter = untrained_converter(seed=6)
+    candidates = converter.convert_lines(["bajing"], nbest=10, beam=10)[0]  # ba'jing or ... only one split here
+    assert {len(c.text) for c in candidates} == {2}
+    candidates = converter.convert_lines(["xian"], nbest=10, beam=10)[0]  # xian (1 syllable) or xi'an (2)
+    texts = {c.text for c in candidates}
+    assert {len(text) for text in texts} == {1, 2}, texts
+    assert candidates[0].score == max(c.score for c in candidates)
+    assert {tuple(c.syllables) for c in candidates} == {("xian",), ("xi", "an")}
+    forced = converter.convert_lines(["xi'an"], nbest=10, beam=10)[0]
+    assert all(len(c.text) == 2 for c in forced)  # an apostrophe always forces a boundary
+
+
+def test_pass_through_keeps_punctuation_digits_latin_and_emoji_in_place():
+    converter = untrained_converter(seed=7)
+    output = converter.convert_lines(["wo ai Python, 2024 nian!😀 ni hao。"], beam=1)[0][0].text
+    assert output[2:9] == "Python,"
+    assert output[9:13] == "2024" and output[14:16] == "!😀" and output[-1] == "。"
+    assert len(output) == 19
+    chinese = converter.convert_lines(["ni hao, wo men. 1.5 OK!"], beam=1, chinese_punctuation=True)[0][0].text
+    assert chinese[2] == "，" and chinese[5] == "。" and "1.5" in chinese and chinese.endswith("OK!")
+
+
+def test_ten_thousand_syllables_convert_in_windows():
+    converter = untrained_converter(seed=8)
+    output = converter.convert_lines(["wo men " * 5000], beam=1)[0][0].text
+    assert len(output) == 10000
+    assert all(c in "我们门" for c in output)
+    run_together = converter.convert_lines(["nihao" * 3000], beam=1)[0][0].text  # no spaces at all
+    assert len(run_together) == 6000
+
+
+def test_fallback_prefers_a_basic_block_character_and_is_reported():
+    candidate = untrained_converter().convert_lines(["zhong"])[0][0]
+    assert 0x4E00 <= ord(candidate.text) <= 0x9FFF and "zhong" in readings()[candidate.text]
+    assert candidate.notes and "zhong" in candidate.notes[0]
+
+
+def _all_readings_ranked(converter, line, beam, nbest):
+    """The n-best of a one-chunk line the slow way: every reading decoded, ranked by model + prior."""
+    options = alternatives(converter._chunks(parse_pieces(line, 4, fewest_syllables))[0], 4)
+    fewest = min(len(reading) for reading in options)
+    readings_ = [([token for token, _ in reading], [key for _, key in reading]) for reading in options]
+    best: dict[str, float] = {}
+    for (tokens, _), candidates in zip(readings_, converter._decode(readings_, max(beam, nbest), True, 256)):
+        for candidate in candidates:
+            score = candidate.score - converter.split_penalty * (len(tokens) - fewest)
+            best[candidate.text] = max(score, best.get(candidate.text, float("-inf")))
+    return sorted(best.items(), key=lambda item: -item[1])[:nbest]
+
+
+def test_skipping_readings_that_cannot_win_keeps_the_n_best():
+    # convert_lines decodes the most probable reading first and skips readings whose prior alone is below
+    # the n-best found: the result must equal decoding every reading.
+    pinyin = UNTRAINED_PINYIN + ["xi", "an", "xian", "zai", "fang", "gan", "fan"]
+    hanzi = UNTRAINED_HANZI + list("西希安按先现在再方放感干反饭")
+    for seed, penalty in ((0, 0.0), (1, 0.3), (2, 1.0), (3, 3.0)):
+        # (without the virtual clause end, which _all_readings_ranked does not add)
+        converter = untrained_converter(seed, pinyin, hanzi, split_penalty=penalty, clause_end=False)
+        for line in ("xian", "xianzai", "fangan xian", "ni hao xian zai"):
+            for beam, nbest in ((1, 1), (4, 1), (4, 3)):
+                found = [(c.text, c.score) for c in converter.convert_lines([line], beam=beam, nbest=nbest)[0]]
+                expected = _all_readings_ranked(converter, line, beam, nbest)
+                assert [text for text, _ in found] == [text for text, _ in expected], (line, beam, nbest)
+                assert all(abs(a - b) < 1e-4 for (_, a), (_, b) in zip(found, expected))
+
+
+def _recording(converter, seen):
+    decode = converter._decode
+    converter._decode = lambda readings, *args: seen.extend(readings) or decode(readings, *args)
+    return converter
+
+
+def test_a_line_without_final_punctuation_is_decoded_as_a_whole_clause():
+    """Training clauses end with their punctuation: typed input without it is decoded with a virtual 。 at
+    the end (so that a final ba can be 吧), which never reaches the output and costs no score."""
+    seen = []
+    converter = _recording(untrained_converter(3), seen)
+    (best, *_), = converter.convert_lines(["wo men bei jing ba"], beam=3, nbest=3)
+    assert seen and all(tokens[-1] == "。" and keys[-1] == "=。" for tokens, keys in seen)
+    assert len(best.text) == 5 and best.text[-1] in "吧八" and best.syllables == ["wo", "men", "bei", "jing", "ba"]
+    forced = converter.convert_tokens([["wo", "men", "bei", "jing", "ba", "。"]], beam=3)[0]
+    assert best.text == forced[:-1]  # the same as typing the 。 and cutting it off
+    seen.clear()
+    assert len(converter.convert_lines(["ni hao，wo men"])[0][0].text) == 5 and seen[-1][0][-1] == "。"
+    seen.clear()
+    converter.convert_lines(["ni hao。"])  # typed punctuation: nothing added
+    assert ["ni", "hao", "。"] in [tokens for tokens, _ in seen]
+    assert all(tokens[-1] == "。" and tokens.count("。") == 1 for tokens, _ in seen)
+    plain = _recording(untrained_converter(3, clause_end=False), seen)
+    seen.clear()
+    plain.convert_lines(["wo men bei jing ba"])
+    assert ["wo", "men", "bei", "jing", "ba"] in [tokens for tokens, _ in seen]
+    assert all("。" not in tokens for tokens, _ in seen)
+
+
+def test_with_an_ngram_model_readings_far_below_the_best_prior_are_not_decoded():
+    from pinyin_hanzi.char_lm import CharNgramLM
+
+    pinyin, hanzi = UNTRAINED_PINYIN + ["xi", "an", "xian"], UNTRAINED_HANZI + list("西希安按先现")
+    plain = untrained_converter(0, pinyin, hanzi)
+    lm = CharNgramLM.count([plain.hanzi_vocab.encode(s) for s in ["西安", "先"]], len(plain.hanzi_vocab), 2)
+    lengths = {}
+    for name, options in (("near", dict(lm_weight=1.0, reading_margin=8.0)),  # xi'an is 3 below xian: decoded
+                          ("far", dict(lm_weight=1.0, reading_margin=2.0)),  # 3 > 2: not decoded
+                          ("no n-gram model", dict(lm_weight=0.0, reading_margin=2.0))):  # the margin does not apply
+        converter = untrained_converter(0, pinyin, hanzi, split_penalty=3.0, char_lm=lm, **options)
+        candidates = converter.convert_lines(["xian"], nbest=10, beam=10)[0]
+        lengths[name] = {len(c.syllables) for c in candidates}
+    assert lengths == {"near": {1, 2}, "far": {1}, "no n-gram model": {1, 2}}

@@ -1,0 +1,54 @@
+import torch
+
+from pinyin_hanzi.lexicon import PAD_ROW, Lexicon
+from pinyin_hanzi.pinyin import literal_key, readings
+from pinyin_hanzi.vocab import PAD_ID, SPECIALS, UNK_ID, Vocab
+
+HANZI = Vocab(list(SPECIALS) + list("你好妮号我们门，。"))
+PINYIN = Vocab(list(SPECIALS) + ["ni", "hao", "wo", "zhong", "，"])
+
+
+def test_single_letter_syllables_may_also_be_latin_letters():
+    assert "o" in Lexicon.characters("o") and "哦" in Lexicon.characters("o")
+    assert "ni" not in Lexicon.characters("ni")
+    assert Lexicon.characters(literal_key("o")) == ("o",)  # typed as a literal: only itself
+
+
+def test_tones_narrow_the_characters_and_an_impossible_tone_counts_as_toneless():
+    assert "你" in Lexicon.characters("ni3") and "妮" not in Lexicon.characters("ni3")
+    assert "妮" in Lexicon.characters("ni1")
+    assert set(Lexicon.characters("ni5")) == set(Lexicon.characters("ni"))
+
+
+def test_rows_allow_the_vocabulary_characters_of_a_key_and_fall_back_without_any():
+    lexicon = Lexicon(HANZI)
+    row = lexicon.row("ni")
+    allowed = {HANZI.tokens[i] for i in lexicon.table()[row].nonzero().flatten().tolist()}
+    assert allowed == {"你", "妮"}
+    assert lexicon.fallback("ni") is None
+    zhong = lexicon.row("zhong")  # no character of zhong in the vocabulary: <unk>, and a fallback character
+    assert lexicon.table()[zhong].nonzero().flatten().tolist() == [UNK_ID]
+    assert "zhong" in readings()[lexicon.fallback("zhong")]
+    assert lexicon.table()[PAD_ROW].nonzero().flatten().tolist() == [PAD_ID]
+
+
+def test_ids_lists_the_allowed_characters_padded_to_the_longest_row():
+    lexicon = Lexicon(HANZI)
+    rows = torch.tensor([[lexicon.row("ni"), lexicon.row(literal_key("，")), PAD_ROW]])
+    ids, real = lexicon.ids(rows)
+    assert ids.shape == real.shape == (1, 3, 2)
+    assert {HANZI.tokens[i] for i in ids[0, 0].tolist()} == {"你", "妮"} and real[0, 0].all()
+    assert HANZI.tokens[int(ids[0, 1, 0])] == "，" and real[0, 1].tolist() == [True, False]
+    assert ids[0, 2].tolist() == [PAD_ID, PAD_ID] and real[0, 2].tolist() == [True, False]
+
+
+def test_for_vocab_gives_each_pinyin_token_its_characters_and_specials_none():
+    ids, real = Lexicon(HANZI).for_vocab(PINYIN)
+    assert ids.shape[0] == len(PINYIN)
+    assert not real[: len(SPECIALS)].any()
+    for token in ("ni", "hao", "wo"):
+        index = PINYIN.ids[token]
+        chars = {HANZI.tokens[i] for i in ids[index][real[index]].tolist()}
+        assert chars == {c for c in HANZI.tokens if token in readings().get(c, ())}
+    punctuation = PINYIN.ids["，"]
+    assert HANZI.tokens[int(ids[punctuation][real[punctuation]])] == "，"

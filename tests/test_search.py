@@ -1,0 +1,139 @@
+import itertools
+
+import torch
+from conftest import untrained_converter
+
+from pinyin_hanzi.model import Transformer
+from pinyin_hanzi.search import Constraint, NgramFusion, fusion_for
+
+
+def _teacher_forced_score(converter, tokens, chars) -> float:
+    """log P(chars | tokens) under the constrained softmax, computed the slow way (full forward pass)."""
+    source = torch.tensor([converter.pinyin_vocab.encode(tokens)])
+    target = torch.tensor([converter.hanzi_vocab.encode(chars)])
+    with torch.no_grad():
+        logits = converter.model(source, target)[0]
+    total = 0.0
+    for position, token in enumerate(tokens):
+        row = converter.lexicon.row(token)
+        allowed = converter.lexicon.table()[row]
+        log_probs = logits[position].masked_fill(~allowed, float("-inf")).log_softmax(-1)
+        total += float(log_probs[converter.hanzi_vocab.ids[chars[position]]])
+    return total
+
+
+def test_beam_of_one_is_greedy_the_argmax_of_the_full_constrained_softmax():
+    # Decoding computes logits of the allowed characters only, with a cache; a full forward pass must agree.
+    for seed in range(3):
+        converter = untrained_converter(seed)
+        inputs = [["ni", "hao", "，", "wo", "men"], ["bei", "jing", "ba", "1", "A", "。", "ni"]]
+        for tokens, [(ids, score)] in zip(inputs, converter.search(inputs, beam=1)):
+            chars = converter.hanzi_vocab.decode(ids)
+            assert abs(score - _teacher_forced_score(converter, tokens, chars)) < 1e-4
+            source = torch.tensor([converter.pinyin_vocab.encode(tokens)])
+            with torch.no_grad():
+                logits = converter.model(source, torch.tensor([ids]))[0]  # (t, v)
+            for position, token in enumerate(tokens):
+                row = converter.lexicon.row(token)
+                allowed = converter.lexicon.table()[row]
+                assert ids[position] == int(logits[position].masked_fill(~allowed, float("-inf")).argmax())
+
+
+def test_beam_search_finds_the_exhaustive_n_best():
+    converter = untrained_converter(seed=3)
+    tokens = ["ni", "hao", "jing"]  # 2 x 2 x 2 candidates in the vocabulary
+    options = [[c for c in converter.lexicon.characters(t) if c in converter.hanzi_vocab] for t in tokens]
+    exhaustive = sorted(((_teacher_forced_score(converter, tokens, "".join(chars)), "".join(chars))
+                         for chars in itertools.product(*options)), reverse=True)
+    found = converter.search([tokens], beam=len(exhaustive))[0]
+    texts = ["".join(converter.hanzi_vocab.decode(ids)) for ids, _ in found]
+    assert texts == [text for _, text in exhaustive]
+    for (ids, score), (expected, _) in zip(found, exhaustive):
+        assert abs(score - expected) < 1e-4
+
+
+def test_the_best_beam_is_at_least_as_good_as_greedy_and_batches_pad_correctly():
+    converter = untrained_converter(seed=4)
+    inputs = [["ni", "hao", "，", "wo", "men"], ["bei", "jing"], ["ba", "1", "A", "。", "ni", "hao", "ba"]]
+    greedy = converter.search(inputs, beam=1)
+    beam = converter.search(inputs, beam=4)
+    for tokens, [(greedy_ids, greedy_score)], hypotheses in zip(inputs, greedy, beam):
+        assert len(greedy_ids) == len(tokens) and all(len(ids) == len(tokens) for ids, _ in hypotheses)
+        assert hypotheses[0][1] >= greedy_score - 1e-5
+        scores = [score for _, score in hypotheses]
+        assert scores == sorted(scores, reverse=True)
+    alone = [converter.search([tokens], beam=4)[0] for tokens in inputs]
+    for together, single in zip(beam, alone):  # padding in a batch changes nothing
+        assert [ids for ids, _ in together] == [ids for ids, _ in single]
+        assert all(abs(a - b) < 1e-4 for (_, a), (_, b) in zip(together, single))
+
+
+def test_unconstrained_search_may_choose_anything_but_specials():
+    converter = untrained_converter()
+    for beam in (1, 3):
+        for ids, _ in converter.search([["ni", "hao"] * 4], beam=beam, constrained=False)[0]:
+            assert len(ids) == 8 and all(converter.hanzi_vocab.tokens[i] in converter.hanzi_vocab.tokens[4:] for i in ids)
+
+
+def test_a_forced_last_character_skips_its_decoder_step_and_changes_nothing(monkeypatch):
+    converter = untrained_converter(seed=6)
+    inputs = [["ni", "hao", "wo", "men", "。"], ["bei", "jing", "ba", "。"]]  # both end in a fixed 。
+    calls = []
+    decode = Transformer.decode
+    monkeypatch.setattr(Transformer, "decode", lambda *args, **kwargs: calls.append(1) or decode(*args, **kwargs))
+    skipped = converter.search(inputs, beam=1), converter.search(inputs, beam=3)
+    assert len(calls) == 2 * 4  # 4 decoder steps each, not 5
+    monkeypatch.setattr(Constraint, "forced", lambda self, position: None)
+    calls.clear()
+    stepped = converter.search(inputs, beam=1), converter.search(inputs, beam=3)
+    assert len(calls) == 2 * 5
+    for ours, theirs in zip(skipped, stepped):
+        assert [[ids for ids, _ in hypotheses] for hypotheses in ours] == \
+               [[ids for ids, _ in hypotheses] for hypotheses in theirs]
+        for mine, other in zip(ours, theirs):
+            assert all(abs(a - b) < 1e-5 for (_, a), (_, b) in zip(mine, other))
+    assert all(hypotheses[0][0][-1] == converter.hanzi_vocab.ids["。"] for hypotheses in skipped[0])
+
+
+def _lm_preferring(converter, sentences: list[str], order: int = 2):
+    from pinyin_hanzi.char_lm import CharNgramLM
+
+    return CharNgramLM.count([converter.hanzi_vocab.encode(s) for s in sentences], len(converter.hanzi_vocab), order)
+
+
+def test_greedy_decoding_leaves_the_ngram_model_out_and_beam_search_uses_it():
+    fusion = NgramFusion(_lm_preferring(untrained_converter(), ["你好"]), 1.0)
+    assert fusion_for(1, fusion) is None and fusion_for(2, fusion) is fusion
+    plain = untrained_converter(seed=3)
+    tokens = [["ni", "hao", "wo", "men"]]
+    for sentences, wanted in ((["你好我们"] * 5, "你好我们"), (["妮号我门"] * 5, "妮号我门")):
+        lm = _lm_preferring(plain, sentences)
+        fused = untrained_converter(seed=3, char_lm=lm, lm_weight=5.0)
+        assert fused.convert_tokens(tokens, beam=3) == [wanted]
+        assert fused.convert_tokens(tokens, beam=1) == plain.convert_tokens(tokens, beam=1)
+        off = untrained_converter(seed=3, char_lm=lm, lm_weight=0.0)
+        assert off.convert_tokens(tokens, beam=3) == plain.convert_tokens(tokens, beam=3)
+
+
+def test_ngram_scores_add_to_the_model_scores_exactly():
+    plain = untrained_converter(seed=4)
+    lm = _lm_preferring(plain, ["你好我们北京吧。", "我们北京。"], order=3)
+    fused = untrained_converter(seed=4, char_lm=lm, lm_weight=0.5)
+    tokens = [["ni", "hao", "wo", "men", "。"]]  # 8 readings: a beam of 50 keeps every one
+    model_scores = {tuple(ids): score for ids, score in plain.search(tokens, beam=50)[0]}
+    fused_found = fused.search(tokens, beam=50)[0]
+    assert len(fused_found) == len(model_scores) == 8
+    for ids, score in fused_found:
+        assert abs(score - (model_scores[tuple(ids)] + 0.5 * lm.sentence_log_prob(ids))) < 1e-4
+    scores = [score for _, score in fused_found]
+    assert scores == sorted(scores, reverse=True)
+
+
+def test_with_an_ngram_model_a_batch_decodes_each_input_as_it_would_alone():
+    plain = untrained_converter(seed=5)
+    lm = _lm_preferring(plain, ["你好我们", "北京吧", "我们北京"], order=3)
+    fused = untrained_converter(seed=5, char_lm=lm, lm_weight=1.0)
+    inputs = [["ni"], ["wo", "men", "bei", "jing", "ba", "。"], ["ni", "hao"]]  # different lengths: padding
+    for beam in (1, 4):
+        together = fused.convert_tokens(inputs, beam=beam)
+        assert together == [fused.convert_tokens([tokens], beam=beam)[0] for tokens in inputs]
