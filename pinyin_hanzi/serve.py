@@ -22,7 +22,6 @@ import argparse
 import asyncio
 import contextlib
 import logging
-import os
 import signal
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -169,7 +168,8 @@ class DynamicBatcher:
 
     def _convert_lines(self, lines: list[str], options: tuple) -> list[list]:
         beam, nbest, chinese_punctuation = options
-        found = self.converter.convert_lines(lines, beam=beam, nbest=nbest, chinese_punctuation=chinese_punctuation)
+        found = self.converter.convert_lines(lines, beam=beam, nbest=nbest, constrained=self.converter.constrained,
+                                             chinese_punctuation=chinese_punctuation)
         self.calls += 1
         self.lines += len(lines)
         self.largest_call = max(self.largest_call, len(lines))
@@ -506,10 +506,7 @@ def load_converter(checkpoint: str | None, device: str = "cpu"):
     """The Converter to serve: ``checkpoint``, else $PINYIN_HANZI_CHECKPOINT, else the shipped model."""
     from pinyin_hanzi import Converter
 
-    checkpoint = checkpoint or os.environ.get("PINYIN_HANZI_CHECKPOINT")
-    if checkpoint:
-        return Converter.from_checkpoint(checkpoint, device=device)
-    return Converter.from_pretrained()
+    return Converter.from_checkpoint(checkpoint, device=device, log=lambda note: print(note, file=sys.stderr))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -204,13 +204,13 @@ class RecordingConverter:
     """Converts each line to its upper-case self and records the lines of every call; a line "boom" raises,
     as a converter bug would. What is under test is the batcher around it, not a model."""
 
-    beam, checkpoint = 5, None
+    beam, constrained, checkpoint = 5, True, None
 
     def __init__(self, delay_s: float = 0.0):
         self.calls: list[list[str]] = []
         self.delay_s = delay_s
 
-    def convert_lines(self, lines, *, beam, nbest, chinese_punctuation=False):
+    def convert_lines(self, lines, *, beam, nbest, constrained=True, chinese_punctuation=False):
         from types import SimpleNamespace
 
         time.sleep(self.delay_s)
