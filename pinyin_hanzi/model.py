@@ -13,14 +13,15 @@ Padded target positions need no mask of their own: under the look-ahead mask a r
 a later (padded) one, and the loss ignores outputs at padded positions.
 
 Incremental decoding (one path, the modules' own): ``Transformer.new_cache()`` gives a :class:`DecoderCache`;
-``decode(newest, memory, padding_mask, cache=cache)`` then takes only the positions not decoded yet, and each
-decoder layer's :class:`KVCache` keeps the self-attention keys/values of earlier positions and the
-cross-attention keys/values of the memory (projected once per input). ``cache.reorder(order)`` follows a
-beam search's re-ranking of its hypotheses.
+``decode(next_ids, memory, padding_mask, cache=cache)`` then takes the next position alone, and each decoder
+layer's :class:`KVCache` keeps the self-attention keys/values of earlier positions and the cross-attention
+keys/values of the memory (projected once per input). ``cache.reorder(order)`` follows a beam search's
+re-ranking of its hypotheses.
 
 Inference decodes one position per call with a single query row, so the arithmetic of a step is small and
-per-call Python overhead counts: the modules call dropout only when it does something (training, p > 0)
-and split heads with plain views.
+per-call Python overhead counts: the modules call dropout only where it does something (training, p > 0),
+their Linear and LayerNorm children as plain function calls (:func:`linear`, :func:`layer_norm`), and split
+heads with views.
 """
 
 from __future__ import annotations
@@ -71,6 +72,11 @@ def linear(x: torch.Tensor, layer: nn.Linear) -> torch.Tensor:
     """``layer(x)`` as a plain function call: the module call's per-call overhead is a cost at one position
     per decoding step."""
     return F.linear(x, layer.weight, layer.bias)
+
+
+def layer_norm(x: torch.Tensor, norm: nn.LayerNorm) -> torch.Tensor:
+    """``norm(x)`` as a plain function call (see :func:`linear`)."""
+    return F.layer_norm(x, norm.normalized_shape, norm.weight, norm.bias, norm.eps)
 
 
 def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
@@ -227,8 +233,8 @@ class Sublayer(nn.Module):
     def forward(self, x: torch.Tensor, function, *args, **kwargs) -> torch.Tensor:
         """x (b, t, d) -> (b, t, d); ``function(y, *args, **kwargs)`` is the sublayer."""
         if self.pre_norm:
-            return x + dropout(function(self.norm(x), *args, **kwargs), self.dropout, self.training)
-        return self.norm(x + dropout(function(x, *args, **kwargs), self.dropout, self.training))
+            return x + dropout(function(layer_norm(x, self.norm), *args, **kwargs), self.dropout, self.training)
+        return layer_norm(x + dropout(function(x, *args, **kwargs), self.dropout, self.training), self.norm)
 
 
 class EncoderLayer(nn.Module):

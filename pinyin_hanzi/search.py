@@ -117,22 +117,22 @@ def beam_search(model: Transformer, source: torch.Tensor, constraint: Constraint
     cache = model.new_cache()
     scores = torch.full((batch, beam), float("-inf"))
     scores[:, 0] = 0.0  # one live beam to start from
-    history = torch.empty(batch, beam, 0, dtype=torch.long)  # (b, k, t) hanzi ids chosen so far
+    history = torch.zeros(batch, beam, length, dtype=torch.long)  # (b, k, s) hanzi ids chosen so far
     previous = torch.full((batch * beam, 1), BOS_ID, dtype=torch.long, device=source.device)
     context = fusion.start(batch * beam) if fusion is not None else None
     for position in range(length):
         if position == length - 1 and (forced := constraint.forced(position)) is not None:
-            history = torch.cat([history, forced.reshape(batch, beam, 1)], dim=2)
+            history[:, :, position] = forced.reshape(batch, beam)
             if fusion is not None:  # the n-gram model may still change the beams' order
                 scores = scores + fusion.scores(context, forced[:, None]).view(batch, beam)
                 scores, rank = scores.sort(dim=-1, descending=True)
                 history = history.gather(1, rank[..., None].expand_as(history))
             break
-        ids, real, lists = constraint.at(position)  # (b k, c)
+        ids, real, lists = constraint.at(position)  # the constraint's one place: (b k, c) allowed ids
         logits = model.decode(previous, memory, cross_mask, cache=cache,
                               candidates=ids[:, None, :].to(source.device) if lists else None)  # (b k, 1, c)
         log_probs = logits[:, -1].float().cpu().masked_fill(~real, float("-inf")).log_softmax(-1)
-        if fusion is not None:
+        if fusion is not None:  # the n-gram model's one place (and the forced last character's, above)
             log_probs = log_probs + fusion.scores(context, ids)
         width = log_probs.shape[-1]  # c, the same for all beams of an input
         total = scores[:, :, None] + log_probs.view(batch, beam, width)  # (b, k, c)
@@ -140,14 +140,14 @@ def beam_search(model: Transformer, source: torch.Tensor, constraint: Constraint
         parent = flat_index // width
         token = ids[::beam].gather(1, flat_index % width)  # (b, k) hanzi ids
         if beam > 1:  # with one beam every row continues itself
-            history = history.gather(1, parent[..., None].expand(-1, -1, position))
+            history = history.gather(1, parent[..., None].expand_as(history))
             order = (torch.arange(batch)[:, None] * beam + parent).flatten()  # (b k,) rows kept
             cache.reorder(order.to(source.device))
             if fusion is not None:
                 context = fusion.advance(context, order, token.flatten())
-        history = torch.cat([history, token[..., None]], dim=2)
+        history[:, :, position] = token
         previous = token.view(batch * beam, 1).to(source.device)
     lengths = (source != PAD_ID).sum(dim=1).tolist()
-    alive = scores > float("-inf")
+    alive = scores != float("-inf")  # dead beams (fewer candidates than beams); NaN (broken weights) stays
     return [[(history[i, k, : lengths[i]].tolist(), float(scores[i, k])) for k in range(beam) if alive[i, k]]
             for i in range(batch)]

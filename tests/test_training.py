@@ -234,7 +234,7 @@ def test_a_bf16_step_multiplies_in_bf16_and_keeps_fp32_weights_close_to_an_fp32_
         copy = Transformer(model.config, source_vocab_size=20, target_vocab_size=40)
         copy.load_state_dict(model.state_dict())
         output_dtypes = []
-        copy.decoder_layers[0].feed_forward.net[0].register_forward_hook(lambda m, i, out: output_dtypes.append(out.dtype))
+        copy.decoder_layers[0].feed_forward.register_forward_hook(lambda m, i, out: output_dtypes.append(out.dtype))
         optimizer = torch.optim.AdamW(copy.parameters(), lr=1e-3)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
         config = TrainConfig(precision=precision, label_smoothing=0.0)
