@@ -1,0 +1,209 @@
+"""Load test of the HTTP service: starts it (``python -m pinyin_hanzi.cli.serve``) on 127.0.0.1, drives it from N
+concurrent closed-loop clients (each sends its next request when its last one is answered) and reports
+sentences/s, p50 and p99 latency and failed requests at each N, with dynamic batching and without, side by side.
+
+    python bench/serve_load.py                                   # 1, 8, 32, 128 clients, 20 s each, beam 1
+    python bench/serve_load.py --clients 32 --seconds 300 --max-requests 10000   # a long run at one level
+
+Every request converts one 10-syllable line (16 sentences, cycled). Each level stops after ``--seconds`` or
+``--max-requests``, whichever comes first; traffic goes to 127.0.0.1 only. The clients run in this process,
+on the same CPU as the service: on a 2-core machine they take a share of it, so the figures are a lower bound.
+Needs httpx (pip install httpx), the service's test client.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from pinyin_hanzi.pinyin import hanzi_to_tokens  # noqa: E402
+
+# Ten characters each, so ten syllables typed.
+SENTENCES = ["我们明天早上八点见面", "今天的天气非常好啊", "他每天骑自行车上班去", "这本书对我很有帮助",
+             "请问火车站应该怎么走", "中国人民勤劳又勇敢", "妈妈在超市买了苹果", "学生们在教室里读书",
+             "我想去北京看看长城", "春天来了花都开了吧", "你吃过饭了没有呢啊", "上海是一个大城市啊",
+             "她喜欢唱歌也爱跳舞", "银行就在长安街上面", "谢谢你昨天的帮助啊", "我们一起去公园散步"]
+
+
+def typed_lines() -> list[str]:
+    lines = []
+    for sentence in SENTENCES:
+        tokens = hanzi_to_tokens(sentence)
+        if tokens is None or len(tokens) != len(sentence):
+            raise SystemExit(f"cannot read {sentence} as syllables")
+        lines.append(" ".join(tokens))
+    return lines
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class Service:
+    """The service in a child process, stopped with SIGTERM."""
+
+    def __init__(self, *args: str, timeout_s: float = 300):
+        self.url = f"http://127.0.0.1:{free_port()}"
+        self.log = tempfile.TemporaryFile(mode="w+")
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+        self.process = subprocess.Popen([sys.executable, "-m", "pinyin_hanzi.cli.serve", "--port",
+                                         self.url.rsplit(":", 1)[1], *args], cwd=ROOT, env=env, stdout=self.log,
+                                        stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise SystemExit(f"the service exited with {self.process.returncode}:\n{self.output()}")
+            try:
+                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.3)
+        self.stop()
+        raise SystemExit(f"the service did not answer within {timeout_s} s")
+
+    def output(self) -> str:
+        self.log.seek(0)
+        return self.log.read()
+
+    def stop(self) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        return self.process.returncode
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    """Nearest-rank percentile of ``values`` (fraction 0-1); NaN where there are none."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(fraction * len(ordered) + 0.5) - 1))]
+
+
+async def drive(url: str, clients: int, lines: list[str], seconds: float, max_requests: int, body: dict) -> dict:
+    """Closed-loop clients for ``seconds`` or ``max_requests`` requests in all: throughput and latencies."""
+    latencies: list[float] = []
+    failures: list[str] = []
+    issued = 0
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as client:
+        start = time.perf_counter()
+        deadline = start + seconds
+
+        async def one_client(index: int) -> None:
+            nonlocal issued
+            turn = index
+            while issued < max_requests and time.perf_counter() < deadline:
+                issued += 1
+                line = lines[turn % len(lines)]
+                turn += 1
+                sent = time.perf_counter()
+                try:
+                    answer = await client.post("/convert", json={**body, "text": line})
+                    ok = answer.status_code == 200 and answer.json()["input"] == line
+                    if not ok:
+                        failures.append(f"{answer.status_code}: {answer.text[:200]}")
+                except httpx.HTTPError as error:
+                    ok = False
+                    failures.append(repr(error))
+                if ok:
+                    latencies.append(time.perf_counter() - sent)
+
+        await asyncio.gather(*(one_client(index) for index in range(clients)))
+        elapsed = time.perf_counter() - start
+    return {"clients": clients, "requests": issued, "failed": len(failures), "seconds": elapsed,
+            "sentences_per_s": len(latencies) / elapsed, "p50_ms": 1000 * percentile(latencies, 0.50),
+            "p99_ms": 1000 * percentile(latencies, 0.99), "failures": failures[:5]}
+
+
+def measure(mode: str, service_args: list[str], args, lines: list[str]) -> list[dict]:
+    service = Service(*service_args)
+    try:
+        body = {"nbest": args.nbest} | ({"beam": args.beam} if args.beam else {})
+        asyncio.run(drive(service.url, 4, lines, 5, 40, body))  # warm-up: first calls are slower
+        results = []
+        for clients in args.clients:
+            result = asyncio.run(drive(service.url, clients, lines, args.seconds, args.max_requests, body))
+            result["mode"] = mode
+            results.append(result)
+            print(f"  {mode:>10}  {clients:4d} clients: {result['sentences_per_s']:7.1f} sentences/s  "
+                  f"p50 {result['p50_ms']:7.1f} ms  p99 {result['p99_ms']:7.1f} ms  "
+                  f"{result['requests']} requests, {result['failed']} failed", file=sys.stderr, flush=True)
+        health = httpx.get(f"{service.url}/health").json()
+        results.append({"mode": mode, "health": health})
+    finally:
+        status = service.stop()
+        if status != 0:
+            print(f"note: the {mode} service exited with {status}:\n{service.output()[-2000:]}", file=sys.stderr)
+    return results
+
+
+def table(batched: list[dict], unbatched: list[dict]) -> str:
+    rows = ["| clients | batched: sentences/s | p50 ms | p99 ms | failed | unbatched: sentences/s | p50 ms "
+            "| p99 ms | failed |", "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    by_clients = {r["clients"]: r for r in unbatched if "clients" in r}
+    for result in (r for r in batched if "clients" in r):
+        other = by_clients.get(result["clients"])
+        cells = [f"{result['clients']}", f"{result['sentences_per_s']:.1f}", f"{result['p50_ms']:.0f}",
+                 f"{result['p99_ms']:.0f}", f"{result['failed']}/{result['requests']}"]
+        cells += ([f"{other['sentences_per_s']:.1f}", f"{other['p50_ms']:.0f}", f"{other['p99_ms']:.0f}",
+                   f"{other['failed']}/{other['requests']}"] if other else ["-"] * 4)
+        rows.append("| " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--clients", type=int, nargs="+", default=[1, 8, 32, 128])
+    parser.add_argument("--seconds", type=float, default=20, help="at most this long per level (default 20)")
+    parser.add_argument("--max-requests", type=int, default=5000, help="at most this many requests per level")
+    parser.add_argument("--beam", type=int, default=1, help="beam size of every request (default 1: greedy)")
+    parser.add_argument("--nbest", type=int, default=1)
+    parser.add_argument("--max-wait-ms", type=float, default=5.0)
+    parser.add_argument("--max-batch-lines", type=int, default=64)
+    parser.add_argument("--modes", nargs="+", default=["batched", "unbatched"], choices=["batched", "unbatched"])
+    parser.add_argument("--checkpoint", help="served model (default: the shipped one)")
+    parser.add_argument("--json", help="also write every result to this file")
+    args = parser.parse_args(argv)
+    if min(args.clients) < 1 or args.seconds <= 0 or args.max_requests < 1:
+        parser.error("--clients, --seconds and --max-requests must be positive")
+    lines = typed_lines()
+    common = ["--max-wait-ms", str(args.max_wait_ms), "--max-batch-lines", str(args.max_batch_lines)]
+    common += ["--checkpoint", args.checkpoint] if args.checkpoint else []
+    print(f"beam {args.beam}, nbest {args.nbest}, 10-syllable lines, {os.cpu_count()} CPUs, "
+          f"torch threads: the service's default", file=sys.stderr)
+    results = {mode: measure(mode, common + (["--no-batching"] if mode == "unbatched" else []), args, lines)
+               for mode in args.modes}
+    print(table(results.get("batched", []), results.get("unbatched", [])))
+    for mode, found in results.items():
+        health = next(r["health"] for r in found if "health" in r)
+        print(f"{mode}: {health['calls']} decoding calls for {health['lines']} lines, at most "
+              f"{health['largest_call']} in one")
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,474 @@
+"""The HTTP service: the Python API (``Converter``) behind FastAPI + uvicorn, and the web IME page.
+
+Endpoints: ``POST /convert`` (one text, or a list of texts), ``POST /attention`` (the cross-attention of one
+conversion, for the page's learner panel), ``GET /health``, ``GET /`` (the page, ``pinyin_hanzi/web/``) and
+the framework's OpenAPI pages (``/docs``, ``/openapi.json``).
+
+All model work runs on one worker thread, so the model is loaded once and never used by two requests at
+the same time (torch still uses its own intra-op threads inside each call). A :class:`DynamicBatcher` feeds
+that thread: conversion requests that arrive while it is busy, or within ``max_wait_ms`` of each other, are
+decoded in one ``convert_lines`` call, so throughput grows with the number of clients instead of requests
+queueing one sentence at a time.
+
+Errors are JSON ``{"error": message, "field": name-or-null}``: 413 for a body, a line or a batch over the
+limits, 415 for a body not declared JSON, 422 for malformed JSON and wrong types or values (naming the
+field), 400 for a body that is not UTF-8, JSON nested too deep to parse, and input the converter rejects,
+404 and 405 for unknown paths and methods, 500 (logged) for anything else; none of them stops the service.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import torch
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, JSONResponse
+from fastapi.staticfiles import StaticFiles
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from pinyin_hanzi.errors import PinyinHanziError
+from pinyin_hanzi.pinyin import syllables as known_syllables
+
+WEB_DIR = Path(__file__).resolve().parent / "web"
+MAX_BEAM = 16  # beyond this a request costs seconds of the shared worker for no gain in accuracy
+MAX_NBEST = 10
+LOG = logging.getLogger("pinyin_hanzi.serve")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one request may hold; a request over a limit gets 413 naming it. The defaults keep the
+    worst request (every line at full length) to a few seconds of decoding."""
+
+    max_body_bytes: int = 256 * 1024
+    max_line_chars: int = 256  # characters of one text (longer ones are converted window by window)
+    max_lines: int = 256  # texts in one batch request
+
+
+class RequestError(Exception):
+    """A request the service refuses: HTTP ``status``, a one-line ``message``, the ``field`` at fault."""
+
+    def __init__(self, status: int, message: str, field: str | None = None):
+        super().__init__(message)
+        self.status, self.message, self.field = status, message, field
+
+
+# ------------------------------------------------------------------------------------------- batching
+
+@dataclass
+class _Job:
+    lines: list[str]
+    options: tuple  # (beam, nbest, chinese_punctuation): only jobs with equal options share a call
+    future: asyncio.Future
+
+
+class DynamicBatcher:
+    """Runs conversions on one worker thread, decoding jobs that arrive together in one call.
+
+    The worker takes the first waiting job, then every job already queued (those that arrived while the
+    previous call ran) and any arriving within ``max_wait_ms`` of the first, up to ``max_lines`` lines;
+    jobs with the same options are converted in one ``convert_lines`` call. With ``enabled=False`` each
+    job is converted alone, in arrival order (the baseline the load benchmark compares against).
+    If a shared call fails, its jobs are retried one by one, so one bad input fails only its own request.
+    """
+
+    def __init__(self, converter, *, max_wait_ms: float = 5.0, max_lines: int = 64, enabled: bool = True):
+        self.converter = converter
+        self.max_wait_s, self.max_lines, self.enabled = max_wait_ms / 1000, max_lines, enabled
+        self.calls = 0  # convert_lines calls made
+        self.lines = 0  # lines converted
+        self.largest_call = 0  # most lines in one call
+        self.decoding = 0  # lines in the call in progress
+        self._executor: ThreadPoolExecutor | None = None
+        self._queue: asyncio.Queue[_Job] | None = None
+        self._worker: asyncio.Task | None = None
+
+    async def start(self) -> None:
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="model")
+        self._queue = asyncio.Queue()
+        self._worker = asyncio.create_task(self._run())
+
+    async def stop(self) -> None:
+        """Cancel the worker, fail what is still queued, wait for the call in progress to end."""
+        if self._worker is not None:
+            self._worker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._worker
+        while self._queue is not None and not self._queue.empty():
+            job = self._queue.get_nowait()
+            if not job.future.done():
+                job.future.set_exception(RequestError(503, "the service is shutting down"))
+        if self._executor is not None:
+            self._executor.shutdown(wait=True, cancel_futures=True)
+
+    async def call(self, function: Callable, *args) -> Any:
+        """``function(*args)`` on the model thread (after the call in progress)."""
+        if self._executor is None:
+            raise RequestError(503, "the service is not running")
+        return await asyncio.get_running_loop().run_in_executor(self._executor, function, *args)
+
+    async def convert(self, lines: list[str], *, beam: int, nbest: int,
+                      chinese_punctuation: bool = False) -> list[list]:
+        """Up to ``nbest`` Candidates per line, best first (``Converter.convert_lines``)."""
+        if self._queue is None:
+            raise RequestError(503, "the service is not running")
+        future = asyncio.get_running_loop().create_future()
+        self._queue.put_nowait(_Job(lines, (beam, nbest, chinese_punctuation), future))
+        return await future
+
+    async def _collect(self) -> list[_Job]:
+        jobs = [await self._queue.get()]
+        if not self.enabled:
+            return jobs
+        size = len(jobs[0].lines)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.max_wait_s
+        while size < self.max_lines:
+            try:
+                job = self._queue.get_nowait()
+            except asyncio.QueueEmpty:
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    break
+                try:
+                    job = await asyncio.wait_for(self._queue.get(), remaining)
+                except asyncio.TimeoutError:
+                    break
+            jobs.append(job)
+            size += len(job.lines)
+        return jobs
+
+    async def _run(self) -> None:
+        while True:
+            jobs = [job for job in await self._collect() if not job.future.done()]  # done: the client left
+            groups: dict[tuple, list[_Job]] = {}
+            for job in jobs:
+                groups.setdefault(job.options, []).append(job)
+            for options, group in groups.items():
+                try:
+                    await self._decode(group, options)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as error:  # the worker must outlive any one call
+                    LOG.exception("conversion failed")
+                    for job in group:
+                        if not job.future.done():
+                            job.future.set_exception(error)
+
+    def _convert_lines(self, lines: list[str], options: tuple) -> list[list]:
+        beam, nbest, chinese_punctuation = options
+        found = self.converter.convert_lines(lines, beam=beam, nbest=nbest, constrained=self.converter.constrained,
+                                             chinese_punctuation=chinese_punctuation)
+        self.calls += 1
+        self.lines += len(lines)
+        self.largest_call = max(self.largest_call, len(lines))
+        return found
+
+    async def _decode(self, group: list[_Job], options: tuple) -> None:
+        lines = [line for job in group for line in job.lines]
+        self.decoding = len(lines)
+        try:
+            found = await self.call(self._convert_lines, lines, options)
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:
+            if len(group) > 1:
+                for job in group:
+                    await self._decode([job], options)
+                return
+            if not group[0].future.done():
+                group[0].future.set_exception(error)
+            return
+        finally:
+            self.decoding = 0
+        start = 0
+        for job in group:
+            if not job.future.done():
+                job.future.set_result(found[start: start + len(job.lines)])
+            start += len(job.lines)
+
+
+# ------------------------------------------------------------------------------------- request models
+
+class _Strict(BaseModel):
+    # strict: "5" is not a beam and 1 is not a text; forbid: a misspelled field is an error, not ignored
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+def _check_unicode(text: str) -> str:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("text holds a lone surrogate (\\ud800-\\udfff escape): not Unicode text") from None
+    return text
+
+
+class ConvertRequest(_Strict):
+    text: str | list[str] = Field(description="typed pinyin (e.g. 'ni hao', 'nihao', 'ni3hao3'), or a list of "
+                                              "such texts, converted as one batch")
+    beam: int | None = Field(None, ge=1, le=MAX_BEAM, description="beam size; default: the model's decode.beam")
+    nbest: int = Field(5, ge=1, le=MAX_NBEST, description="how many distinct candidates to return per text")
+    chinese_punctuation: bool = Field(False, description="ASCII , . ? ! after a hanzi become ，。？！")
+
+    @field_validator("text")
+    @classmethod
+    def _unicode(cls, text: str | list[str]) -> str | list[str]:
+        for line in [text] if isinstance(text, str) else text:
+            _check_unicode(line)
+        return text
+
+
+class AttentionRequest(_Strict):
+    text: str = Field(description="a conversion's characters, one per syllable")
+    syllables: list[str] = Field(description="the syllables (model tokens) that text was read as")
+
+    @field_validator("text")
+    @classmethod
+    def _unicode(cls, text: str) -> str:
+        return _check_unicode(text)
+
+
+class Piece(BaseModel):
+    reading: str = Field(description="the syllable (model token) this character converts")
+    text: str = Field(description="the character it became")
+    passthrough: bool = Field(description="true where the input passed through (letters, digits, "
+                                          "punctuation, hanzi typed as they are), not a syllable converted")
+
+
+class CandidateOut(BaseModel):
+    text: str
+    score: float = Field(description="log-probability under the model (higher is better)")
+    syllables: list[str] = Field(description="the reading of the input this candidate converts")
+    pieces: list[Piece] = Field(description="syllable -> character, one per syllable")
+    notes: list[str] = Field(description="fallbacks the converter used, if any")
+
+
+class Conversion(BaseModel):
+    input: str
+    output: str = Field(description="the best candidate's text")
+    candidates: list[CandidateOut] = Field(description="best first")
+
+
+class BatchConversion(BaseModel):
+    results: list[Conversion] = Field(description="one per input text, in order")
+
+
+class Attention(BaseModel):
+    chars: list[str] = Field(description="rows: the characters (decoder queries)")
+    syllables: list[str] = Field(description="columns: the syllables (encoder keys)")
+    layers: list[list[list[float]]] = Field(description="per decoder layer, heads averaged: chars x syllables, "
+                                                        "each row sums to 1")
+
+
+class Health(BaseModel):
+    status: str
+    checkpoint: str | None
+    beam: int
+    batching: bool
+    calls: int = Field(description="convert_lines calls made so far")
+    lines: int = Field(description="texts converted so far")
+    largest_call: int = Field(description="most texts converted in one call")
+    decoding: int = Field(description="texts in the call in progress")
+
+
+# ----------------------------------------------------------------------------------------- the app
+
+def _pieces(candidate) -> list[dict]:
+    """One piece per syllable; none where text and syllables do not pair up one to one."""
+    if len(candidate.text) != len(candidate.syllables):
+        return []
+    return [{"reading": reading, "text": char, "passthrough": reading == char or reading not in known_syllables()}
+            for reading, char in zip(candidate.syllables, candidate.text)]
+
+
+def _conversion(line: str, candidates: Sequence) -> dict:
+    return {"input": line, "output": candidates[0].text if candidates else "",
+            "candidates": [{"text": c.text, "score": float(c.score), "syllables": list(c.syllables),
+                            "pieces": _pieces(c), "notes": list(c.notes)} for c in candidates]}
+
+
+def _check_lines(lines: list[str], limits: Limits) -> None:
+    if len(lines) > limits.max_lines:
+        raise RequestError(413, f"{len(lines)} texts in one request; at most {limits.max_lines}", "text")
+    for index, line in enumerate(lines):
+        if len(line) > limits.max_line_chars:
+            where = "text" if len(lines) == 1 else f"text.{index}"
+            raise RequestError(413, f"{len(line)} characters in one text; at most {limits.max_line_chars}", where)
+
+
+def cross_attention(converter, text: str, syllables: Sequence[str]) -> list[list[list[float]]]:
+    """Cross-attention of ``text`` read as ``syllables``: per decoder layer a (t, s) list of lists, heads
+    averaged (t characters, s syllables). Raises RequestError (422) where they do not pair up."""
+    if not text or len(text) != len(syllables):
+        raise RequestError(422, f"text has {len(text)} characters and syllables {len(syllables)} entries: "
+                                f"they must pair up one to one (and not be empty)", "syllables")
+    device = next(converter.model.parameters()).device
+    source = torch.tensor([converter.pinyin_vocab.encode(list(syllables))], device=device)
+    target = torch.tensor([converter.hanzi_vocab.encode(text)], device=device)
+    maps = converter.model.attention_maps(source, target)
+    return [layer[0].float().mean(dim=0).tolist() for layer in maps["cross"]]  # (h, t, s) -> (t, s)
+
+
+def _field(error: dict) -> str:
+    """``beam``, ``text.3``: a validation error's place in the body (``body`` for malformed JSON, whose
+    location is a character offset)."""
+    if error.get("type") == "json_invalid":
+        return "body"
+    # pydantic names the member of a union it tried (text: str | list[str] -> "str", "list[str]"): not a field
+    parts = [str(part) for part in error["loc"] if part not in ("body", "str") and "[" not in str(part)]
+    return ".".join(parts) or "body"
+
+
+def _error(status: int, message: str, field: str | None) -> JSONResponse:
+    return JSONResponse({"error": message, "field": field}, status_code=status)
+
+
+def _is_json(content_type: bytes | None) -> bool:
+    media = (content_type or b"").split(b";")[0].strip().lower()
+    return media == b"application/json" or (media.startswith(b"application/") and media.endswith(b"+json"))
+
+
+class BodyCheck:
+    """ASGI middleware, before any parsing: a POST body must be declared JSON (415), fit in ``max_bytes``
+    (413, whether or not a Content-Length announced it) and be UTF-8 (400)."""
+
+    def __init__(self, app, max_bytes: int):
+        self.app, self.max_bytes = app, max_bytes
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or scope["method"] != "POST":
+            return await self.app(scope, receive, send)
+        headers = dict(scope.get("headers") or [])
+        if not _is_json(headers.get(b"content-type")):
+            return await _error(415, "send the body as JSON, with Content-Type: application/json",
+                                "body")(scope, receive, send)
+        too_large = _error(413, f"request body over {self.max_bytes} bytes", "body")
+        declared = headers.get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+            return await too_large(scope, receive, send)
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            if size > self.max_bytes:
+                return await too_large(scope, receive, send)
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        try:
+            body.decode("utf-8")
+        except UnicodeDecodeError as error:
+            return await _error(400, f"request body is not UTF-8 (byte {error.start})", "body")(scope, receive, send)
+        sent = False
+
+        async def replay():
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        return await self.app(scope, replay, send)
+
+
+def create_app(converter, *, limits: Limits = Limits(), batching: bool = True, max_wait_ms: float = 5.0,
+               max_batch_lines: int = 64) -> FastAPI:
+    """The FastAPI app serving ``converter`` (a ``Converter``, loaded once and shared by all requests).
+    Its batcher starts and stops with the app's lifespan (uvicorn, or ``with TestClient(app)``)."""
+    batcher = DynamicBatcher(converter, max_wait_ms=max_wait_ms, max_lines=max_batch_lines, enabled=batching)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):
+        await batcher.start()
+        try:
+            yield
+        finally:
+            await batcher.stop()
+
+    app = FastAPI(title="pinyin_hanzi", summary="Pinyin to Chinese characters with a Transformer",
+                  version=_version(), lifespan=lifespan)
+    app.state.batcher, app.state.converter, app.state.limits = batcher, converter, limits
+
+    @app.exception_handler(RequestError)
+    async def request_error(request: Request, error: RequestError):
+        return _error(error.status, error.message, error.field)
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(request: Request, error: RequestValidationError):
+        detail = [{"field": _field(e), "message": e["msg"]} for e in error.errors()] or [
+            {"field": "body", "message": "invalid request"}]
+        detail = [entry for i, entry in enumerate(detail) if entry not in detail[:i]]
+        first = detail[0]
+        return JSONResponse({"error": f"{first['field']}: {first['message']}", "field": first["field"],
+                             "detail": detail}, status_code=422)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, error: StarletteHTTPException):  # 404, 405, unparseable bodies
+        return JSONResponse({"error": str(error.detail), "field": None}, status_code=error.status_code,
+                            headers=error.headers)
+
+    @app.exception_handler(PinyinHanziError)
+    async def converter_error(request: Request, error: PinyinHanziError):
+        return _error(400, str(error), "text")
+
+    @app.exception_handler(Exception)
+    async def internal_error(request: Request, error: Exception):
+        LOG.exception("request failed")
+        return _error(500, f"internal error: {type(error).__name__}", None)
+
+    @app.post("/convert", response_model=Conversion | BatchConversion,
+              responses={413: {"description": "body, text or batch over the limits"},
+                         422: {"description": "malformed JSON, wrong type or value (names the field)"},
+                         415: {"description": "body not declared JSON"},
+                         400: {"description": "body not UTF-8, or input the converter rejects"}})
+    async def convert(request: ConvertRequest):
+        """Convert one text (``{"text": "ni hao"}`` -> one result) or a list of texts (-> ``results``)."""
+        lines = [request.text] if isinstance(request.text, str) else request.text
+        _check_lines(lines, limits)
+        beam = request.beam or converter.beam
+        found = await batcher.convert(lines, beam=beam, nbest=request.nbest,
+                                      chinese_punctuation=request.chinese_punctuation)
+        results = [_conversion(line, candidates) for line, candidates in zip(lines, found)]
+        return results[0] if isinstance(request.text, str) else {"results": results}
+
+    @app.post("/attention", response_model=Attention)
+    async def attention(request: AttentionRequest):
+        """Cross-attention of one conversion (a candidate's ``text`` and ``syllables`` from /convert)."""
+        _check_lines([request.text], limits)
+        if len(request.syllables) > limits.max_line_chars:
+            raise RequestError(413, f"{len(request.syllables)} syllables; at most {limits.max_line_chars}",
+                               "syllables")
+        layers = await batcher.call(cross_attention, converter, request.text, request.syllables)
+        return {"chars": list(request.text), "syllables": list(request.syllables), "layers": layers}
+
+    @app.get("/health", response_model=Health)
+    async def health():
+        checkpoint = getattr(converter, "checkpoint", None)
+        return {"status": "ok", "checkpoint": str(checkpoint) if checkpoint else None, "beam": converter.beam,
+                "batching": batcher.enabled, "calls": batcher.calls, "lines": batcher.lines,
+                "largest_call": batcher.largest_call, "decoding": batcher.decoding}
+
+    @app.get("/", include_in_schema=False)
+    async def page():
+        return FileResponse(WEB_DIR / "index.html", media_type="text/html; charset=utf-8")
+
+    app.mount("/web", StaticFiles(directory=WEB_DIR), name="web")
+    app.add_middleware(BodyCheck, max_bytes=limits.max_body_bytes)
+    return app
+
+
+def _version() -> str:
+    from pinyin_hanzi import __version__
+
+    return __version__

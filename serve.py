@@ -1,0 +1,13 @@
+#!/usr/bin/env python3
+"""Serve pinyin -> hanzi conversion over HTTP, with a web IME page at / (see pinyin_hanzi/serve.py).
+
+    python serve.py                               # the shipped model on http://127.0.0.1:8000
+    python serve.py --checkpoint checkpoints/quickstart/best.pt --port 8080
+"""
+
+import sys
+
+from pinyin_hanzi.cli.serve import main
+
+if __name__ == "__main__":
+    sys.exit(main())

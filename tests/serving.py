@@ -1,0 +1,65 @@
+"""Starting the real service for the tests: ``python -m pinyin_hanzi.cli.serve`` on 127.0.0.1 and a free port,
+the shipped model, ready once /health answers."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+import httpx
+import pytest
+from conftest import ROOT
+
+START_TIMEOUT_S = 180  # loading the model takes seconds, more on a busy machine
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def start_service(*args: str) -> tuple[subprocess.Popen, str]:
+    """The service process and its base URL; fails the test with its stderr if it does not come up."""
+    port = free_port()
+    env = {key: value for key, value in os.environ.items() if key != "PINYIN_HANZI_CHECKPOINT"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    log = tempfile.TemporaryFile(mode="w+")  # a file, not a pipe: a full pipe nobody reads would block it
+    process = subprocess.Popen([sys.executable, "-m", "pinyin_hanzi.cli.serve", "--port", str(port), *args],
+                               cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
+    process.log = log
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            pytest.fail(f"the service exited with {process.returncode}:\n{_output(process)}")
+        try:
+            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                return process, url
+        except httpx.TransportError:
+            pass
+        time.sleep(0.3)
+    stop_service(process)
+    pytest.fail(f"the service did not answer /health within {START_TIMEOUT_S} s")
+
+
+def _output(process: subprocess.Popen) -> str:
+    process.log.seek(0)
+    return process.log.read()
+
+
+def stop_service(process: subprocess.Popen, timeout: float = 30) -> tuple[int, str]:
+    """SIGTERM, then the exit status and output (SIGKILL after ``timeout``: status -9)."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+    return process.returncode, _output(process)
