@@ -138,25 +138,28 @@ class WordLexiconLM:
         start); candidates (n, c) hanzi ids -> (n, c) log P(candidate | context) under the word-unigram
         model; 0 for candidates that are not hanzi."""
         context = context[:, -self.window :]
-        n, width = context.shape
-        c = candidates.shape[1]
-        forward, _ = self._forward(context)
-        # The text so far as a prefix: a word boundary at the end, or a word begun at one of the last L starts.
-        ends_with_boundary = ~self.is_word_char[context[:, -1]]
-
-        def prefix_score(sequence: torch.Tensor, before: torch.Tensor) -> torch.Tensor:
-            """sequence (k, w') and its forward values before (k, w'+1) -> (k,) log P(prefix)."""
-            keys = self._span_keys(sequence[:, -MAX_WORD_LEN:])[:, -1].contiguous()  # (k, L): spans ending at the end
-            log_masses = _find(self.prefix_keys, self.prefix_log_probs, keys)
-            end = sequence.shape[1]
-            starts = torch.arange(end - MAX_WORD_LEN, end)
-            valid = starts >= 0
-            starts_before = before[:, starts.clamp(min=0)].masked_fill(~valid, float("-inf"))
-            return torch.logsumexp(starts_before + log_masses, dim=1)
-
-        old = torch.where(ends_with_boundary, forward[:, -1], prefix_score(context, forward))  # (n,)
-        extended = torch.cat([context.repeat_interleave(c, 0), candidates.reshape(-1, 1)], dim=1)  # (n c, w+1)
-        new = prefix_score(extended, forward.repeat_interleave(c, 0)).view(n, c)
+        forward, span_keys = self._forward(context)  # (n, w + 1), (n, w, L)
+        width = context.shape[1]
+        starts = torch.arange(width + 1 - MAX_WORD_LEN, width + 1)  # where a word ending at the candidate begins
+        before = torch.where(starts >= 0, forward[:, starts.clamp(min=0)], float("-inf"))  # (n, L)
+        # Keys of the spans that end at the candidate, lengths L..1: the last l - 1 characters' digits, one
+        # more digit (the candidate), and the length's offset. The last l - 1 characters' digits are those of
+        # the context's spans ending at its end, less their own offsets.
+        ending = span_keys[:, -1, 1:] - torch.arange(MAX_WORD_LEN - 1, 0, -1) * self._length_offset  # (n, L-1)
+        ending = torch.cat([ending, torch.zeros_like(ending[:, :1])], dim=1)  # (n, L): lengths L-1 .. 0
+        valid = ending >= 0  # a span reaching before the window has key -1
+        lengths = torch.arange(MAX_WORD_LEN, 0, -1)
+        keys = ((ending * self.vocab_size)[:, None, :] + candidates[:, :, None]
+                + lengths * self._length_offset)  # (n, c, L)
+        keys = torch.where(valid[:, None, :], keys, -1)
+        new = torch.logsumexp(before[:, None, :] + _find(self.prefix_keys, self.prefix_log_probs, keys), dim=-1)
+        # The text so far as a prefix: a certain word boundary after a non-hanzi, else a word begun at one of
+        # the last L starts (spans ending at the context's end).
+        old_starts = starts - 1
+        old_before = torch.where(old_starts >= 0, forward[:, old_starts.clamp(min=0)], float("-inf"))  # (n, L)
+        old_prefix = torch.logsumexp(old_before + _find(self.prefix_keys, self.prefix_log_probs, span_keys[:, -1]),
+                                     dim=-1)
+        old = torch.where(self.is_word_char[context[:, -1]], old_prefix, forward[:, -1])  # (n,)
         scores = new - old[:, None]
         return torch.where(self.is_word_char[candidates], scores, 0.0)
 
