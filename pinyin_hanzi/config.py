@@ -151,7 +151,10 @@ def _validate(config: Config, where: str) -> None:
     check(math.isfinite(dec.word_weight) and dec.word_weight >= 0, "decode.word_weight", "a finite number >= 0")
     check(dec.word_table in WORD_TABLES, "decode.word_table", f"one of {', '.join(WORD_TABLES)}")
     check(0 <= dec.word_min_frequency < 1, "decode.word_min_frequency", "a number in [0, 1)")
-    check(bool(t.name) and "/" not in t.name, "train.name", "a non-empty name without '/'")
+    # The name becomes a folder under checkpoint_dir and runs_dir: one plain path component, so that a run
+    # can never write into a parent folder or somewhere else (``..``, ``.``, ``a/b``, ``C:\x``).
+    check(bool(t.name) and t.name not in (".", "..") and not any(char in t.name for char in "/\\:\0")
+          and t.name == t.name.strip(), "train.name", "a plain folder name (not . or .., no / \\ : or spaces around)")
     check(t.device in ("auto", "cpu", "cuda", "mps"), "train.device", "auto, cpu, cuda or mps")
     check(t.threads >= 0, "train.threads", "an integer >= 0")
     check(t.max_steps > 0, "train.max_steps", "a positive integer")

@@ -113,3 +113,9 @@ def test_reference_lists_every_key_with_its_default():
     for section, cls in SECTIONS.items():
         for item in dataclasses.fields(cls):
             assert f"| `{section}.{item.name}` |" in reference
+
+
+@pytest.mark.parametrize("name", ["..", ".", "a/b", "..\\x", "c:x", "' run '", ""])
+def test_a_run_name_is_one_plain_folder_name(name):
+    with pytest.raises(ConfigError, match="train.name"):
+        load_config(None, [f"train.name={name}"])
