@@ -234,11 +234,14 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
         except (OSError, UnicodeDecodeError) as error:
             raise ConfigError(f"cannot read config file {path}: {error}") from None
         try:
-            raw = yaml.safe_load(text) or {}
+            raw = yaml.safe_load(text)
         except yaml.YAMLError as error:
             mark = getattr(error, "problem_mark", None)
             at = f" (line {mark.line + 1})" if mark is not None else ""
             raise ConfigError(f"{path}: not valid YAML{at}") from None
+        if raw is None:  # an empty file is a mistake, not a request for a 10,000-step run on defaults
+            raise ConfigError(f"{path} is empty: expected the sections data, model, train, decode "
+                              f"(see configs/quickstart.yaml)")
         if not isinstance(raw, dict):
             raise ConfigError(f"{path}: expected a mapping of sections (data, model, train, decode)")
         for section, values in raw.items():

@@ -119,3 +119,11 @@ def test_reference_lists_every_key_with_its_default():
 def test_a_run_name_is_one_plain_folder_name(name):
     with pytest.raises(ConfigError, match="train.name"):
         load_config(None, [f"train.name={name}"])
+
+
+@pytest.mark.parametrize("text", ["", "\n# only a comment\n"])
+def test_an_empty_config_file_is_an_error(tmp_path, text):
+    path = tmp_path / "empty.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match="is empty"):
+        load_config(path)
