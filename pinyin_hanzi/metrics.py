@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 from typing import Sequence
 
 from pinyin_hanzi.pinyin import is_hanzi
+from pinyin_hanzi.typed_input import prefix_token
 
 
 def edit_distance(hypothesis: str, reference: str) -> int:
@@ -36,10 +38,35 @@ def conversion_scores(hypotheses: Sequence[str], references: Sequence[str]) -> d
     }
 
 
-def typed(tokens: Sequence[str], hanzi: str, unsegmented: bool = False) -> str:
+def abbreviated_positions(hanzi: str, tokens: Sequence[str], share: float) -> list[int]:
+    """Positions of ``hanzi`` whose syllable a user types abbreviated, for a ``share`` in [0, 1]: position i
+    is chosen when a hash of (hanzi, i) falls below ``share``, so the choice depends on the text alone and
+    every engine given the same example gets the same input. Only hanzi whose syllable is longer than its
+    abbreviation count (``a``, ``e``, ``n`` abbreviate to themselves). Raises ValueError for a share
+    outside [0, 1]."""
+    if not 0.0 <= share <= 1.0:
+        raise ValueError(f"abbreviate must be a share between 0 and 1, not {share}")
+    chosen = []
+    for position, (char, token) in enumerate(zip(hanzi, tokens)):
+        if not is_hanzi(char) or len(prefix_token(token)) - 1 >= len(token):
+            continue
+        digest = hashlib.blake2b(f"{hanzi}\t{position}".encode(), digest_size=8).digest()
+        if int.from_bytes(digest, "big") < share * 2**64:
+            chosen.append(position)
+    return chosen
+
+
+def typed(tokens: Sequence[str], hanzi: str, unsegmented: bool = False, abbreviate: float = 0.0) -> str:
     """How a user types the pinyin of ``hanzi``: tokens separated by spaces, or run together — except where
     running together would change the meaning: a digit right after a syllable (``di4`` would be a tone)
-    and a Latin word next to a syllable (``zaiTxing``) get a space between them."""
+    and a Latin word next to a syllable (``zaiTxing``) get a space between them. ``abbreviate``: the share
+    of syllables typed as their initial (``b`` for bei, ``zh`` for zhong), chosen by
+    :func:`abbreviated_positions`; run together, ``wo xiang q b j`` becomes ``woxiangqbj``, with no
+    apostrophe where an abbreviation and what follows read as a syllable (``xi'an'g`` typed ``xiang``)."""
+    if abbreviate:
+        tokens = list(tokens)
+        for position in abbreviated_positions(hanzi, tokens, abbreviate):
+            tokens[position] = prefix_token(tokens[position])[:-1]
     if not unsegmented:
         return " ".join(tokens)
     out, previous = "", None  # previous: "syllable", "latin" or "other"
@@ -50,3 +77,4 @@ def typed(tokens: Sequence[str], hanzi: str, unsegmented: bool = False) -> str:
         out += token
         previous = kind
     return out
+
