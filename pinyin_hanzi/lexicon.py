@@ -13,6 +13,7 @@ symbol itself.
 
 from __future__ import annotations
 
+import functools
 import re
 
 import torch
@@ -36,6 +37,11 @@ def _syllable_characters(key: str) -> tuple[str, ...]:
     if chars is None:
         return (key,)
     return chars + (key,) if len(key) == 1 else chars
+
+
+@functools.lru_cache(maxsize=None)
+def _character_set(syllable: str) -> frozenset[str]:
+    return frozenset(_syllable_characters(syllable))
 
 
 class Lexicon:
@@ -76,6 +82,20 @@ class Lexicon:
             chars = _syllable_characters(syllable)
             found.update(dict.fromkeys(chars[:-1] if len(_TONE.sub("", syllable)) == 1 else chars))
         return tuple(found) or (key,)
+
+    @staticmethod
+    def syllable_of(char: str, key: str) -> str:
+        """The syllable of ``key`` that ``char`` was chosen as: for a prefix or fuzzy key the first of its
+        syllables (:func:`key_syllables`, toned if the key is) that ``char`` has among its characters, else
+        its first syllable (a fallback, or unconstrained output); for a syllable key the key itself; for a
+        literal key the character."""
+        if is_literal_key(key):
+            return char
+        if PREFIX not in key and "|" not in key:
+            return key
+        syllables = key_syllables(key) or key_syllables(_TONE.sub("", key))
+        found = next((syllable for syllable in syllables if char in _character_set(syllable)), None)
+        return found or (syllables[0] if syllables else key)
 
     def row(self, key: str) -> int:
         """The table row of ``key``, added on first use."""
