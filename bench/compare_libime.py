@@ -6,10 +6,14 @@ wrapper expects; punctuation, digits and Latin pass through unchanged and the ru
 in place. Our model converts the whole typed line exactly as ``translate.py --evaluate`` does
 (``metrics.typed`` + ``Converter.convert_lines``). Both are scored by ``metrics.conversion_scores``.
 
+``--abbreviate P`` types the share P of syllables as their initial (``b`` for bei, ``zh`` for zhong), the
+same syllables for both engines (``metrics.abbreviated_positions``): ours reads them as prefixes, libime gets
+the typed initial letters in their place, which it reads as abbreviations itself.
+
     bash /work/shared/peers/build.sh /tmp/peers          # builds the libime wrapper (Debian packages, root)
     python bench/compare_libime.py --split data/prepared/pd1998/test.tsv [--split more.tsv ...] \\
         [--checkpoint checkpoints/quickstart/best.pt] [--libime /tmp/peers/libime_convert] \\
-        [--limit N] [--beam 1] [--engines ours,libime] [--threads 1] [--dump hyps.tsv]
+        [--limit N] [--beam 1] [--engines ours,libime] [--threads 1] [--dump hyps.tsv] [--abbreviate 0.3]
 
 Our model is the shipped one unless ``--checkpoint`` (or $PINYIN_HANZI_CHECKPOINT) names another.
 
@@ -36,8 +40,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pinyin_hanzi.corpus import Example, read_examples
-from pinyin_hanzi.metrics import conversion_scores, typed
+from pinyin_hanzi.metrics import abbreviated_positions, conversion_scores, typed
 from pinyin_hanzi.pinyin import is_hanzi
+from pinyin_hanzi.typed_input import prefix_token
 
 ENGINES = ("ours", "libime")
 
@@ -61,6 +66,15 @@ def libime_syllable(token: str) -> str | None:
     digits, Latin letters standing for themselves). libime's wrapper aborts on non-ASCII input."""
     syllable = token.replace("ü", "v")
     return syllable if syllable.isascii() and syllable.isalpha() else None
+
+
+def abbreviated(example: Example, share: float) -> Example:
+    """The example with the share ``share`` of its syllables replaced by their typed initial (bei -> b),
+    exactly those ``metrics.typed(..., abbreviate=share)`` abbreviates for our model."""
+    tokens = list(example.tokens)
+    for position in abbreviated_positions(example.hanzi, tokens, share):
+        tokens[position] = prefix_token(tokens[position])[:-1]
+    return Example(tuple(tokens), example.hanzi)
 
 
 def pieces(example: Example) -> list[str | list[str]]:
@@ -110,10 +124,10 @@ def libime_startup(binary: str, repeats: int = 3) -> tuple[float, float]:
 
 
 def convert_libime(binary: str, examples: Sequence[Example], *, unsegmented: bool,
-                   startup: tuple[float, float], split: str) -> Result:
-    """Each example's Chinese runs converted by libime (syllables joined by ' or run together) in one
-    process, reassembled with the pass-through text in place."""
-    split_examples = [pieces(example) for example in examples]
+                   startup: tuple[float, float], split: str, abbreviate: float = 0.0) -> Result:
+    """Each example's Chinese runs converted by libime (syllables joined by ' or run together, abbreviated
+    ones as their initial letters) in one process, reassembled with the pass-through text in place."""
+    split_examples = [pieces(abbreviated(example, abbreviate)) for example in examples]
     runs = [run for example in split_examples for run in example if isinstance(run, list)]
     outputs, seconds, cpu_seconds = run_libime(binary, [("" if unsegmented else "'").join(run) for run in runs])
     converted = iter(outputs)
@@ -133,12 +147,14 @@ def convert_libime(binary: str, examples: Sequence[Example], *, unsegmented: boo
 
 
 def convert_ours(converter, examples: Sequence[Example], *, unsegmented: bool, beam: int, batch_size: int,
-                 split: str) -> Result:
-    """Each example typed as ``translate.py --evaluate`` types it, converted by our model (constrained)."""
-    lines = [typed(example.tokens, example.hanzi, unsegmented) for example in examples]
-    converter.convert_lines(lines[:32], beam=beam)  # warm-up
+                 split: str, abbreviate: float = 0.0) -> Result:
+    """Each example typed as ``translate.py --evaluate`` types it, converted by our model (constrained);
+    abbreviated syllables are read as prefixes."""
+    lines = [typed(example.tokens, example.hanzi, unsegmented, abbreviate=abbreviate) for example in examples]
+    prefixes = True if abbreviate > 0 else None
+    converter.convert_lines(lines[:32], beam=beam, prefixes=prefixes)  # warm-up
     cpu_started, started = time.process_time(), time.perf_counter()
-    found = converter.convert_lines(lines, beam=beam, nbest=1, batch_size=batch_size)
+    found = converter.convert_lines(lines, beam=beam, nbest=1, batch_size=batch_size, prefixes=prefixes)
     seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu_started
     return Result(split, "ours", unsegmented, [conversions[0].text for conversions in found], seconds, cpu_seconds)
 
@@ -185,10 +201,14 @@ def main() -> int:
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (libime uses one)")
     parser.add_argument("--dump", help="write split, engine, input, reference, hypothesis lines to this TSV")
+    parser.add_argument("--abbreviate", type=float, default=0.0, metavar="P",
+                        help="type this share (0-1) of syllables as their initial, the same ones for both engines")
     args = parser.parse_args()
     engines = [engine.strip() for engine in args.engines.split(",") if engine.strip()]
     if not engines or any(engine not in ENGINES for engine in engines):
         parser.error(f"--engines takes a comma-separated list of {', '.join(ENGINES)}")
+    if not 0.0 <= args.abbreviate <= 1.0:
+        parser.error("--abbreviate must be a share between 0 and 1")
     if not args.split or ("libime" in engines and not Path(args.libime).is_file()):
         parser.error(f"needs --split FILE (prepared tokens<TAB>hanzi, e.g. data/prepared/pd1998/test.tsv) and, for "
                      f"libime, its wrapper at --libime (now {args.libime}: bash /work/shared/peers/build.sh /tmp/peers)")
@@ -216,10 +236,10 @@ def main() -> int:
             for engine in engines:
                 if engine == "ours":
                     result = convert_ours(converter, examples, unsegmented=unsegmented, beam=args.beam,
-                                          batch_size=args.batch_size, split=label)
+                                          batch_size=args.batch_size, split=label, abbreviate=args.abbreviate)
                 else:
                     result = convert_libime(args.libime, examples, unsegmented=unsegmented, startup=libime_load,
-                                            split=label)
+                                            split=label, abbreviate=args.abbreviate)
                 rows.append(summary_row(result, references))
                 print(json.dumps(rows[-1], ensure_ascii=False), file=sys.stderr, flush=True)
                 dump.extend((label, engine, rows[-1]["input"], ref, hyp)
@@ -227,6 +247,8 @@ def main() -> int:
 
     print()
     print_table(rows)
+    if args.abbreviate:
+        print(f"input: {args.abbreviate:.0%} of syllables typed as their initial, the same ones for both engines")
     if ours_load is not None:
         print(f"ours: {'greedy' if args.beam == 1 else f'beam {args.beam}'}, constrained, {args.threads} torch "
               f"thread(s), checkpoint load {ours_load:.2f} s (excluded)")
@@ -238,7 +260,7 @@ def main() -> int:
         Path(args.dump).write_text("".join("\t".join(fields) + "\n" for fields in dump), encoding="utf-8")
     print(json.dumps({
         "benchmark": "compare_libime", "checkpoint": None if checkpoint is None else str(checkpoint),
-        "beam": args.beam, "threads": args.threads, "limit": args.limit,
+        "beam": args.beam, "threads": args.threads, "limit": args.limit, "abbreviate": args.abbreviate,
         "ours_load_s": None if ours_load is None else round(ours_load, 2),
         "libime_load_s": None if libime_load is None else round(libime_load[0], 3), "results": rows,
     }, ensure_ascii=False))

@@ -82,6 +82,9 @@ class TrainConfig:
     # and on CPUs with native bf16 matrix units (AVX512-BF16 or AMX), fp32 elsewhere
 
 
+PREFIX_MODES = ("auto", "on", "off")  # decode.prefixes
+
+
 @dataclass
 class DecodeConfig:
     constrained: bool = True  # only characters whose reading matches the syllable may be chosen
@@ -103,6 +106,14 @@ class DecodeConfig:
     word_min_frequency: float = 1e-7  # words rarer than this share of the table are left out (a smaller model)
     reading_margin: float = 8.0  # with the n-gram model: readings of ambiguous letters whose prior is more
     # than this below the best reading's are not decoded (a heuristic; without the model an exact bound prunes)
+    prefixes: str = "auto"  # typed letters that begin a syllable (b, zh, zho) stand for any syllable they begin
+    # (wo xiang q b j): "on", "off", or "auto" = on when the model was trained with abbreviations (its pinyin
+    # vocabulary has the prefix tokens b* zh* ...); translate.py --prefixes overrides it
+    fuzzy: list[str] = field(default_factory=list)  # fuzzy pinyin pairs on by default, from z-zh c-ch s-sh n-l
+    # r-l f-h an-ang en-eng in-ing ian-iang uan-uang (a syllable typed with one side may become a character of
+    # the other; [] = none); translate.py --fuzzy overrides it
+    shuangpin: str = ""  # read typed letters as double-pinyin key pairs of this layout (microsoft, ziranma,
+    # xiaohe, sogou, abc, guobiao, ziguang, pinyinjiajia; "" = full pinyin); translate.py --shuangpin overrides it
 
 
 @dataclass
@@ -151,6 +162,16 @@ def _validate(config: Config, where: str) -> None:
     check(math.isfinite(dec.word_weight) and dec.word_weight >= 0, "decode.word_weight", "a finite number >= 0")
     check(dec.word_table in WORD_TABLES, "decode.word_table", f"one of {', '.join(WORD_TABLES)}")
     check(0 <= dec.word_min_frequency < 1, "decode.word_min_frequency", "a number in [0, 1)")
+    check(dec.prefixes in PREFIX_MODES, "decode.prefixes", "'auto', 'on' or 'off'")
+    if dec.fuzzy or dec.shuangpin:
+        from pinyin_hanzi.shuangpin import LAYOUTS  # the reading tables load only when these are used
+        from pinyin_hanzi.typed_input import FUZZY_PAIRS
+
+        for name in dec.fuzzy:
+            if name not in FUZZY_PAIRS:
+                raise ConfigError(f"{where}: decode.fuzzy has an unknown pair {name!r}: expected some of "
+                                  f"{', '.join(FUZZY_PAIRS)}")
+        check(dec.shuangpin in ("", *LAYOUTS), "decode.shuangpin", f"'' or one of {', '.join(LAYOUTS)}")
     # The name becomes a folder under checkpoint_dir and runs_dir: one plain path component, so that a run
     # can never write into a parent folder or somewhere else (``..``, ``.``, ``a/b``, ``C:\x``).
     check(bool(t.name) and t.name not in (".", "..") and not any(char in t.name for char in "/\\:\0")
@@ -183,10 +204,18 @@ def _validate(config: Config, where: str) -> None:
 
 def _coerce(value, annotation, key: str, where: str):
     """Return ``value`` as the field's type, or raise ConfigError naming the key."""
+    if typing.get_origin(annotation) is list:  # decode.fuzzy: names, as a list or one comma-separated string
+        if isinstance(value, str):
+            value = [name.strip() for name in value.split(",") if name.strip()]
+        if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+            raise ConfigError(f"{where}: {key}={value!r} has the wrong type: expected a list of names")
+        return list(value)
     if typing.get_origin(annotation) is dict:  # data.sources: name -> weight
         if not isinstance(value, dict):
             raise ConfigError(f"{where}: {key}={value!r} has the wrong type: expected a mapping of name: weight")
         return {str(name): _coerce(weight, float, f"{key}.{name}", where) for name, weight in value.items()}
+    if key == "decode.prefixes" and isinstance(value, bool):  # YAML 1.1 reads a bare on / off as a boolean
+        value = "on" if value else "off"
     expected = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}[annotation]
     if annotation is bool:
         ok = isinstance(value, bool)

@@ -15,9 +15,9 @@ environment variable ``PINYIN_HANZI_CHECKPOINT`` names, else the shipped model.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import torch
 
@@ -28,7 +28,9 @@ from pinyin_hanzi.data import pad
 from pinyin_hanzi.lexicon import PAD_ROW, Lexicon
 from pinyin_hanzi.model import Transformer
 from pinyin_hanzi.pinyin import CLAUSE_PUNCTUATION, is_hanzi
-from pinyin_hanzi.typed_input import Piece, alternatives, fewest_syllables, is_literal_key, literal_key, parse_pieces
+from pinyin_hanzi.shuangpin import layout_named
+from pinyin_hanzi.typed_input import (PREFIX_TOKENS, Piece, alternatives, fewest_syllables, fuzzy_pairs, is_literal_key,
+                                      is_prefix_token, literal_key, parse_pieces)
 from pinyin_hanzi.search import Constraint, Hypothesis, NgramFusion, beam_search, fusion_for
 from pinyin_hanzi.syllable_lm import SyllableBigrams
 from pinyin_hanzi.vocab import Vocab
@@ -58,6 +60,10 @@ class Candidate:
     score: float  # log-probability under the model (sum over positions), plus the reading's prior
     syllables: list[str] = field(default_factory=list)  # the model tokens of the reading it converts
     notes: list[str] = field(default_factory=list)  # fallbacks used, for verbose output
+    # Per character of text, the syllable it was read as: what was typed, except that an abbreviation (b*)
+    # or a fuzzy syllable (zi|zhi) becomes the one of its syllables the character has (bei, zhi), with the
+    # typed tone; a pass-through character stands for itself.
+    read_as: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -88,14 +94,30 @@ class Converter:
     than ``reading_margin`` below the best one's are not decoded.
 
     ``beam`` and ``constrained`` are what :meth:`convert` and :meth:`candidates` use; ``config`` and
-    ``checkpoint`` say where a converter loaded from a checkpoint came from (else None)."""
+    ``checkpoint`` say where a converter loaded from a checkpoint came from (else None).
+
+    What users type besides full pinyin (see :func:`pinyin_hanzi.typed_input.parse_pieces`), stored as the
+    attributes of the same names and overridable per call of :meth:`convert_lines`:
+
+    - ``prefixes``: letters that begin a syllable stand for any syllable they begin (``bei j``, ``wxqbj``);
+      None = on exactly when the model was trained with abbreviations (:attr:`trained_with_prefixes`: its
+      pinyin vocabulary has the prefix tokens ``b*`` ``zh*`` ...). Turned on for a model without them, a
+      prefix's model token is unknown to it (``<unk>``): the constraint alone (the characters of the
+      syllables the prefix begins) and the context choose the character, which works for common words
+      (``bei j`` -> 北京) but is weaker than a model trained with abbreviations.
+    - ``fuzzy``: names of :data:`pinyin_hanzi.typed_input.FUZZY_PAIRS` (``{"z-zh", "n-l"}``).
+    - ``shuangpin``: a layout name of :data:`pinyin_hanzi.shuangpin.LAYOUTS`, or None (or "") for full pinyin.
+
+    Raises DataError for an unknown fuzzy pair or shuangpin layout."""
 
     def __init__(self, model: Transformer, pinyin_vocab: Vocab, hanzi_vocab: Vocab,
                  device: torch.device | str = "cpu", window: int | None = None, split_penalty: float = 3.0,
                  syllable_lm: SyllableBigrams | None = None, clause_end: bool = True,
                  char_lm: CharNgramLM | None = None, lm_weight: float = 0.0, reading_margin: float = 8.0, *,
                  beam: int = DecodeConfig.beam, constrained: bool = True, config: Config | None = None,
-                 checkpoint: Path | None = None, word_lm: WordLexiconLM | None = None, word_weight: float = 0.0):
+                 checkpoint: Path | None = None, prefixes: bool | None = None,
+                 fuzzy: Iterable[str] = frozenset(), shuangpin: str | None = None,
+                 word_lm: WordLexiconLM | None = None, word_weight: float = 0.0):
         self.model = model.to(device).eval()
         self.pinyin_vocab, self.hanzi_vocab = pinyin_vocab, hanzi_vocab
         self.device = torch.device(device)
@@ -108,6 +130,10 @@ class Converter:
         fused = [(lm, weight) for lm, weight in ((self.char_lm, lm_weight), (self.word_lm, word_weight)) if lm is not None]
         self.fusion = NgramFusion(fused) if fused else None
         self.beam, self.constrained, self.config, self.checkpoint = beam, constrained, config, checkpoint
+        self.trained_with_prefixes = any(token in pinyin_vocab.ids for token in PREFIX_TOKENS)
+        self.prefixes = self.trained_with_prefixes if prefixes is None else prefixes
+        self.fuzzy = fuzzy_pairs(fuzzy)
+        self.shuangpin = layout_named(shuangpin).name if shuangpin else None
         # Training clauses end with their punctuation; typed input usually has none. Without it the model
         # reads the last syllable as the middle of a clause (ba -> 八, not 吧), so a line that ends in a
         # syllable is decoded with a virtual 。 after it, which is dropped from the output.
@@ -122,11 +148,12 @@ class Converter:
     def from_checkpoint(cls, path: str | Path | None = None, *, device: str = "cpu", lm_weight: float | None = None,
                         word_weight: float | None = None, log: Callable[[str], None] | None = None) -> Converter:
         """A converter for the checkpoint at ``path`` (None: see :func:`resolve_checkpoint`), with its
-        decode settings, syllable model, character n-gram model and word model. ``lm_weight`` and
-        ``word_weight`` replace the checkpoint's decode.lm_weight and decode.word_weight; ``log`` receives a
-        note when such a weight is > 0 but the checkpoint has no such model. ``device``: cpu, cuda, mps or
-        auto. Raises CheckpointError (one line) for a missing or unreadable checkpoint, ConfigError for an
-        unavailable device."""
+        decode settings (decode.prefixes, decode.fuzzy and decode.shuangpin included; a checkpoint older
+        than them reads full pinyin, with prefixes on only for a model trained with abbreviations), syllable
+        model, character n-gram model and word model. ``lm_weight`` and ``word_weight`` replace the
+        checkpoint's decode.lm_weight and decode.word_weight; ``log`` receives a note when such a weight is > 0
+        but the checkpoint has no such model. ``device``: cpu, cuda, mps or auto. Raises CheckpointError (one
+        line) for a missing or unreadable checkpoint, ConfigError for an unavailable device."""
         from pinyin_hanzi.runtime import select_device
 
         path, _ = resolve_checkpoint(path)
@@ -143,7 +170,8 @@ class Converter:
                    split_penalty=decode.split_penalty, syllable_lm=parts.syllable_lm, clause_end=decode.clause_end,
                    char_lm=parts.char_lm, lm_weight=decode.lm_weight, reading_margin=decode.reading_margin,
                    beam=decode.beam, constrained=decode.constrained, config=config, checkpoint=path,
-                   word_lm=parts.word_lm, word_weight=decode.word_weight)
+                   prefixes={"on": True, "off": False}.get(decode.prefixes), fuzzy=decode.fuzzy,
+                   shuangpin=decode.shuangpin or None, word_lm=parts.word_lm, word_weight=decode.word_weight)
 
     @classmethod
     def from_pretrained(cls, *, device: str = "cpu", lm_weight: float | None = None, word_weight: float | None = None,
@@ -167,9 +195,12 @@ class Converter:
 
     def convert_lines(self, lines: Sequence[str], *, beam: int | None = None, nbest: int = 1,
                       constrained: bool = True, batch_size: int = 256, alternatives_limit: int = 4,
-                      chinese_punctuation: bool = False) -> list[list[Candidate]]:
+                      chinese_punctuation: bool = False, prefixes: bool | None = None,
+                      fuzzy: Iterable[str] | None = None, shuangpin: str | None = None) -> list[list[Candidate]]:
         """Typed lines -> up to ``nbest`` distinct conversions each, best first (beam: ``self.beam`` unless
-        given, at least ``nbest``).
+        given, at least ``nbest``). ``prefixes``, ``fuzzy`` and ``shuangpin`` replace the converter's own
+        for this call when given (``fuzzy=()`` none, ``shuangpin=""`` full pinyin); DataError for an unknown
+        fuzzy pair or layout.
 
         Each alternative reading of ambiguous input (``xian`` = xian / xi'an) is decoded and the scores pick
         among them. Input longer than one window is converted chunk by chunk (cut at punctuation); its
@@ -177,7 +208,10 @@ class Converter:
         after a hanzi become ，。？！."""
         beam = max(beam or self.beam, nbest)
         fused = fusion_for(beam, self.fusion) is not None
-        plan = self._plan(lines, alternatives_limit, fused)
+        options = {"prefixes": self.prefixes if prefixes is None else prefixes,
+                   "fuzzy": self.fuzzy if fuzzy is None else fuzzy_pairs(fuzzy),
+                   "shuangpin": self.shuangpin if shuangpin is None else (shuangpin or None)}
+        plan = self._plan(lines, alternatives_limit, fused, options)
         found = self._decode_best_first(plan, beam, nbest, constrained, batch_size, fused)
         return self._assemble(plan, found, nbest, chinese_punctuation)
 
@@ -223,12 +257,14 @@ class Converter:
                                 beam=beam, constrained=constrained)
             for i, hypotheses in zip(indices, found):
                 for ids, score in hypotheses:
-                    text, notes = self._text(ids, readings[i][1], constrained)
-                    results[i].append(Candidate(text, score, list(readings[i][0]), notes))
+                    chars, notes = self._text(ids, readings[i][1], constrained)
+                    read_as = [self.lexicon.syllable_of(char, key) for char, key in zip(chars, readings[i][1])]
+                    results[i].append(Candidate("".join(chars), score, list(readings[i][0]), notes, read_as))
         return results
 
-    def _text(self, ids: list[int], keys: Sequence[str], constrained: bool) -> tuple[str, list[str]]:
-        """The text of hanzi ids, with each fallback (a key without a character in the vocabulary) put in."""
+    def _text(self, ids: list[int], keys: Sequence[str], constrained: bool) -> tuple[list[str], list[str]]:
+        """The characters of hanzi ids, one per key, with each fallback (a key without a character in the
+        vocabulary) put in; and the notes on the fallbacks used."""
         chars, notes = [], []
         for index, key in zip(ids, keys):
             fallback = self.lexicon.fallback(key)
@@ -238,7 +274,7 @@ class Converter:
                     notes.append(f"no character of '{key}' is in the model's vocabulary: used '{fallback}'")
             else:
                 chars.append(self.hanzi_vocab.tokens[index])
-        return "".join(chars), notes
+        return chars, notes
 
     # --------------------------------------------------------------------------------- typed lines
 
@@ -267,13 +303,14 @@ class Converter:
             chunks.append(current)
         return chunks
 
-    def _plan(self, lines: Sequence[str], alternatives_limit: int, fused: bool) -> _Plan:
-        """Each line's chunks and their readings with priors. A line's last chunk, when it ends in a
-        letter (no punctuation typed), is decoded with a virtual clause end (see ``__init__``)."""
+    def _plan(self, lines: Sequence[str], alternatives_limit: int, fused: bool, options: dict) -> _Plan:
+        """Each line's chunks and their readings with priors; ``options`` are parse_pieces' keyword options.
+        A line's last chunk, when it ends in a letter (no punctuation typed), is decoded with a virtual
+        clause end (see ``__init__``)."""
         plan = _Plan()
         score = self.syllable_lm.bigram_log_prob if self.syllable_lm is not None else fewest_syllables
         for line_index, line in enumerate(lines):
-            chunks = self._chunks(parse_pieces(line, alternatives_limit, score))
+            chunks = self._chunks(parse_pieces(line, alternatives_limit, score, **options))
             plan.chunk_counts.append(len(chunks))
             for chunk_index, chunk in enumerate(chunks):
                 ends_open = (self.clause_end and chunk_index == len(chunks) - 1 and bool(chunk)
@@ -293,15 +330,29 @@ class Converter:
         """(tokens, keys, prior) of each reading of a chunk. With n-gram fusion, only the readings whose
         prior is within ``reading_margin`` of the best: its terms lower every score, so the bound of
         :meth:`_decode_best_first` would leave most alternatives to decode. A heuristic, not a bound: a
-        reading far below the best prior seldom wins, and it is then usually wrong."""
+        reading far below the best prior seldom wins, and it is then usually wrong.
+
+        A reading with more abbreviations (prefix pieces) than another never has the higher prior: the
+        syllable model skips prefix tokens (they are no syllables), so without a cap ``n`` read as n* would
+        cost nothing where the syllable n costs its probability. Its prior is capped at the lowest prior of
+        the readings with fewer, keeping typed_input's ranking (prefix count first); the model's scores may
+        still prefer it."""
         options = alternatives(chunk, alternatives_limit)
         fewest = min(len(reading) for reading in options)
-        scored = []
+        scored, prefix_counts = [], []
         for reading in options:
             tokens = [token for token, _ in reading]
             prior = self.syllable_lm.log_prob(tokens) if self.syllable_lm is not None else 0.0
             prior -= self.split_penalty * (len(reading) - fewest)
             scored.append((tokens, [key for _, key in reading], prior))
+            prefix_counts.append(sum(map(is_prefix_token, tokens)))
+        cap = float("inf")  # the lowest prior of the readings with fewer prefix pieces than the current count
+        for count in sorted(set(prefix_counts)):
+            group = [i for i, c in enumerate(prefix_counts) if c == count]
+            for i in group:
+                tokens, keys, prior = scored[i]
+                scored[i] = (tokens, keys, min(prior, cap))
+            cap = min(cap, *(scored[i][2] for i in group))
         if fused:
             best_prior = max(prior for _, _, prior in scored)
             scored = [entry for entry in scored if entry[2] >= best_prior - self.reading_margin]
@@ -348,7 +399,8 @@ class Converter:
         per_chunk = {key: [c for i in indices if found[i] is not None for c in found[i]]
                      for key, indices in plan.chunks.items()}
         for key in plan.open_chunks:  # the virtual 。 was forced (log-probability 0): drop it, score unchanged
-            per_chunk[key] = [Candidate(c.text[:-1], c.score, c.syllables[:-1], c.notes) for c in per_chunk[key]]
+            per_chunk[key] = [replace(c, text=c.text[:-1], syllables=c.syllables[:-1], read_as=c.read_as[:-1])
+                              for c in per_chunk[key]]
         outputs = []
         for line_index, count in enumerate(plan.chunk_counts):
             ranked = []  # per chunk: distinct texts, best first
@@ -363,7 +415,8 @@ class Converter:
             else:
                 parts = [chunk[0] for chunk in ranked]
                 best = [Candidate("".join(p.text for p in parts), sum(p.score for p in parts),
-                                  [t for p in parts for t in p.syllables], [n for p in parts for n in p.notes])]
+                                  [t for p in parts for t in p.syllables], [n for p in parts for n in p.notes],
+                                  [s for p in parts for s in p.read_as])]
             if chinese_punctuation:
                 best = [_chinese_punctuation(candidate) for candidate in best]
             outputs.append(best)
@@ -376,4 +429,4 @@ def _chinese_punctuation(candidate: Candidate) -> Candidate:
     for i, char in enumerate(chars):
         if char in ASCII_TO_CHINESE_PUNCTUATION and i > 0 and is_hanzi(chars[i - 1]):
             chars[i] = ASCII_TO_CHINESE_PUNCTUATION[char]
-    return Candidate("".join(chars), candidate.score, candidate.syllables, candidate.notes)
+    return replace(candidate, text="".join(chars))

@@ -47,17 +47,25 @@ def evaluate(model, valid_encoded, valid_examples, converter: Converter, config:
 
 
 def evaluate_file(converter, examples: Sequence, *, constrained: bool = True, unsegmented: bool = False, beam: int = 1,
-                  batch_size: int = 256) -> dict:
+                  batch_size: int = 256, abbreviate: float = 0.0, prefixes: bool | None = None) -> dict:
     """Scores of converting ``examples`` (corpus Examples) typed as a user would: syllables separated by
-    spaces, or run together (``unsegmented``). Returns the settings and the scores of
+    spaces, or run together (``unsegmented``), with the share ``abbreviate`` (0..1) of syllables typed as
+    their initial (``b`` for bei; chosen by :func:`pinyin_hanzi.metrics.abbreviated_positions`, the same for
+    every run and engine). ``prefixes``: whether the converter reads abbreviations (None: yes when
+    ``abbreviate`` > 0, else the converter's own setting). Returns the settings and the scores of
     :func:`pinyin_hanzi.metrics.conversion_scores`, plus top1 (and top3, top5 from the 5-best list when
-    beam >= 5): the share of sentences whose reference is among the k best conversions."""
-    lines = [typed(e.tokens, e.hanzi, unsegmented) for e in examples]
+    beam >= 5): the share of sentences whose reference is among the k best conversions. Raises ValueError
+    for a share outside [0, 1]."""
+    lines = [typed(e.tokens, e.hanzi, unsegmented, abbreviate=abbreviate) for e in examples]
     references = [e.hanzi for e in examples]
     nbest = 5 if beam >= 5 else 1
-    found = converter.convert_lines(lines, beam=beam, nbest=nbest, constrained=constrained, batch_size=batch_size)
+    if prefixes is None:
+        prefixes = True if abbreviate > 0 else converter.prefixes
+    found = converter.convert_lines(lines, beam=beam, nbest=nbest, constrained=constrained, batch_size=batch_size,
+                                    prefixes=prefixes)
     scores = conversion_scores([conversions[0].text for conversions in found], references)
     for k in (1, 3, 5) if nbest == 5 else (1,):
         hits = sum(ref in [c.text for c in conversions[:k]] for conversions, ref in zip(found, references))
         scores[f"top{k}"] = hits / max(len(references), 1)
-    return {"constrained": constrained, "unsegmented": unsegmented, "beam": beam, **scores}
+    return {"constrained": constrained, "unsegmented": unsegmented, "beam": beam, "abbreviate": abbreviate,
+            "prefixes": prefixes, **scores}

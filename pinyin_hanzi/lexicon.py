@@ -1,23 +1,47 @@
 """The lexicon: which hanzi may stand for a constraint key. Shared by the training loss (``for_vocab``) and
 search (the allowed characters of each position).
 
-A key is a toneless syllable (``ni``), a toned one (``ni3``, neutral tone ``de5``) or a literal key
-(``=。``, a character typed to pass through as itself). With a tone, only characters with that toned reading
-may be chosen; a pass-through character may only become itself. Where the vocabulary has no candidate (a
-syllable whose characters never occurred in training, a symbol never seen), the row allows ``<unk>`` and
-keeps a fallback: the first character of the reading table, or the symbol itself.
+A key is a toneless syllable (``ni``), a toned one (``ni3``, neutral tone ``de5``), a syllable prefix
+(``zho*``, toned ``b*3``: any syllable it begins), a fuzzy key (``zi|zhi``: any of its variants) or a
+literal key (``=。``, a character typed to pass through as itself);
+:func:`pinyin_hanzi.typed_input.key_syllables` says which syllables a key stands for. With a tone, only
+characters with that toned reading may be chosen; a pass-through character may only become itself. Where
+the vocabulary has no candidate (a syllable whose characters never occurred in training, a symbol never
+seen), the row allows ``<unk>`` and keeps a fallback: the first character of the reading table, or the
+symbol itself.
 """
 
 from __future__ import annotations
+
+import functools
+import re
 
 import torch
 from torch.nn.utils.rnn import pad_sequence
 
 from pinyin_hanzi.pinyin import syllable_table, toned_syllable_table
-from pinyin_hanzi.typed_input import is_literal_key
+from pinyin_hanzi.typed_input import PREFIX, is_literal_key, key_syllables
 from pinyin_hanzi.vocab import PAD_ID, SPECIALS, UNK_ID, Vocab
 
 PAD_ROW = 0  # the row of positions past the end of a sequence: only <pad>, with probability 1
+_TONE = re.compile(r"\d(?=\||$)")  # the tone digit of each variant of a key
+
+
+def _syllable_characters(key: str) -> tuple[str, ...]:
+    """The characters of one syllable key, toned or not (see :meth:`Lexicon.characters`)."""
+    chars = None
+    if key[-1:].isdigit() and key[:-1].isalpha():
+        chars = toned_syllable_table().get(key)
+        key = key[:-1]
+    chars = chars or syllable_table().get(key)
+    if chars is None:
+        return (key,)
+    return chars + (key,) if len(key) == 1 else chars
+
+
+@functools.lru_cache(maxsize=None)
+def _character_set(syllable: str) -> frozenset[str]:
+    return frozenset(_syllable_characters(syllable))
 
 
 class Lexicon:
@@ -41,17 +65,37 @@ class Lexicon:
         """Characters that may stand for ``key`` (any, not only those in the vocabulary). A toned syllable
         no character has (``ni5``) counts as toneless. A single-letter syllable (a, o, e, n, m) may also
         be that Latin letter passing through, as in ``P y t h o n``; a literal key (``=o``, typed input that
-        is not pinyin) only itself."""
+        is not pinyin) only itself. A prefix or fuzzy key stands for the union of the characters of its
+        syllables (:func:`key_syllables`): each syllable's characters in the reading table's order,
+        syllables in key_syllables' order, each character once; a toned prefix whose tone no syllable it
+        begins has counts as toneless. A key that stands for no character at all is its own fallback."""
         if is_literal_key(key):
             return (key[1],)
-        chars = None
-        if key[-1:].isdigit() and key[:-1].isalpha():
-            chars = toned_syllable_table().get(key)
-            key = key[:-1]
-        chars = chars or syllable_table().get(key)
-        if chars is None:
-            return (key,)
-        return chars + (key,) if len(key) == 1 else chars
+        if PREFIX not in key and "|" not in key:
+            return _syllable_characters(key)
+        syllables = key_syllables(key)
+        if not syllables:  # a toned prefix (zho*5) whose tone none of its syllables has
+            syllables = key_syllables(_TONE.sub("", key))
+        found: dict[str, None] = {}
+        for syllable in syllables:
+            # Only a syllable typed as itself may be a Latin letter: a prefix stands for syllables.
+            chars = _syllable_characters(syllable)
+            found.update(dict.fromkeys(chars[:-1] if len(_TONE.sub("", syllable)) == 1 else chars))
+        return tuple(found) or (key,)
+
+    @staticmethod
+    def syllable_of(char: str, key: str) -> str:
+        """The syllable of ``key`` that ``char`` was chosen as: for a prefix or fuzzy key the first of its
+        syllables (:func:`key_syllables`, toned if the key is) that ``char`` has among its characters, else
+        its first syllable (a fallback, or unconstrained output); for a syllable key the key itself; for a
+        literal key the character."""
+        if is_literal_key(key):
+            return char
+        if PREFIX not in key and "|" not in key:
+            return key
+        syllables = key_syllables(key) or key_syllables(_TONE.sub("", key))
+        found = next((syllable for syllable in syllables if char in _character_set(syllable)), None)
+        return found or (syllables[0] if syllables else key)
 
     def row(self, key: str) -> int:
         """The table row of ``key``, added on first use."""

@@ -152,14 +152,15 @@ def test_translate_nbest_and_json(trained):
     _, _, best = trained
     result = run(ROOT / "translate.py", "--checkpoint", best, "--nbest", "3", "shi")  # 世 是 市 in the corpus
     fields = result.stdout.rstrip("\n").split("\t")
-    texts = fields[0::2]
+    texts = fields[0::3]  # text, score, the syllables it was read as
     assert result.returncode == 0 and len(texts) >= 2 and len(set(texts)) == len(texts) and set(texts) <= set("世是市")
-    scores = [float(score) for score in fields[1::2]]
-    assert len(scores) == len(texts)
+    scores = [float(score) for score in fields[1::3]]
+    assert len(scores) == len(texts) and fields[2::3] == ["shi"] * len(texts)
     assert scores == sorted(scores, reverse=True)
     result = run(ROOT / "translate.py", "--checkpoint", best, "--json", "--beam", "4", "--nbest", "2", "nihao")
     record = json.loads(result.stdout)
     assert record["input"] == "nihao" and record["output"] == "你好" and record["segmentation"] == ["ni", "hao"]
+    assert record["syllables"] == ["ni", "hao"]
     assert len(record["candidates"]) == 2 and record["candidates"][0]["text"] == "你好"
 
 
@@ -256,3 +257,64 @@ def test_kill_9_then_resume_reproduces_the_uninterrupted_losses(tmp_path, tiny_c
     a = load_checkpoint(killed_dir / "checkpoints" / "tiny" / "last.pt")["model"]
     b = load_checkpoint(straight_dir / "checkpoints" / "tiny" / "last.pt")["model"]
     assert all(torch.equal(a[name], b[name]) for name in b)
+
+
+# ---- typing like an IME user, with the shipped model (the tiny one knows too few words)
+
+
+def _json_lines(*args):
+    result = run(ROOT / "translate.py", "--json", *args)
+    assert result.returncode == 0, result.stderr
+    return [json.loads(line) for line in result.stdout.splitlines()]
+
+
+def test_translate_ime_fuzzy_pinyin_and_abbreviations(tmp_path):
+    from pinyin_hanzi.lexicon import Lexicon
+
+    lines = tmp_path / "typed.txt"
+    lines.write_text("zi dao\nbei j\n", encoding="utf-8")
+    plain_zi, plain_bei = _json_lines("--input", lines)
+    assert plain_zi["output"][0] in Lexicon.characters("zi") and plain_zi["output"][0] not in Lexicon.characters("zhi")
+    assert plain_bei["output"].endswith("j")  # the shipped model reads no abbreviations by default
+    fuzzy_zi, abbreviated = _json_lines("--input", lines, "--fuzzy", "z-zh", "--fuzzy", "n-l,an-ang",
+                                        "--prefixes", "on", "--nbest", "3")
+    assert fuzzy_zi["output"][0] in Lexicon.characters("zhi") and fuzzy_zi["syllables"][0] == "zhi"
+    assert fuzzy_zi["segmentation"] == ["zi", "dao"]
+    assert abbreviated["output"].startswith("北") and abbreviated["segmentation"] == ["bei", "j*"]
+    assert len(abbreviated["candidates"]) == 3
+    for candidate in abbreviated["candidates"]:  # each with its own reading: 北京 bei jing, 北极 bei ji ...
+        assert candidate["segmentation"] == ["bei", "j*"] and candidate["syllables"][1].startswith("j")
+        assert all(char in Lexicon.characters(syllable) for char, syllable in zip(candidate["text"],
+                                                                                  candidate["syllables"]))
+    assert len({tuple(c["syllables"]) for c in abbreviated["candidates"]}) > 1
+
+
+def test_translate_ime_shuangpin():
+    result = run(ROOT / "translate.py", "--shuangpin", "microsoft", "--nbest", "2", "nihk")  # ni hao
+    assert result.returncode == 0, result.stderr
+    fields = result.stdout.rstrip("\n").split("\t")
+    assert fields[0] == "你好" and fields[2] == "ni hao"
+
+
+def test_translate_ime_evaluate_with_abbreviations(tmp_path):
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("wo men qu bei jing ba\t我们去北京吧\nzhong guo ren min hen qin lao\t中国人民很勤劳\n",
+                     encoding="utf-8")
+    result = run(ROOT / "translate.py", "--evaluate", pairs, "--abbreviate", "0.3", "--beam", "1")
+    assert result.returncode == 0, result.stderr
+    scores = json.loads(result.stdout.strip().splitlines()[-1])
+    assert scores["abbreviate"] == 0.3 and scores["prefixes"] is True and scores["sentences"] == 2
+    assert 0.5 <= scores["char_accuracy"] < 1.0  # some abbreviations read back wrong, most right
+    assert "30% of syllables abbreviated" in result.stdout
+
+
+def test_translate_ime_bad_option_values_are_usage_errors():
+    for bad, message in ((["--fuzzy", "z-zh,q-x", "ni"], "--fuzzy: unknown pair 'q-x'"),
+                         (["--shuangpin", "dvorak", "ni"], "invalid choice: 'dvorak'"),
+                         (["--prefixes", "maybe", "ni"], "invalid choice: 'maybe'"),
+                         (["--abbreviate", "1.5", "--evaluate", "test"], "--abbreviate must be a share between 0 and 1"),
+                         (["--abbreviate", "0.3", "ni"], "--abbreviate needs --evaluate")):
+        usage = run(ROOT / "translate.py", *bad)
+        lines = usage.stderr.strip().splitlines()
+        assert usage.returncode == 2 and "Traceback" not in usage.stderr and usage.stdout == ""
+        assert lines[0].startswith("usage: ") and lines[-1].startswith("translate.py: error: ") and message in lines[-1]

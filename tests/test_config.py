@@ -40,6 +40,10 @@ def test_overrides_are_typed():
         ("train:\n  max_steps: 1.5\n", r"train\.max_steps=1\.5 has the wrong type"),
         ("train:\n  precision: fp16\n", r"train\.precision='fp16' is invalid: expected 'auto', 'fp32' or 'bf16'"),
         ("decode:\n  lm_phrases: -1\n", r"decode\.lm_phrases=-1 is invalid: expected an integer >= 0"),
+        ("decode:\n  fuzzy: [z-zh, q-x]\n", r"decode\.fuzzy has an unknown pair 'q-x'"),
+        ("decode:\n  fuzzy: 3\n", r"decode\.fuzzy=3 has the wrong type: expected a list of names"),
+        ("decode:\n  shuangpin: dvorak\n", r"decode\.shuangpin='dvorak' is invalid: expected '' or one of microsoft"),
+        ("decode:\n  prefixes: maybe\n", r"decode\.prefixes='maybe' is invalid: expected 'auto', 'on' or 'off'"),
         ("model: [1, 2]\n", r"section 'model' must be a mapping"),
         ("model:\n  d_model: [\n", r"not valid YAML"),
         ("- a\n- b\n", r"expected a mapping of sections"),
@@ -61,6 +65,15 @@ def test_bad_overrides_and_missing_file(tmp_path):
         load_config(None, ["lr=1"])
     with pytest.raises(ConfigError, match="config file not found"):
         load_config(tmp_path / "missing.yaml")
+
+
+def test_ime_options_read_from_files_and_overrides(tmp_path):
+    path = _write(tmp_path, "decode:\n  prefixes: off\n  fuzzy: [z-zh, an-ang]\n  shuangpin: xiaohe\n")
+    decode = load_config(path).decode  # a bare YAML off is a boolean: it still means "off"
+    assert (decode.prefixes, decode.fuzzy, decode.shuangpin) == ("off", ["z-zh", "an-ang"], "xiaohe")
+    decode = load_config(path, ["decode.prefixes=on", "decode.fuzzy=n-l,r-l", "decode.shuangpin="]).decode
+    assert (decode.prefixes, decode.fuzzy, decode.shuangpin) == ("on", ["n-l", "r-l"], "")
+    assert config_from_dict(load_config(path).to_dict()).decode == load_config(path).decode
 
 
 def test_round_trip_through_a_dict():

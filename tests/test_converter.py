@@ -1,8 +1,18 @@
+import pytest
+import torch
 from conftest import UNTRAINED_HANZI, UNTRAINED_PINYIN, untrained_converter
 
 from pinyin_hanzi.converter import CHECKPOINT_VARIABLE, SHIPPED_MODEL, Candidate, Converter, resolve_checkpoint
+from pinyin_hanzi.errors import DataError
+from pinyin_hanzi.lexicon import Lexicon
 from pinyin_hanzi.pinyin import readings
-from pinyin_hanzi.typed_input import alternatives, fewest_syllables, parse_pieces
+from pinyin_hanzi.typed_input import alternatives, fewest_syllables, key_syllables, parse_pieces
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    """The shipped model, loaded once for this module's tests (they never change its settings)."""
+    return Converter.from_pretrained()
 
 
 def test_the_python_api_in_three_lines():
@@ -219,3 +229,67 @@ def test_with_an_ngram_model_readings_far_below_the_best_prior_are_not_decoded()
         candidates = converter.convert_lines(["xian"], nbest=10, beam=10)[0]
         lengths[name] = {len(c.syllables) for c in candidates}
     assert lengths == {"near": {1, 2}, "far": {1}, "no n-gram model": {1, 2}}
+
+
+def _each_character_has_the_syllable_it_was_read_as(candidate):
+    assert len(candidate.read_as) == len(candidate.text) == len(candidate.syllables)
+    for char, syllable in zip(candidate.text, candidate.read_as):
+        assert char in Lexicon.characters(syllable), (candidate, char, syllable)
+
+
+def test_prefixes_are_off_for_a_model_trained_without_abbreviations_and_on_for_one_trained_with_them(shipped):
+    assert not shipped.trained_with_prefixes and shipped.prefixes is False
+    assert shipped.convert_lines(["bei j"])[0][0].text.endswith("j")  # j passes through
+    abbreviations = untrained_converter(pinyin=UNTRAINED_PINYIN + ["b*", "j*"])
+    assert abbreviations.trained_with_prefixes and abbreviations.prefixes is True
+    assert untrained_converter(pinyin=UNTRAINED_PINYIN + ["b*", "j*"], prefixes=False).prefixes is False
+    best = abbreviations.convert_lines(["b j"], beam=1)[0][0]
+    assert best.syllables == ["b*", "j*"] and best.text in {"北京", "八京", "吧京", "北经", "八经", "吧经"}
+    _each_character_has_the_syllable_it_was_read_as(best)
+
+
+def test_with_prefixes_on_the_constraint_alone_reads_abbreviations_with_the_shipped_model(shipped):
+    candidates = shipped.convert_lines(["bei j"], nbest=3, prefixes=True)[0]
+    assert candidates[0].text == "北京" and candidates[0].read_as == ["bei", "jing"]
+    for candidate in candidates:  # each candidate carries its own reading
+        assert candidate.syllables == ["bei", "j*"] and candidate.read_as[1] in key_syllables("j*")
+        _each_character_has_the_syllable_it_was_read_as(candidate)
+    assert shipped.convert_lines(["zhongg"], prefixes=True)[0][0].text.startswith("中")
+
+
+def test_a_reading_with_more_abbreviations_never_has_the_higher_prior(shipped):
+    # n alone reads as the syllable n or as the abbreviation n*; the syllable model skips n* (no syllable),
+    # so uncapped the abbreviation would cost nothing and the syllable its probability.
+    (chunk,) = shipped._chunks(parse_pieces("n", 4, prefixes=True))
+    readings_ = shipped._readings(chunk, 4, fused=False)
+    assert [tokens for tokens, _, _ in readings_] == [["n"], ["n*"]]
+    assert shipped.syllable_lm.log_prob(["n*"]) > shipped.syllable_lm.log_prob(["n"])
+    assert readings_[1][2] <= readings_[0][2]
+
+
+def test_fuzzy_pairs_widen_what_a_syllable_may_become(shipped):
+    plain = shipped.convert_lines(["zi dao"])[0][0]
+    assert plain.text[0] in Lexicon.characters("zi") and plain.text[0] not in Lexicon.characters("zhi")
+    fuzzy = shipped.convert_lines(["zi dao"], fuzzy={"z-zh"})[0][0]
+    assert fuzzy.text[0] in Lexicon.characters("zhi") and fuzzy.read_as == ["zhi", "dao"]
+    assert fuzzy.syllables == ["zi", "dao"]  # the model sees what was typed
+    with pytest.raises(DataError, match="unknown fuzzy pinyin pair 'q-x'"):
+        shipped.convert_lines(["zi dao"], fuzzy={"q-x"})
+
+
+def test_shuangpin_reads_key_pairs_of_the_layout(shipped):
+    assert shipped.convert_lines(["nihk"], shuangpin="microsoft")[0][0].text == "你好"
+    assert shipped.convert_lines(["nihk"])[0][0].text != "你好"  # as full pinyin: n i h k pass through
+    with pytest.raises(DataError, match="unknown shuangpin layout"):
+        Converter(shipped.model, shipped.pinyin_vocab, shipped.hanzi_vocab, shuangpin="dvorak")
+
+
+def test_the_checkpoints_decode_settings_choose_the_typing_options(shipped, tmp_path):
+    assert (shipped.fuzzy, shipped.shuangpin) == (frozenset(), None)  # a checkpoint older than the settings
+    state = torch.load(SHIPPED_MODEL, weights_only=True)
+    state["config"]["decode"].update(prefixes="on", fuzzy=["z-zh", "an-ang"], shuangpin="microsoft")
+    torch.save(state, tmp_path / "ime.pt")
+    converter = Converter.from_checkpoint(tmp_path / "ime.pt")
+    assert converter.prefixes is True and converter.fuzzy == {"z-zh", "an-ang"} and converter.shuangpin == "microsoft"
+    assert converter.convert("nihk") == "你好"
+    assert converter.convert_lines(["ni hao"], shuangpin="", prefixes=False)[0][0].text == "你好"  # per call

@@ -50,3 +50,17 @@ def test_evaluate_file_scores_the_conversions_of_typed_input(trained, converter)
     assert result["exact"] == pytest.approx((len(examples) - 1) / len(examples))
     assert result["top1"] == result["exact"] and result["top1"] <= result["top3"] <= result["top5"] < 1
     assert result["char_accuracy"] < 1 and result["beam"] == 5
+
+
+def test_evaluate_file_types_a_share_of_syllables_abbreviated_and_reads_them_as_prefixes(trained, converter):
+    tmp, _, _ = trained
+    examples = read_examples(tmp / "prepared" / "tiny" / "train.tsv")
+    full = evaluate_file(converter, examples)
+    assert (full["abbreviate"], full["prefixes"]) == (0.0, converter.prefixes)
+    abbreviated = evaluate_file(converter, examples, abbreviate=1.0)
+    assert abbreviated["prefixes"] is True and abbreviated["char_accuracy"] < full["char_accuracy"]
+    assert evaluate_file(converter, examples, abbreviate=1.0) == abbreviated  # the same syllables every run
+    letters = evaluate_file(converter, examples, abbreviate=1.0, prefixes=False)  # b, j ... pass through
+    assert letters["prefixes"] is False and letters["char_accuracy"] < abbreviated["char_accuracy"]
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        evaluate_file(converter, examples, abbreviate=1.5)

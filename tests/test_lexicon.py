@@ -53,3 +53,38 @@ def test_for_vocab_gives_each_pinyin_token_its_characters_and_specials_none():
         assert chars == {c for c in HANZI.tokens if token in readings().get(c, ())}
     punctuation = PINYIN.ids["，"]
     assert HANZI.tokens[int(ids[punctuation][real[punctuation]])] == "，"
+
+
+def test_a_prefix_key_stands_for_the_characters_of_every_syllable_it_begins_in_order():
+    chars = Lexicon.characters("zho*")
+    expected = list(dict.fromkeys(Lexicon.characters("zhong") + Lexicon.characters("zhou")))
+    assert list(chars) == expected and "中" in chars and "周" in chars
+    assert "z" not in Lexicon.characters("z*") and "a" not in Lexicon.characters("a*")  # no Latin letter
+    assert "在" in Lexicon.characters("z*") and "中" not in Lexicon.characters("z*")  # z* is not zh*
+    assert "中" in Lexicon.characters("zh*") and "在" not in Lexicon.characters("zh*")
+
+
+def test_a_toned_prefix_narrows_to_that_tone_and_an_impossible_tone_counts_as_toneless():
+    assert "北" in Lexicon.characters("b*3") and "被" not in Lexicon.characters("b*3")
+    assert set(Lexicon.characters("zho*5")) == set(Lexicon.characters("zho*"))
+
+
+def test_a_fuzzy_key_is_the_union_of_its_variants_typed_variant_first():
+    chars = Lexicon.characters("zi|zhi")
+    assert list(chars) == list(dict.fromkeys(Lexicon.characters("zi") + Lexicon.characters("zhi")))
+    assert chars.index("子") < chars.index("知")
+    toned = Lexicon.characters("zi3|zhi3")
+    assert "子" in toned and "只" in toned and "知" not in toned  # zhi1
+
+
+def test_for_vocab_gives_prefix_tokens_the_characters_of_their_initials_syllables():
+    hanzi = Vocab(list(SPECIALS) + list("中周在张北你"))
+    pinyin = Vocab(list(SPECIALS) + ["zh*", "z*", "b*", "ni"])
+    ids, real = Lexicon(hanzi).for_vocab(pinyin)
+
+    def allowed(token):
+        index = pinyin.ids[token]
+        return {hanzi.tokens[i] for i in ids[index][real[index]].tolist()}
+
+    assert allowed("zh*") == set("中周张") and allowed("z*") == {"在"} and allowed("b*") == {"北"}
+    assert allowed("ni") == {"你"}

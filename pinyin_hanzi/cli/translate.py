@@ -12,6 +12,8 @@ from typing import Iterable, Iterator
 
 from pinyin_hanzi.cli import run
 from pinyin_hanzi.errors import CheckpointError, DataError
+from pinyin_hanzi.shuangpin import LAYOUTS
+from pinyin_hanzi.typed_input import FUZZY_PAIRS
 
 
 def _open_input(name: str):
@@ -114,10 +116,13 @@ def _evaluate(converter, args, examples) -> int:
         examples = read_examples(path, trusted=True)
     else:
         path = Path(args.evaluate)
+    prefixes = None if args.prefixes is None else converter.prefixes  # None: on for abbreviated input
     result = {"file": str(path), **evaluate_file(converter, examples, constrained=args.constrained,
                                                  unsegmented=args.unsegmented, beam=args.beam,
-                                                 batch_size=args.batch_size)}
-    mode = (f"{'unsegmented' if args.unsegmented else 'segmented'} input, "
+                                                 batch_size=args.batch_size, abbreviate=args.abbreviate,
+                                                 prefixes=prefixes)}
+    abbreviated = f" with {args.abbreviate:.0%} of syllables abbreviated" if args.abbreviate else ""
+    mode = (f"{'unsegmented' if args.unsegmented else 'segmented'} input{abbreviated}, "
             f"{'constrained' if args.constrained else 'unconstrained'} "
             f"{'greedy' if args.beam == 1 else f'beam {args.beam}'}")
     print(f"{result['file']}: {result['sentences']} sentences, {result['characters']} characters, {mode}")
@@ -131,14 +136,18 @@ def _evaluate(converter, args, examples) -> int:
 
 
 def _format(line: str, conversions, args) -> str:
+    """One output line: the best text; with --nbest, text, score and the syllables it was read as of each
+    candidate, tab-separated; with --json, a JSON object whose candidates each carry their own reading
+    (segmentation: the model tokens, b* for an abbreviation; syllables: what each character was read as)."""
     if args.json:
         best = conversions[0]
         return json.dumps({"input": line, "output": best.text, "segmentation": best.syllables,
-                           "candidates": [{"text": c.text, "score": round(c.score, 4), "segmentation": c.syllables}
-                                          for c in conversions],
+                           "syllables": best.read_as,
+                           "candidates": [{"text": c.text, "score": round(c.score, 4), "segmentation": c.syllables,
+                                           "syllables": c.read_as} for c in conversions],
                            "notes": best.notes}, ensure_ascii=False)
     if args.nbest > 1:
-        return "\t".join(f"{c.text}\t{c.score:.3f}" for c in conversions)
+        return "\t".join(f"{c.text}\t{c.score:.3f}\t{' '.join(c.read_as)}" for c in conversions)
     return conversions[0].text
 
 
@@ -189,6 +198,16 @@ def _interactive(converter, args) -> int:
 MAX_NBEST = 50
 
 
+def _set_typing_options(converter, args) -> None:
+    """--fuzzy, --shuangpin and --prefixes, where given, replace the checkpoint's decode settings."""
+    if args.fuzzy is not None:
+        converter.fuzzy = args.fuzzy
+    if args.shuangpin is not None:
+        converter.shuangpin = None if args.shuangpin == "none" else args.shuangpin
+    if args.prefixes is not None:
+        converter.prefixes = converter.trained_with_prefixes if args.prefixes == "auto" else args.prefixes == "on"
+
+
 def _fail_fast(args) -> None:
     """The errors that do not need the model (missing files, text that is not UTF-8), before the seconds it
     takes to load it. DataError or CheckpointError."""
@@ -218,9 +237,19 @@ def _translate(argv) -> int:
                         help="weight of the checkpoint's word model in beam search (default: its decode.word_weight; "
                              "0: none; greedy decoding never uses it)")
     parser.add_argument("--nbest", type=int, default=1,
-                        help=f"print the N best conversions with their scores, tab-separated (1-{MAX_NBEST})")
+                        help=f"print the N best conversions (1-{MAX_NBEST}), each as text, score and the syllables "
+                             "it was read as, tab-separated")
     parser.add_argument("--json", action="store_true", help="one JSON object per line: input, output, "
-                        "segmentation, candidates with scores, notes")
+                        "segmentation, syllables, candidates with scores, notes")
+    parser.add_argument("--fuzzy", action="append", metavar="PAIRS",
+                        help=f"fuzzy pinyin pairs, comma-separated or repeated (z-zh,n-l; 'none' for none); "
+                             f"known: {', '.join(FUZZY_PAIRS)} (default: the checkpoint's decode.fuzzy)")
+    parser.add_argument("--shuangpin", choices=(*LAYOUTS, "none"),
+                        help="read letters as double-pinyin key pairs of this layout; none: full pinyin "
+                             "(default: the checkpoint's decode.shuangpin)")
+    parser.add_argument("--prefixes", choices=("auto", "on", "off"),
+                        help="letters that begin a syllable stand for it (bei j, wxqbj); auto: on for a model "
+                             "trained with abbreviations (default: the checkpoint's decode.prefixes)")
     parser.add_argument("--chinese-punctuation", action="store_true",
                         help="ASCII , . ? ! after a hanzi become ，。？！")
     parser.add_argument("--verbose", action="store_true", help="say on stderr where a fallback character was used")
@@ -232,6 +261,9 @@ def _translate(argv) -> int:
                         help="score on a prepared split (train/valid/test, or one source of a mix: test.novels) "
                         "or a pinyin<TAB>hanzi file")
     parser.add_argument("--unsegmented", action="store_true", help="with --evaluate: type syllables run together")
+    parser.add_argument("--abbreviate", type=float, default=0.0, metavar="P",
+                        help="with --evaluate: type this share (0-1) of syllables as their initial (b for bei), "
+                             "the same syllables every run; abbreviations are read as such unless --prefixes off")
     parser.add_argument("--unconstrained", action="store_true",
                         help="let the model choose any character (the checkpoint's decode.constrained=false does too)")
     parser.add_argument("--batch-size", type=int, default=256, help="sentences decoded together (default 256)")
@@ -253,6 +285,16 @@ def _translate(argv) -> int:
             parser.error(f"{option} must be a finite number >= 0")
     if args.threads < 0:
         parser.error("--threads must be at least 0")
+    if not 0.0 <= args.abbreviate <= 1.0:
+        parser.error("--abbreviate must be a share between 0 and 1")
+    if args.abbreviate and args.evaluate is None:
+        parser.error("--abbreviate needs --evaluate")
+    if args.fuzzy is not None:
+        names = {name.strip() for value in args.fuzzy for name in value.split(",")} - {"", "none"}
+        unknown = sorted(names - FUZZY_PAIRS.keys())
+        if unknown:
+            parser.error(f"--fuzzy: unknown pair {unknown[0]!r} (known: {', '.join(FUZZY_PAIRS)})")
+        args.fuzzy = frozenset(names)
     interactive = args.input is None and args.evaluate is None and (args.text or sys.stdin.isatty())
     threads = args.threads or (1 if interactive else 0)
     if threads:
@@ -268,6 +310,7 @@ def _translate(argv) -> int:
     if args.evaluate is not None and not _is_prepared_split(args.evaluate):
         user_pairs = _read_pairs(args.evaluate)  # before loading the model: a bad file fails at once
     converter = _load_converter(args)
+    _set_typing_options(converter, args)
     args.constrained = converter.constrained and not args.unconstrained
     args.beam = args.beam or converter.beam
     if args.evaluate is not None:
