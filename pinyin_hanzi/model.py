@@ -293,6 +293,12 @@ class Transformer(nn.Module):
         if c.tie_output:
             self.output.weight = self.target_embedding.tokens.weight
         self.chunk = 256  # positions per chunk of candidate logits (see logits)
+        # A chunk with lists longer than v / dense_ratio takes the full (d x v) product instead of gathering
+        # its rows (0: always gather): gathered rows are (m, c', d) in memory, multiplied as m matrix-vector products and
+        # scatter-added back in the backward pass, some 60-80 times the cost per element of one (m, d) x
+        # (d, v) matrix product (forward + backward, d=256, v=6,000, CPU: equal at c' ~ 80); for a prefix
+        # token's list the gather would also hold hundreds of MB per chunk.
+        self.dense_ratio = 64
 
     def encode(self, source: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """source (b, s) ids -> memory (b, s, d) and the padding mask (b, 1, 1, s), True at real tokens."""
@@ -338,10 +344,15 @@ class Transformer(nn.Module):
         a list are meaningless (callers mask them). A syllable has a few dozen candidates, not v characters:
         this skips the (d x v) product, a quarter of the model's FLOPs. Many positions (training) go in
         order of their list's length, ``chunk`` at a time, each chunk gathering only as many output rows as
-        its longest list (~20 on average, up to ~100)."""
+        its longest list (~20 on average, up to ~100). A chunk whose longest list is long (a prefix token's:
+        all characters of an initial, up to ~1,500) takes the full product for its positions instead and
+        picks its columns (see ``dense_ratio``): the same values."""
         if candidates is None:
             return self.output(hidden)
-        if candidates.shape[:-1].numel() <= self.chunk:  # a few positions (decoding): one gather
+        vocab_size = self.output.weight.shape[0]
+        if candidates.shape[:-1].numel() <= self.chunk:  # a few positions (decoding): one gather or product
+            if candidates.numel() > vocab_size:  # more rows than the matrix has (prefix tokens): read it once
+                return self.output(hidden).gather(-1, candidates)  # (b, t, v) -> (b, t, c)
             rows = F.embedding(candidates, self.output.weight)  # (b, t, c, d)
             return (rows @ hidden[..., None]).squeeze(-1)  # (b, t, c, d) @ (b, t, d, 1) -> (b, t, c)
         flat_hidden, flat_ids = hidden.flatten(0, -2), candidates.flatten(0, -2)  # (n, d), (n, c)
@@ -350,8 +361,11 @@ class Transformer(nn.Module):
         pieces = []
         for chunk in order.split(self.chunk):
             ids = flat_ids[chunk, : int(lengths[chunk].max())]  # (m, c')
-            rows = F.embedding(ids, self.output.weight)  # (m, c', d)
-            chunk_logits = (rows @ flat_hidden[chunk, :, None]).squeeze(-1)  # (m, c', d) @ (m, d, 1) -> (m, c')
+            if ids.shape[1] * self.dense_ratio > vocab_size:  # long lists (prefix tokens): one product, gathered
+                chunk_logits = (flat_hidden[chunk] @ self.output.weight.T).gather(-1, ids)  # (m, v) -> (m, c')
+            else:
+                rows = F.embedding(ids, self.output.weight)  # (m, c', d)
+                chunk_logits = (rows @ flat_hidden[chunk, :, None]).squeeze(-1)  # (m, c', d) @ (m, d, 1) -> (m, c')
             pieces.append(F.pad(chunk_logits, (0, flat_ids.shape[1] - ids.shape[1])))
         return torch.cat(pieces)[order.argsort()].view(candidates.shape)  # back to position order
 
