@@ -101,9 +101,8 @@ def prefix_ids(pinyin_vocab: Vocab) -> torch.Tensor:
 def hanzi_ids(hanzi_vocab: Vocab) -> torch.Tensor:
     """(hanzi vocab,) bool: True at hanzi and at <unk> (a character too rare for the vocabulary, read as a
     syllable), False at the other specials and at what passes through (letters, digits, punctuation)."""
-    mask = torch.tensor([is_hanzi(token) if index >= len(SPECIALS) else index == UNK_ID
+    return torch.tensor([is_hanzi(token) if index >= len(SPECIALS) else index == UNK_ID
                          for index, token in enumerate(hanzi_vocab.tokens)])
-    return mask
 
 
 def abbreviated_positions(length: int, abbreviate: float, seed: int, epoch: int, index: int) -> list[int]:
