@@ -121,7 +121,7 @@ def test_logits_of_candidates_equal_the_full_logits_at_those_ids():
 @pytest.mark.parametrize("tie_output", [True, False])
 def test_gathered_and_full_product_candidate_logits_are_equal(tie_output):
     # Training chunks: lists of every length up to the whole vocabulary (a prefix token's is long), <pad> after
-    # each; the chunks either gather their rows or take the full product and pick columns (dense_ratio).
+    # each; the chunks either gather their rows or take the full product and pick columns (dense_rows).
     model = _model(tie_output=tie_output)
     model.chunk = 16
     generator = torch.Generator().manual_seed(4)
@@ -130,8 +130,8 @@ def test_gathered_and_full_product_candidate_logits_are_equal(tie_output):
     candidates = torch.randint(4, TARGET_VOCAB, (4, 20, TARGET_VOCAB - 4), generator=generator)
     candidates = candidates.masked_fill(torch.arange(TARGET_VOCAB - 4) >= lengths[..., None], PAD_ID)
     results = {}
-    for ratio in (0, 2, 10**6):  # always gather; chunks with lists over 20 only; always the full product
-        model.dense_ratio = ratio
+    for ratio in (float("inf"), 8, 0):  # always gather; chunks with lists over 20 only; always the full product
+        model.dense_rows = ratio
         logits = model.logits(hidden, candidates)
         real = candidates != PAD_ID
         (logits[real] ** 2).sum().backward()
@@ -140,12 +140,13 @@ def test_gathered_and_full_product_candidate_logits_are_equal(tie_output):
     expected = (hidden @ model.output.weight.T).gather(-1, candidates)[candidates != PAD_ID].detach()
     for logits, hidden_grad, weight_grad in results.values():
         assert torch.allclose(logits, expected, atol=1e-5)
-        assert torch.allclose(hidden_grad, results[0][1], atol=1e-4)
-        assert torch.allclose(weight_grad, results[0][2], atol=1e-4)
+        assert torch.allclose(hidden_grad, results[float("inf")][1], atol=1e-4)
+        assert torch.allclose(weight_grad, results[float("inf")][2], atol=1e-4)
 
 
 def test_few_positions_with_long_lists_take_the_full_product():
     model = _model()
+    model.dense_rows = 1
     hidden = torch.randn(1, 2, 32)
     short = torch.tensor([[[5, 6], [7, PAD_ID]]])  # 4 rows gathered: fewer than the matrix's 40
     long = torch.arange(4, TARGET_VOCAB).repeat(1, 2, 1)  # (1, 2, 36): 72 rows, more than the matrix has
