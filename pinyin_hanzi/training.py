@@ -334,7 +334,8 @@ def _load_resumable(run: Run) -> dict:
 def _setup_model(config: Config, data_dir: Path, saved: dict | None, saved_path: Path, init_from: str | None,
                  log) -> tuple[Transformer, Vocab, Vocab]:
     """(model on the CPU, pinyin vocabulary, hanzi vocabulary): those of the resumed checkpoint ``saved``,
-    the weights of ``init_from`` over its vocabularies grown by the data's new tokens, or a new model over the prepared data's vocabularies."""
+    the weights of ``init_from`` over its vocabularies grown by the data's new tokens (:func:`_init_from`),
+    or a new model over the prepared data's vocabularies."""
     if saved is not None:
         model, pinyin_vocab, hanzi_vocab, _ = checkpoint.model_from_checkpoint(saved, str(saved_path))
     elif init_from:
@@ -560,7 +561,8 @@ def _global_step(run: Run, parts: Parts) -> tuple[float, float, float, int, bool
     t, process = run.config.train, run.process
     global_batch = [parts.stream.next_indices() for _ in range(t.grad_accum_steps)]  # (epoch, indices) each
     tokens = sum(parts.stream.n_target_tokens(indices) for _, indices in global_batch)
-    mine = [parts.stream.batch(epoch, indices) for epoch, indices in global_batch[process.rank :: process.world_size]]
+    mine = [parts.stream.batch(epoch, indices)
+            for epoch, indices in global_batch[process.rank :: process.world_size]]
     lr = parts.optimizer.param_groups[0]["lr"]
     loss, grad_norm, stepped = train_step(parts.trained_model, mine, tokens, parts.optimizer, parts.scheduler, t,
                                           run.device, parts.candidates, process.world_size)

@@ -1,7 +1,8 @@
 import pytest
 
 from pinyin_hanzi.corpus import Example
-from pinyin_hanzi.data import BatchStream, abbreviated_positions, collate, encode_examples, hanzi_ids, prefix_ids, token_budget_batches
+from pinyin_hanzi.data import (BatchStream, abbreviated_positions, collate, encode_examples, hanzi_ids, prefix_ids,
+                               token_budget_batches)
 from pinyin_hanzi.vocab import BOS_ID, EOS_ID, PAD_ID, SPECIALS, UNK_ID, Vocab, build_vocabs, load_vocab, save_vocab
 
 
@@ -122,12 +123,14 @@ def test_abbreviation_replaces_only_syllables_by_their_prefix_tokens():
 
 
 def test_abbreviation_depends_on_seed_epoch_and_index_only():
-    first = [abbreviated_positions(12, 0.5, seed=1, epoch=epoch, index=index) for epoch in range(3) for index in range(50)]
-    again = [abbreviated_positions(12, 0.5, seed=1, epoch=epoch, index=index) for epoch in range(3) for index in range(50)]
-    assert first == again
+    def drawn(seed):
+        return [abbreviated_positions(12, 0.5, seed=seed, epoch=epoch, index=index)
+                for epoch in range(3) for index in range(50)]
+
+    first = drawn(1)
+    assert first == drawn(1)
     assert first[:50] != first[50:100]  # a new epoch types the same examples differently
-    assert first != [abbreviated_positions(12, 0.5, seed=2, epoch=epoch, index=index)
-                     for epoch in range(3) for index in range(50)]
+    assert first != drawn(2)
     # a stream restored mid-epoch builds the very batches of the uninterrupted one, abbreviations included
     stream, _, _, _ = _abbreviating_stream(0.5)
     for _ in range(40):  # past the end of the first epoch

@@ -263,7 +263,8 @@ def test_init_from_grows_the_vocabularies_and_keeps_the_known_rows(tmp_path, tin
     _, _, best = trained
     old = load_checkpoint(best)
     corpus = tmp_path / "more.txt"
-    corpus.write_text("\n".join(TINY_SENTENCES[1:] + ["秋天的树叶变黄了。", "弟弟在公园放风筝。"]) + "\n", encoding="utf-8")
+    sentences = TINY_SENTENCES[1:] + ["秋天的树叶变黄了。", "弟弟在公园放风筝。"]  # new characters, in train
+    corpus.write_text("\n".join(sentences) + "\n", encoding="utf-8")
     settings = dict(max_steps=4, eval_every=4, batch_tokens=64, lr=1e-5, warmup_steps=0)
     config_dict = tiny_config_dict(tmp_path, corpus, **settings)
     config_dict["data"]["abbreviate"] = 0.5
@@ -274,7 +275,8 @@ def test_init_from_grows_the_vocabularies_and_keeps_the_known_rows(tmp_path, tin
     model, pinyin_vocab, hanzi_vocab = training._setup_model(config, data_dir, None, best, str(best), messages.append)
     assert pinyin_vocab.tokens[: len(old["pinyin_vocab"])] == old["pinyin_vocab"]
     assert hanzi_vocab.tokens[: len(old["hanzi_vocab"])] == old["hanzi_vocab"]
-    assert PREFIX_TOKENS <= set(pinyin_vocab.tokens) and {"叶", "筝"} <= set(hanzi_vocab.tokens[len(old["hanzi_vocab"]):])
+    assert PREFIX_TOKENS <= set(pinyin_vocab.tokens)
+    assert {"叶", "筝"} <= set(hanzi_vocab.tokens[len(old["hanzi_vocab"]):])
     assert "你" in hanzi_vocab  # only in the checkpoint's data now: kept, ids never move
     added = len(pinyin_vocab) - len(old["pinyin_vocab"]), len(hanzi_vocab) - len(old["hanzi_vocab"])
     assert messages == [f"initialised from {best}: {added[0]} pinyin and {added[1]} hanzi tokens added to its "
