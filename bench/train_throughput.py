@@ -18,6 +18,7 @@ instead (prepared as train.py does, downloading its sources once).
     python bench/train_throughput.py train.precision=fp32       # ours in fp32 (default: the config's, auto)
     python bench/train_throughput.py --reference-precision fp32,bf16   # the reference in each, same run
     python bench/train_throughput.py --threads 1                # fix the thread count (0: one per core)
+    python bench/train_throughput.py data.abbreviate=0.5        # half the examples typed with prefix tokens
 
 Ours trains in train.precision as train.py does (auto: bf16 autocast on CUDA and on CPUs with native bf16
 matrix units). The reference trains in fp32 unless --reference-precision says otherwise: the stock way to
@@ -44,10 +45,11 @@ from torch import nn
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pinyin_hanzi.checkpoint import HANZI_VOCAB_KEY, PINYIN_VOCAB_KEY, PRETRAINED, load_checkpoint
+from pinyin_hanzi.checkpoint import HANZI_VOCAB_KEY, PINYIN_VOCAB_KEY, load_checkpoint
+from pinyin_hanzi.converter import SHIPPED_MODEL
 from pinyin_hanzi.config import DataConfig, load_config
 from pinyin_hanzi.corpus import Example, chunk, prepare, read_examples
-from pinyin_hanzi.data import BatchStream, encode_examples
+from pinyin_hanzi.data import BatchStream, encode_examples, hanzi_ids, prefix_ids
 from pinyin_hanzi.errors import PinyinHanziError
 from pinyin_hanzi.lexicon import Lexicon
 from pinyin_hanzi.pinyin import CLAUSE_PUNCTUATION, hanzi_to_tokens
@@ -55,7 +57,8 @@ from pinyin_hanzi.loss import loss_fn, model_loss
 from pinyin_hanzi.model import Transformer, shift_right, sinusoidal_table
 from pinyin_hanzi.runtime import autocast_for, cpu_has_native_bf16, resolve_precision, select_device, set_threads
 from pinyin_hanzi.visualize import flops_per_token
-from pinyin_hanzi.vocab import PAD_ID, Vocab, load_vocab
+from pinyin_hanzi.typed_input import PREFIX_TOKENS
+from pinyin_hanzi.vocab import PAD_ID, Vocab, grown, load_vocab
 
 
 class Reference(nn.Module):
@@ -105,7 +108,7 @@ def synthetic_corpus(data: DataConfig, n_characters: int = 300_000, seed: int = 
     1 / rank from the shipped model's hanzi vocabulary (most frequent first), cut into clauses after clause
     punctuation and into pieces of at most data.max_len; the shipped model's vocabularies. CheckpointError
     if it is missing."""
-    state = load_checkpoint(PRETRAINED)
+    state = load_checkpoint(SHIPPED_MODEL)
     pinyin_vocab, hanzi_vocab = Vocab(state[PINYIN_VOCAB_KEY]), Vocab(state[HANZI_VOCAB_KEY])
     readable = {char: tokens[0] for char in hanzi_vocab.tokens[4:]  # after the special tokens
                 if (tokens := hanzi_to_tokens(char)) is not None and tokens[0] in pinyin_vocab}
@@ -182,9 +185,14 @@ def benchmark(args) -> int:
     precision = resolve_precision(config.train.precision, device)
     corpus = synthetic_corpus if args.data == "synthetic" else prepared_corpus
     examples, pinyin_vocab, hanzi_vocab = corpus(config.data)
+    abbreviate = config.data.abbreviate  # data.abbreviate=0.5: batches typed abbreviated, as train.py makes them
+    if abbreviate > 0:
+        pinyin_vocab = grown(pinyin_vocab, sorted(PREFIX_TOKENS))
     encoded = encode_examples(examples, pinyin_vocab, hanzi_vocab)
     candidates = tuple(part.to(device) for part in Lexicon(hanzi_vocab).for_vocab(pinyin_vocab))
-    stream = iter(BatchStream(encoded, config.train.batch_tokens, seed=0))
+    stream = iter(BatchStream(encoded, config.train.batch_tokens, seed=0, abbreviate=abbreviate,
+                              prefix_of=prefix_ids(pinyin_vocab) if abbreviate > 0 else None,
+                              hanzi_target=hanzi_ids(hanzi_vocab) if abbreviate > 0 else None))
     torch.manual_seed(0)
     ours = Transformer(config.model, source_vocab_size=len(pinyin_vocab), target_vocab_size=len(hanzi_vocab)).to(device)
     ours_step = torch.compile(ours) if config.train.compile else ours  # train.compile=true, as train.py does
@@ -234,7 +242,7 @@ def benchmark(args) -> int:
         "benchmark": "train_throughput", "device": str(device), "threads": torch.get_num_threads(),
         "config": args.config, "data": args.data, "d_model": config.model.d_model, "layers": [config.model.n_encoder_layers,
                                                                               config.model.n_decoder_layers],
-        "loss": config.train.loss, "compile": config.train.compile, "precision": precision,
+        "loss": config.train.loss, "abbreviate": abbreviate, "compile": config.train.compile, "precision": precision,
         "reference_precision": first, "batch_tokens": config.train.batch_tokens, "rounds": args.rounds,
         "steps_per_round": args.steps, "ours_tokens_per_s": round(ours_rate),
         "reference_tokens_per_s": round(medians[f"reference {first}"]), "ratio": round(ratios[first], 3),

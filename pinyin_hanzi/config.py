@@ -32,6 +32,9 @@ class DataConfig:
     valid_per_mille: int = 10  # share of examples (by text hash) held out for validation
     test_per_mille: int = 20  # share of examples (by text hash) held out for testing
     min_char_count: int = 1  # rarer target characters map to <unk>
+    abbreviate: float = 0.0  # share of training examples typed abbreviated (0..1): in each, every syllable
+    # becomes its initial's prefix token (zhong -> zh*) with a rate drawn per example from (0, 1], so that
+    # both "wo xiang q b j" and "bj" are seen; > 0 adds the prefix tokens to the pinyin vocabulary
 
     def source_weights(self) -> dict[str, float]:
         """Source -> weight: ``sources`` if given, else ``{corpus: 1.0}``."""
@@ -148,6 +151,7 @@ def _validate(config: Config, where: str) -> None:
     check(0 < d.test_per_mille < 1000, "data.test_per_mille", "an integer in 1..999")
     check(d.valid_per_mille + d.test_per_mille < 1000, "data.test_per_mille", "valid + test < 1000")
     check(d.min_char_count >= 1, "data.min_char_count", "an integer >= 1")
+    check(0.0 <= d.abbreviate <= 1.0, "data.abbreviate", "a share in [0, 1]")
     for key in ("d_model", "n_heads", "n_encoder_layers", "n_decoder_layers", "d_ff", "max_positions"):
         check(getattr(m, key) > 0, f"model.{key}", "a positive integer")
     check(m.d_model % m.n_heads == 0, "model.n_heads", f"a divisor of model.d_model ({m.d_model})")

@@ -31,6 +31,7 @@ from pinyin_hanzi.errors import DataError
 from pinyin_hanzi.pinyin import (CLAUSE_PUNCTUATION, HANZI_CLASS, hanzi_to_tokens, is_hanzi, normalize_text,
                                  phrase_readings, readings, syllables)
 from pinyin_hanzi.sources import read_text_lines
+from pinyin_hanzi.typed_input import PREFIX_TOKENS
 from pinyin_hanzi.vocab import build_vocabs, save_vocab
 
 DATA_FORMAT_VERSION = 1
@@ -250,6 +251,8 @@ def _fingerprint(config: DataConfig) -> dict:
         fields["sources"] = dict(config.sources)
     if config.phrase_pinyin:
         fields["phrase_pinyin"] = True
+    if config.abbreviate > 0:  # the pinyin vocabulary holds the prefix tokens (whatever the share)
+        fields["prefix_tokens"] = True
     files = {}
     for name in config.source_weights():
         if name not in corpus_sources.SOURCES and Path(name).exists():
@@ -377,7 +380,8 @@ def prepare(config: DataConfig, force: bool = False) -> Path:
         for split in ("valid", "test"):
             if splits[name][split]:
                 _write_split(out / f"{split}.{source_tag(name)}.tsv", splits[name][split])
-    pinyin_vocab, hanzi_vocab = build_vocabs(merged["train"], config.min_char_count)  # from train only
+    pinyin_vocab, hanzi_vocab = build_vocabs(merged["train"], config.min_char_count,  # from train only
+                                             PREFIX_TOKENS if config.abbreviate > 0 else ())
     save_vocab(pinyin_vocab, out / "pinyin_vocab.txt")
     save_vocab(hanzi_vocab, out / "hanzi_vocab.txt")
     total_skipped = sum(skipped.values(), Counter())

@@ -40,14 +40,17 @@ def loss_fn(logits: torch.Tensor, target: torch.Tensor, label_smoothing: float,
 def candidate_columns(source: torch.Tensor, target: torch.Tensor, candidates: tuple[torch.Tensor, torch.Tensor]
                       ) -> tuple[torch.Tensor, torch.Tensor]:
     """The characters the candidate loss softmaxes over: hanzi ids (b, t, 1 + c), the reference first and
-    then the other candidates of the position's syllable, and (b, t, 1 + c) bool, True at real entries.
-    ``candidates`` (ids, real), each (pinyin vocab, c), from :meth:`Lexicon.for_vocab`."""
-    ids, real = candidates[0][source], candidates[1][source]  # (b, t, c)
-    real = real & (ids != target[..., None])  # the reference once, in column 0
-    ids = torch.where(real, ids, PAD_ID)  # each list first, <pad> after it (see Transformer.logits)
-    order = (~real).int().argsort(dim=-1, stable=True)
-    ids, real = ids.gather(-1, order), real.gather(-1, order)
-    return torch.cat([target[..., None], ids], dim=-1), torch.cat([(target != PAD_ID)[..., None], real], dim=-1)
+    then the position's candidate list (<pad> after it), and (b, t, 1 + c) bool, True at the entries that
+    count: the reference, and the list's other characters (the reference's own entry in the list is left
+    out of the softmax, so each character counts once). c is the batch's longest list, not the vocabulary's:
+    a prefix token's list is long, and a batch without one need not carry it. ``candidates`` (ids, real),
+    each (pinyin vocab, c), from :meth:`Lexicon.for_vocab`."""
+    ids, real = candidates
+    width = int(real.sum(dim=-1)[source].max()) if source.numel() else 0
+    ids, real = ids[:, :width][source], real[:, :width][source]  # (b, t, c)
+    counted = real & (ids != target[..., None])
+    return (torch.cat([target[..., None], ids], dim=-1),
+            torch.cat([(target != PAD_ID)[..., None], counted], dim=-1))
 
 
 def model_loss_sum(model, batch, label_smoothing: float, candidates=None) -> tuple[torch.Tensor, int]:

@@ -293,6 +293,14 @@ class Transformer(nn.Module):
         if c.tie_output:
             self.output.weight = self.target_embedding.tokens.weight
         self.chunk = 256  # positions per chunk of candidate logits (see logits)
+        # Candidate logits that would gather more than dense_rows x v rows of the output matrix (positions x
+        # list width) take the full (d x v) product and pick columns instead: gathered rows are memory-bound
+        # matrix-vector products (and scatter-adds in the backward pass), the product one matmul near peak.
+        # On a CPU (d=256, v=6,000-11,000) the two cost the same at about 4 x v rows, forward alone and with
+        # the backward pass; for a chunk of 256 positions that is lists longer than v / 64 (~170 characters
+        # for the shipped model: prefix tokens' lists, and ji's), and a prefix token's chunk would otherwise
+        # hold hundreds of MB of gathered rows. inf: always gather.
+        self.dense_rows = 4.0
 
     def encode(self, source: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """source (b, s) ids -> memory (b, s, d) and the padding mask (b, 1, 1, s), True at real tokens."""
@@ -338,10 +346,15 @@ class Transformer(nn.Module):
         a list are meaningless (callers mask them). A syllable has a few dozen candidates, not v characters:
         this skips the (d x v) product, a quarter of the model's FLOPs. Many positions (training) go in
         order of their list's length, ``chunk`` at a time, each chunk gathering only as many output rows as
-        its longest list (~20 on average, up to ~100)."""
+        its longest list (~20 on average, up to ~100). A chunk whose longest list is long (a prefix token's:
+        all characters of an initial, up to ~1,500) takes the full product for its positions instead and
+        picks its columns (see ``dense_rows``): the same values."""
         if candidates is None:
             return self.output(hidden)
-        if candidates.shape[:-1].numel() <= self.chunk:  # a few positions (decoding): one gather
+        vocab_size = self.output.weight.shape[0]
+        if candidates.shape[:-1].numel() <= self.chunk:  # a few positions (decoding): one gather or product
+            if candidates.numel() > self.dense_rows * vocab_size:  # long lists: see dense_rows
+                return self.output(hidden).gather(-1, candidates)  # (b, t, v) -> (b, t, c)
             rows = F.embedding(candidates, self.output.weight)  # (b, t, c, d)
             return (rows @ hidden[..., None]).squeeze(-1)  # (b, t, c, d) @ (b, t, d, 1) -> (b, t, c)
         flat_hidden, flat_ids = hidden.flatten(0, -2), candidates.flatten(0, -2)  # (n, d), (n, c)
@@ -350,8 +363,11 @@ class Transformer(nn.Module):
         pieces = []
         for chunk in order.split(self.chunk):
             ids = flat_ids[chunk, : int(lengths[chunk].max())]  # (m, c')
-            rows = F.embedding(ids, self.output.weight)  # (m, c', d)
-            chunk_logits = (rows @ flat_hidden[chunk, :, None]).squeeze(-1)  # (m, c', d) @ (m, d, 1) -> (m, c')
+            if ids.numel() > self.dense_rows * vocab_size:  # long lists (prefix tokens): one product, gathered
+                chunk_logits = (flat_hidden[chunk] @ self.output.weight.T).gather(-1, ids)  # (m, v) -> (m, c')
+            else:
+                rows = F.embedding(ids, self.output.weight)  # (m, c', d)
+                chunk_logits = (rows @ flat_hidden[chunk, :, None]).squeeze(-1)  # (m, c', d) @ (m, d, 1) -> (m, c')
             pieces.append(F.pad(chunk_logits, (0, flat_ids.shape[1] - ids.shape[1])))
         return torch.cat(pieces)[order.argsort()].view(candidates.shape)  # back to position order
 

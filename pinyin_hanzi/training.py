@@ -40,7 +40,7 @@ from pinyin_hanzi import checkpoint, distributed, visualize
 from pinyin_hanzi.char_lm import count_for
 from pinyin_hanzi.config import Config, TrainConfig, save_config
 from pinyin_hanzi.corpus import Example, phrase_texts, prepare, read_examples
-from pinyin_hanzi.data import Batch, BatchStream, EncodedExample, encode_examples
+from pinyin_hanzi.data import Batch, BatchStream, EncodedExample, encode_examples, hanzi_ids, prefix_ids
 from pinyin_hanzi.converter import Converter
 from pinyin_hanzi.errors import CheckpointError, ConfigError, TrainingError
 from pinyin_hanzi.evaluation import evaluate
@@ -49,7 +49,7 @@ from pinyin_hanzi.loss import model_loss_sum
 from pinyin_hanzi.model import Transformer
 from pinyin_hanzi.runtime import autocast_for, resolve_precision, select_device, set_threads
 from pinyin_hanzi.syllable_lm import SyllableBigrams
-from pinyin_hanzi.vocab import Vocab, load_vocab
+from pinyin_hanzi.vocab import Vocab, grown, load_vocab
 from pinyin_hanzi.word_lm import word_model
 
 
@@ -239,7 +239,8 @@ def train(config: Config, *, resume: bool = False, init_from: str | None = None,
     """Train as configured; returns the path of the best checkpoint.
 
     resume: continue ``checkpoints/<name>/last.pt`` exactly (weights, optimizer, scheduler, data position,
-    RNG); init_from: start a new run from another checkpoint's weights (its vocabularies are kept).
+    RNG); init_from: start a new run from another checkpoint's weights (its vocabularies keep their ids and
+    grow by the new data's tokens).
     Launched by torchrun, each process trains on its share of every global batch (see distributed.py).
 
     Raises TrainingError if a new run would replace an existing run's checkpoints (unless ``overwrite``) or
@@ -263,12 +264,15 @@ def _train(config: Config, process: distributed.Process, *, resume: bool, init_f
     run = _setup_run(config, process, resume=resume, overwrite=overwrite, log=log)
     splits = _setup_data(config, process)
     saved = _load_resumable(run) if resume else None
-    model, pinyin_vocab, hanzi_vocab = _setup_model(config, splits.data_dir, saved, run.last_path, init_from)
+    model, pinyin_vocab, hanzi_vocab = _setup_model(config, splits.data_dir, saved, run.last_path, init_from, log)
     model.to(run.device)
     syllable_lm, char_lm_state, word_lm_state = _setup_language_models(config, splits.train_examples, hanzi_vocab, log)
     train_encoded = encode_examples(splits.train_examples, pinyin_vocab, hanzi_vocab)
     valid_encoded = encode_examples(splits.valid_examples, pinyin_vocab, hanzi_vocab)
-    stream = BatchStream(train_encoded, t.batch_tokens, t.seed)  # the same stream on every process
+    abbreviate = config.data.abbreviate  # training batches only: validation measures full pinyin
+    stream = BatchStream(train_encoded, t.batch_tokens, t.seed, abbreviate=abbreviate,  # the same on every process
+                         prefix_of=prefix_ids(pinyin_vocab) if abbreviate > 0 else None,
+                         hanzi_target=hanzi_ids(hanzi_vocab) if abbreviate > 0 else None)
     optimizer, scheduler = _setup_optimizer(model, t)
     if saved is not None:
         _restore(run, saved, optimizer, scheduler, stream)
@@ -329,19 +333,43 @@ def _load_resumable(run: Run) -> dict:
     return saved
 
 
-def _setup_model(config: Config, data_dir: Path, saved: dict | None, saved_path: Path, init_from: str | None
-                 ) -> tuple[Transformer, Vocab, Vocab]:
+def _setup_model(config: Config, data_dir: Path, saved: dict | None, saved_path: Path, init_from: str | None,
+                 log) -> tuple[Transformer, Vocab, Vocab]:
     """(model on the CPU, pinyin vocabulary, hanzi vocabulary): those of the resumed checkpoint ``saved``,
-    the weights and vocabularies of ``init_from``, or a new model over the prepared data's vocabularies."""
+    the weights of ``init_from`` over its vocabularies grown by the data's new tokens (:func:`_init_from`),
+    or a new model over the prepared data's vocabularies."""
     if saved is not None:
         model, pinyin_vocab, hanzi_vocab, _ = checkpoint.model_from_checkpoint(saved, str(saved_path))
     elif init_from:
-        source = checkpoint.load_checkpoint(init_from)
-        model, pinyin_vocab, hanzi_vocab, _ = checkpoint.model_from_checkpoint(source, init_from)
-        _check_same(config, source[checkpoint.CONFIG_KEY], "model", Path(init_from))
+        return _init_from(config, data_dir, init_from, log)
     else:
         pinyin_vocab, hanzi_vocab = load_vocab(data_dir / "pinyin_vocab.txt"), load_vocab(data_dir / "hanzi_vocab.txt")
         model = Transformer(config.model, source_vocab_size=len(pinyin_vocab), target_vocab_size=len(hanzi_vocab))
+    return model, pinyin_vocab, hanzi_vocab
+
+
+def _init_from(config: Config, data_dir: Path, path: str, log) -> tuple[Transformer, Vocab, Vocab]:
+    """--init-from: the checkpoint's weights over vocabularies grown by the prepared data's new tokens.
+
+    Each vocabulary is the checkpoint's, in its order (so a known token keeps its id and its rows), then
+    the tokens of this run's data it lacks (new characters, the prefix tokens of data.abbreviate). Tokens
+    the new data does not have stay: ids never move. The new rows of the embeddings and of an untied
+    output projection start as a fresh model's do. CheckpointError unless the model settings agree."""
+    source = checkpoint.load_checkpoint(path)
+    old_model, old_pinyin, old_hanzi, _ = checkpoint.model_from_checkpoint(source, path)
+    _check_same(config, source[checkpoint.CONFIG_KEY], "model", Path(path))
+    pinyin_vocab = grown(old_pinyin, load_vocab(data_dir / "pinyin_vocab.txt").tokens)
+    hanzi_vocab = grown(old_hanzi, load_vocab(data_dir / "hanzi_vocab.txt").tokens)
+    model = Transformer(config.model, source_vocab_size=len(pinyin_vocab), target_vocab_size=len(hanzi_vocab))
+    state = model.state_dict()
+    for name, old in old_model.state_dict().items():
+        if old.shape == state[name].shape:
+            state[name] = old
+        else:  # a vocabulary-sized matrix (embeddings, output): the known rows, then the fresh ones
+            state[name] = torch.cat([old, state[name][old.shape[0]:]])
+    model.load_state_dict(state)
+    log(f"initialised from {path}: {len(pinyin_vocab) - len(old_pinyin)} pinyin and "
+        f"{len(hanzi_vocab) - len(old_hanzi)} hanzi tokens added to its vocabularies")
     return model, pinyin_vocab, hanzi_vocab
 
 
@@ -541,9 +569,10 @@ def _global_step(run: Run, parts: Parts) -> tuple[float, float, float, int, bool
     process walks in step, of which process r takes batches r, r + N, r + 2N, ... Returns (loss, gradient
     norm, learning rate used, target tokens of the global batch, stepped) (see :func:`train_step`)."""
     t, process = run.config.train, run.process
-    global_batch = [parts.stream.next_indices() for _ in range(t.grad_accum_steps)]
-    tokens = sum(parts.stream.n_target_tokens(indices) for indices in global_batch)
-    mine = [parts.stream.batch(indices) for indices in global_batch[process.rank :: process.world_size]]
+    global_batch = [parts.stream.next_indices() for _ in range(t.grad_accum_steps)]  # (epoch, indices) each
+    tokens = sum(parts.stream.n_target_tokens(indices) for _, indices in global_batch)
+    mine = [parts.stream.batch(epoch, indices)
+            for epoch, indices in global_batch[process.rank :: process.world_size]]
     lr = parts.optimizer.param_groups[0]["lr"]
     loss, grad_norm, stepped = train_step(parts.trained_model, mine, tokens, parts.optimizer, parts.scheduler, t,
                                           run.device, parts.candidates, process.world_size)

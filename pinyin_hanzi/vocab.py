@@ -43,10 +43,20 @@ class Vocab:
         return [self.tokens[index] for index in ids]
 
 
-def build_vocabs(train: Sequence, min_char_count: int = 1) -> tuple["Vocab", "Vocab"]:
-    """(pinyin vocabulary, hanzi vocabulary), from the training split only."""
-    return (Vocab.build(example.tokens for example in train),
+def build_vocabs(train: Sequence, min_char_count: int = 1, extra_pinyin: Iterable[str] = ()
+                 ) -> tuple["Vocab", "Vocab"]:
+    """(pinyin vocabulary, hanzi vocabulary), from the training split only. ``extra_pinyin`` (the prefix
+    tokens, when training abbreviates) are added to the pinyin vocabulary after the tokens of the split, in
+    sorted order, those it already holds once."""
+    pinyin_vocab = Vocab.build(example.tokens for example in train)
+    added = sorted(set(extra_pinyin) - set(pinyin_vocab.tokens))
+    return (Vocab(pinyin_vocab.tokens + added) if added else pinyin_vocab,
             Vocab.build((example.hanzi for example in train), min_count=min_char_count))
+
+
+def grown(vocab: Vocab, tokens: Iterable[str]) -> Vocab:
+    """``vocab`` with the ``tokens`` it lacks appended in their order: the ids of its own tokens stay."""
+    return Vocab(vocab.tokens + [token for token in dict.fromkeys(tokens) if token not in vocab])
 
 
 def save_vocab(vocab: Vocab, path: str | Path) -> None:

@@ -41,13 +41,16 @@ def test_tiny_model_memorises_the_tiny_corpus(trained):
     assert list((tmp / "runs" / "tiny").glob("events.out.tfevents.*"))
 
 
-def test_resume_continues_exactly_like_an_uninterrupted_run(tmp_path, tiny_corpus, monkeypatch):
+@pytest.mark.parametrize("abbreviate", [0.0, 0.5])
+def test_resume_continues_exactly_like_an_uninterrupted_run(tmp_path, tiny_corpus, monkeypatch, abbreviate):
     torch.set_num_threads(1)
     settings = dict(max_steps=24, eval_every=12, log_every=4, batch_tokens=64)
-    straight = load_config(write_config(tmp_path / "a.yaml", tiny_config_dict(tmp_path / "a", tiny_corpus, **settings)))
+    config_a = tiny_config_dict(tmp_path / "a", tiny_corpus, **settings)
     config_b = tiny_config_dict(tmp_path / "b", tiny_corpus, **settings)
-    config_b["model"]["dropout"] = 0.1  # dropout draws random numbers: their state must be restored too
-    straight.model.dropout = 0.1
+    for config in (config_a, config_b):
+        config["model"]["dropout"] = 0.1  # dropout draws random numbers: their state must be restored too
+        config["data"]["abbreviate"] = abbreviate  # and the abbreviations of the batches after the resume
+    straight = load_config(write_config(tmp_path / "a.yaml", config_a))
     resumed = load_config(write_config(tmp_path / "b.yaml", config_b))
 
     # Keep the step-12 checkpoint of the straight run, as a crash right after it would have left it.
@@ -246,3 +249,75 @@ def test_a_kill_between_the_two_checkpoint_writes_never_loses_the_best_checkpoin
     best_state, last_state = load_checkpoint(best), load_checkpoint(last)
     assert last_state["step"] == best_state["step"] == 12
     assert best_state["valid_char_accuracy"] == last_state["best_accuracy"] == last_state["valid_char_accuracy"]
+
+
+def test_init_from_grows_the_vocabularies_and_keeps_the_known_rows(tmp_path, tiny_corpus, trained):
+    """Continuing a model on data with new characters, typed abbreviated: the checkpoint's tokens keep their
+    ids and rows, the new ones are appended, and the continued model trains and converts."""
+    from conftest import TINY_SENTENCES
+
+    from pinyin_hanzi.converter import Converter
+    from pinyin_hanzi.typed_input import PREFIX_TOKENS
+
+    torch.set_num_threads(1)
+    _, _, best = trained
+    old = load_checkpoint(best)
+    corpus = tmp_path / "more.txt"
+    sentences = TINY_SENTENCES[1:] + ["秋天的树叶变黄了。", "弟弟在公园放风筝。"]  # new characters, in train
+    corpus.write_text("\n".join(sentences) + "\n", encoding="utf-8")
+    settings = dict(max_steps=4, eval_every=4, batch_tokens=64, lr=1e-5, warmup_steps=0)
+    config_dict = tiny_config_dict(tmp_path, corpus, **settings)
+    config_dict["data"]["abbreviate"] = 0.5
+    config = load_config(write_config(tmp_path / "c.yaml", config_dict))
+    data_dir = training.prepare(config.data)
+
+    messages = []
+    model, pinyin_vocab, hanzi_vocab = training._setup_model(config, data_dir, None, best, str(best), messages.append)
+    assert pinyin_vocab.tokens[: len(old["pinyin_vocab"])] == old["pinyin_vocab"]
+    assert hanzi_vocab.tokens[: len(old["hanzi_vocab"])] == old["hanzi_vocab"]
+    assert PREFIX_TOKENS <= set(pinyin_vocab.tokens)
+    assert {"叶", "筝"} <= set(hanzi_vocab.tokens[len(old["hanzi_vocab"]):])
+    assert "你" in hanzi_vocab  # only in the checkpoint's data now: kept, ids never move
+    added = len(pinyin_vocab) - len(old["pinyin_vocab"]), len(hanzi_vocab) - len(old["hanzi_vocab"])
+    assert messages == [f"initialised from {best}: {added[0]} pinyin and {added[1]} hanzi tokens added to its "
+                        f"vocabularies"]
+    state = model.state_dict()
+    for name, tensor in old["model"].items():
+        assert torch.equal(state[name][: tensor.shape[0]], tensor), name
+        if state[name].shape != tensor.shape:  # new rows start as a fresh model's: small, not copies, not zero
+            new_rows = state[name][tensor.shape[0]:]
+            assert 0 < new_rows.std() < 1 and not torch.equal(new_rows[0], new_rows[1])
+    assert model.output.weight.data_ptr() == model.target_embedding.tokens.weight.data_ptr()  # still tied
+
+    new_best = train(config, init_from=str(best), log=lambda message: None)
+    continued = Converter.from_checkpoint(new_best)
+    assert continued.pinyin_vocab.tokens[: len(old["pinyin_vocab"])] == old["pinyin_vocab"]
+    original = Converter.from_checkpoint(best)
+    known = [example.tokens for example in read_examples(trained[0] / "prepared" / "tiny" / "train.tsv")]
+    assert continued.convert_tokens(known) == original.convert_tokens(known)  # a few tiny steps change nothing
+    # prefix tokens are model input now (unconstrained: what the lexicon allows for them is not this test's)
+    assert len(continued.convert_tokens([["qiu", "tian", "zh*", "guo"]], constrained=False)[0]) == 4
+
+
+def test_init_from_an_untied_model_grows_its_output_projection_too(tmp_path, tiny_corpus):
+    from conftest import TINY_SENTENCES
+
+    torch.set_num_threads(1)
+    first = tiny_config_dict(tmp_path / "a", tiny_corpus, max_steps=2, eval_every=2, batch_tokens=64)
+    first["model"]["tie_output"] = False
+    best = train(load_config(write_config(tmp_path / "a.yaml", first)), log=lambda message: None)
+    old = load_checkpoint(best)["model"]
+    corpus = tmp_path / "more.txt"
+    corpus.write_text("\n".join(TINY_SENTENCES + ["弟弟在公园放风筝。"]) + "\n", encoding="utf-8")
+    second = tiny_config_dict(tmp_path / "b", corpus, max_steps=2, eval_every=2, batch_tokens=64)
+    second["model"]["tie_output"] = False
+    second["data"]["abbreviate"] = 1.0
+    config = load_config(write_config(tmp_path / "b.yaml", second))
+    model, pinyin_vocab, hanzi_vocab = training._setup_model(config, training.prepare(config.data), None, best,
+                                                             str(best), lambda message: None)
+    known = old["output.weight"].shape[0]
+    assert len(hanzi_vocab) > known and len(pinyin_vocab) >= old["source_embedding.tokens.weight"].shape[0] + 26
+    assert torch.equal(model.output.weight[:known], old["output.weight"])
+    assert not torch.equal(model.output.weight[known:], model.target_embedding.tokens.weight[known:] * 0)
+    assert model.output.weight.data_ptr() != model.target_embedding.tokens.weight.data_ptr()
+    train(config, init_from=str(best), log=lambda message: None)
