@@ -15,10 +15,16 @@ def _write(tmp_path, text):
     return path
 
 
-@pytest.mark.parametrize("name", ["quickstart.yaml", "base.yaml"])
+@pytest.mark.parametrize("name", ["quickstart.yaml", "base.yaml", "mix_small.yaml", "everyday.yaml"])
 def test_shipped_configs_load(name):
     config = load_config(ROOT / "configs" / name)
     assert config.model.d_model % config.model.n_heads == 0
+
+
+def test_the_everyday_config_continues_the_shipped_network():
+    # --init-from needs equal model sections: everyday.yaml starts from the shipped model's weights
+    everyday, mix = (load_config(ROOT / "configs" / name) for name in ("everyday.yaml", "mix_small.yaml"))
+    assert everyday.model == mix.model
 
 
 def test_overrides_are_typed():
