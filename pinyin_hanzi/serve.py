@@ -246,7 +246,10 @@ class Piece(BaseModel):
 class CandidateOut(BaseModel):
     text: str
     score: float = Field(description="log-probability under the model (higher is better)")
-    syllables: list[str] = Field(description="the reading of the input this candidate converts")
+    syllables: list[str] = Field(description="the syllable each character was read as (an abbreviation or a "
+                                             "fuzzy syllable as the full syllable it became)")
+    segmentation: list[str] = Field(description="the model tokens of the reading it converts (what /attention "
+                                                "takes as syllables)")
     pieces: list[Piece] = Field(description="syllable -> character, one per syllable")
     notes: list[str] = Field(description="fallbacks the converter used, if any")
 
@@ -282,17 +285,20 @@ class Health(BaseModel):
 # ----------------------------------------------------------------------------------------- the app
 
 def _pieces(candidate) -> list[dict]:
-    """One piece per syllable; none where text and syllables do not pair up one to one."""
-    if len(candidate.text) != len(candidate.syllables):
+    """One piece per syllable: what it was read as, the character it became, and whether the input passed
+    through as itself; none where text and readings do not pair up one to one."""
+    readings = candidate.read_as or candidate.syllables
+    if len(candidate.text) != len(readings):
         return []
     return [{"reading": reading, "text": char, "passthrough": reading == char or reading not in known_syllables()}
-            for reading, char in zip(candidate.syllables, candidate.text)]
+            for reading, char in zip(readings, candidate.text)]
 
 
 def _conversion(line: str, candidates: Sequence) -> dict:
     return {"input": line, "output": candidates[0].text if candidates else "",
-            "candidates": [{"text": c.text, "score": float(c.score), "syllables": list(c.syllables),
-                            "pieces": _pieces(c), "notes": list(c.notes)} for c in candidates]}
+            "candidates": [{"text": c.text, "score": float(c.score), "syllables": list(c.read_as or c.syllables),
+                            "segmentation": list(c.syllables), "pieces": _pieces(c), "notes": list(c.notes)}
+                           for c in candidates]}
 
 
 def _check_lines(lines: list[str], limits: Limits) -> None:

@@ -216,7 +216,8 @@ class RecordingConverter:
         if "boom" in lines:
             raise RuntimeError("boom")
         self.calls.append(list(lines))
-        return [[SimpleNamespace(text=line.upper(), score=-1.0, syllables=list(line), notes=[])] for line in lines]
+        return [[SimpleNamespace(text=line.upper(), score=-1.0, syllables=list(line), notes=[], read_as=[])]
+                 for line in lines]
 
 
 def _run_batcher(converter, jobs, **kwargs):

@@ -209,7 +209,7 @@ async function drawAttention() {
   try {
     const response = await fetch("/attention", {
       method: "POST", headers: { "Content-Type": "application/json" },
-      body: JSON.stringify({ text: candidate.text, syllables: candidate.syllables }),
+      body: JSON.stringify({ text: candidate.text, syllables: candidate.segmentation }),
     });
     const body = await response.json();
     if (!response.ok) throw new Error(body.error || response.statusText);
