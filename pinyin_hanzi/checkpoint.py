@@ -154,6 +154,7 @@ _ENTRY_TYPES = {  # key -> (test, what the error calls the expected type)
     CONFIG_KEY: (_is_dict, "a dict"), PINYIN_VOCAB_KEY: (_is_str_list, "a list of str"),
     HANZI_VOCAB_KEY: (_is_str_list, "a list of str"), MODEL_KEY: (_is_tensor_dict, "a dict of tensors"),
     STEP_KEY: (_is_int, "an integer"), SYLLABLE_LM_KEY: (_is_dict, "a dict"), CHAR_LM_KEY: (_is_dict, "a dict"),
+    WORD_LM_KEY: (_is_dict, "a dict"),
     VALID_ACCURACY_KEY: (_is_number, "a number"), ELAPSED_KEY: (_is_number, "a number"),
     OPTIMIZER_KEY: (_is_dict, "a dict"), SCHEDULER_KEY: (_is_dict, "a dict"),
     BEST_ACCURACY_KEY: (_is_number, "a number"), BATCHES_KEY: (_is_dict, "a dict"), RNG_KEY: (_is_dict, "a dict"),
@@ -256,7 +257,13 @@ def load_for_inference(path: str | Path) -> InferenceParts:
             char_lm = CharNgramLM.from_state_dict(state[CHAR_LM_KEY])
         except (KeyError, TypeError, ValueError, AttributeError, RuntimeError) as error:  # tables that do not
             raise CheckpointError(_char_lm_error(str(path), repr(error))) from None  # fit one another
-    word_lm = WordLexiconLM.from_state_dict(state[WORD_LM_KEY]) if WORD_LM_KEY in state else None
+    word_lm = None
+    if WORD_LM_KEY in state:
+        try:
+            word_lm = WordLexiconLM.from_state_dict(state[WORD_LM_KEY])
+        except (KeyError, TypeError, ValueError, AttributeError, RuntimeError) as error:
+            raise CheckpointError(f"{path}: its word model cannot be read ({error!r}); add it again with "
+                                  f"python -m pinyin_hanzi.cli.word_lm") from None
     return InferenceParts(model, pinyin_vocab, hanzi_vocab, config, syllable_lm, char_lm, word_lm)
 
 

@@ -158,7 +158,7 @@ def _validate(config: Config, where: str) -> None:
     check(0.0 <= m.dropout < 1.0, "model.dropout", "a number in [0, 1)")
     check(m.norm in ("pre", "post"), "model.norm", "'pre' or 'post'")
     check(m.max_positions >= d.max_len, "model.max_positions", f">= data.max_len ({d.max_len})")
-    check(dec.lm_weight >= 0, "decode.lm_weight", "a number >= 0")
+    check(math.isfinite(dec.lm_weight) and dec.lm_weight >= 0, "decode.lm_weight", "a finite number >= 0")
     check(1 <= dec.lm_order <= 4, "decode.lm_order", "an integer in 1..4")
     check(dec.lm_min_count >= 1, "decode.lm_min_count", "an integer >= 1")
     check(dec.lm_phrases >= 0, "decode.lm_phrases", "an integer >= 0")

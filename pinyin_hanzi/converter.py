@@ -5,7 +5,7 @@
     converter.convert("ni hao")                      # "你好"
     converter.candidates("xian", n=5)                # [Candidate(text="现", score=..., syllables=["xian"]), ...]
 
-Typed text -> pieces with alternative readings (pinyin.py) -> chunks of at most one window -> each reading
+Typed text -> pieces with alternative readings (typed_input.py) -> chunks of at most one window -> each reading
 searched (search.py) under the lexicon's constraint (lexicon.py) -> the n best distinct texts.
 
 Which model converts by default (:func:`resolve_checkpoint`): an explicit checkpoint path, else the one the
@@ -194,7 +194,7 @@ class Converter:
         return self.convert_lines([text], beam=max(self.beam, n), nbest=n, constrained=self.constrained)[0]
 
     def convert_lines(self, lines: Sequence[str], *, beam: int | None = None, nbest: int = 1,
-                      constrained: bool = True, batch_size: int = 256, alternatives_limit: int = 4,
+                      constrained: bool | None = None, batch_size: int = 256, alternatives_limit: int = 4,
                       chinese_punctuation: bool = False, prefixes: bool | None = None,
                       fuzzy: Iterable[str] | None = None, shuangpin: str | None = None) -> list[list[Candidate]]:
         """Typed lines -> up to ``nbest`` distinct conversions each, best first (beam: ``self.beam`` unless
@@ -205,7 +205,8 @@ class Converter:
         Each alternative reading of ambiguous input (``xian`` = xian / xi'an) is decoded and the scores pick
         among them. Input longer than one window is converted chunk by chunk (cut at punctuation); its
         n-best list then holds the best conversion only. ``chinese_punctuation``: ASCII , . ? ! right
-        after a hanzi become ，。？！."""
+        after a hanzi become ，。？！. ``constrained`` None: this converter's own setting."""
+        constrained = self.constrained if constrained is None else constrained
         beam = max(beam or self.beam, nbest)
         fused = fusion_for(beam, self.fusion) is not None
         options = {"prefixes": self.prefixes if prefixes is None else prefixes,

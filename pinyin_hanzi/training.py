@@ -4,7 +4,7 @@
       _setup_run         seed, threads, device, the run's folders (a new run never replaces another's)
       _setup_data        prepare the splits (rank 0; the other processes wait) and read them
       _setup_model       a new Transformer, the resumed last.pt's, or --init-from's weights
-      _setup_language_models  syllable bigrams and, with decode.lm_weight > 0, the character n-gram model
+      _setup_language_models  syllable bigrams; the character n-gram model and the word model when their weights > 0
       _setup_optimizer   AdamW with warm-up + cosine decay (lr_at)
       _restore           --resume: optimizer, schedule, data position, step, best score, random state
       _setup_logging     TensorBoard, train_log.jsonl, eval_log.jsonl (rank 0)
@@ -44,7 +44,6 @@ from pinyin_hanzi.data import Batch, BatchStream, EncodedExample, encode_example
 from pinyin_hanzi.converter import Converter
 from pinyin_hanzi.errors import CheckpointError, ConfigError, TrainingError
 from pinyin_hanzi.evaluation import evaluate
-from pinyin_hanzi.lexicon import Lexicon
 from pinyin_hanzi.loss import model_loss_sum
 from pinyin_hanzi.model import Transformer
 from pinyin_hanzi.runtime import autocast_for, resolve_precision, select_device, set_threads
@@ -284,7 +283,7 @@ def _train(config: Config, process: distributed.Process, *, resume: bool, init_f
     converter = Converter(model, pinyin_vocab, hanzi_vocab, run.device)
     candidates = None
     if t.loss == "candidates":
-        candidates = tuple(part.to(run.device) for part in Lexicon(hanzi_vocab).for_vocab(pinyin_vocab))
+        candidates = tuple(part.to(run.device) for part in converter.lexicon.for_vocab(pinyin_vocab))
     parts = Parts(model, _wrap_for_training(model, run), pinyin_vocab, hanzi_vocab, optimizer, scheduler, stream,
                   syllable_lm, char_lm_state, word_lm_state, converter, candidates, splits.valid_examples, valid_encoded)
     _log_setup(run, parts, splits, logs)

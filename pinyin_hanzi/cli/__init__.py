@@ -2,7 +2,9 @@
 
     python train.py / python -m pinyin_hanzi.cli.train            train a model (train.py calls this)
     python translate.py / python -m pinyin_hanzi.cli.translate    convert pinyin, evaluate, draw attention
+    python serve.py / python -m pinyin_hanzi.cli.serve            the HTTP service and web IME page
     python -m pinyin_hanzi.cli.char_lm CHECKPOINT OUT             count a character n-gram model into a checkpoint
+    python -m pinyin_hanzi.cli.word_lm CHECKPOINT OUT             add a word model (word frequencies) to a checkpoint
     python -m pinyin_hanzi.cli.export SOURCE TARGET               an inference-only copy of a checkpoint
     python -m pinyin_hanzi.cli.positional_encoding OUT.png        the book's positional-encoding picture
     python -m pinyin_hanzi.cli.config_reference                   the config reference (docs/config.md)

@@ -4,6 +4,7 @@ a copy of a checkpoint with a character n-gram model counted from its training s
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 
 from pinyin_hanzi.cli import run
@@ -25,7 +26,8 @@ def _main(argv) -> int:
     args = parser.parse_args(argv)
     for ok, message in ((1 <= args.order <= 4, "--order must be in 1..4"),
                         (args.min_count >= 1, "--min-count must be >= 1"),
-                        (args.phrases >= 0, "--phrases must be >= 0"), (args.weight >= 0, "--weight must be >= 0")):
+                        (args.phrases >= 0, "--phrases must be >= 0"),
+                        (math.isfinite(args.weight) and args.weight >= 0, "--weight must be a finite number >= 0")):
         if not ok:
             parser.error(message)
     lm, train = count_into_checkpoint(args.checkpoint, args.out, order=args.order, min_count=args.min_count,

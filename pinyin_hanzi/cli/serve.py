@@ -9,11 +9,7 @@ import signal
 import sys
 from typing import Sequence
 
-import torch
-
 from pinyin_hanzi.cli import run
-from pinyin_hanzi.serve import create_app
-
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -48,7 +44,10 @@ def load_converter(checkpoint: str | None, device: str = "cpu"):
 
 def _main(argv: Sequence[str] | None = None) -> int:
     """Load the model once, then serve until SIGINT/SIGTERM (uvicorn finishes the requests in flight)."""
+    import torch
     import uvicorn
+
+    from pinyin_hanzi.serve import create_app
 
     parser = _parser()
     args = parser.parse_args(argv)
