@@ -20,7 +20,7 @@ import torch
 from torch.nn.utils.rnn import pad_sequence
 
 from pinyin_hanzi.pinyin import syllable_table, toned_syllable_table
-from pinyin_hanzi.typed_input import PREFIX, is_literal_key, key_syllables
+from pinyin_hanzi.typed_input import is_literal_key, is_syllable_set_key, key_syllables
 from pinyin_hanzi.vocab import PAD_ID, SPECIALS, UNK_ID, Vocab
 
 PAD_ROW = 0  # the row of positions past the end of a sequence: only <pad>, with probability 1
@@ -71,7 +71,7 @@ class Lexicon:
         begins has counts as toneless. A key that stands for no character at all is its own fallback."""
         if is_literal_key(key):
             return (key[1],)
-        if PREFIX not in key and "|" not in key:
+        if not is_syllable_set_key(key):
             return _syllable_characters(key)
         syllables = key_syllables(key)
         if not syllables:  # a toned prefix (zho*5) whose tone none of its syllables has
@@ -91,7 +91,7 @@ class Lexicon:
         literal key the character."""
         if is_literal_key(key):
             return char
-        if PREFIX not in key and "|" not in key:
+        if not is_syllable_set_key(key):
             return key
         syllables = key_syllables(key) or key_syllables(_TONE.sub("", key))
         found = next((syllable for syllable in syllables if char in _character_set(syllable)), None)

@@ -115,6 +115,18 @@ def is_prefix_token(token: str) -> bool:
     return token in PREFIX_TOKENS
 
 
+# A key that stands for a set of syllables: a prefix (``zho*``, ``b*3``) or fuzzy variants (``zi|zhi``).
+# Spelled out in full because the vocabulary also holds corpus punctuation such as ``*`` and ``|``, which
+# are literal tokens, not empty prefixes.
+_VARIANT = r"[a-z]+\*?[1-5]?"
+_SYLLABLE_SET_KEY = re.compile(rf"{_VARIANT}(?:\|{_VARIANT})*")
+
+
+def is_syllable_set_key(key: str) -> bool:
+    """Whether ``key`` is a prefix or fuzzy constraint key (see :func:`key_syllables`)."""
+    return (PREFIX in key or "|" in key) and _SYLLABLE_SET_KEY.fullmatch(key) is not None
+
+
 @functools.lru_cache(maxsize=1)
 def _beginnings() -> frozenset[str]:
     """Every proper beginning of a syllable (``z``, ``zh``, ``zho``, ``zhon``, ``n`` of ``na`` ...)."""
@@ -142,6 +154,8 @@ def key_syllables(key: str) -> tuple[str, ...]:
     (``=!``) stands for no syllable: (). Toned results are keys of ``toned_syllable_table``."""
     if is_literal_key(key):
         return ()
+    if not is_syllable_set_key(key):
+        return (key,)
     found: dict[str, None] = {}
     for variant in key.split("|"):
         base, tone = _split_key(variant)

@@ -88,3 +88,14 @@ def test_for_vocab_gives_prefix_tokens_the_characters_of_their_initials_syllable
 
     assert allowed("zh*") == set("中周张") and allowed("z*") == {"在"} and allowed("b*") == {"北"}
     assert allowed("ni") == {"你"}
+
+
+def test_corpus_punctuation_that_spells_key_syntax_is_a_literal_token():
+    # '*' and '|' reach the pinyin vocabulary from corpus text; they are not an empty prefix or fuzzy key.
+    for token in ("*", "|", "**", "a|*"):
+        assert Lexicon.characters(token) == (token,)
+        assert Lexicon.syllable_of(token, token) == token
+    vocab = Vocab(list(SPECIALS) + ["ni", "*", "|", "zho*"])
+    table = Lexicon(HANZI).for_vocab(vocab)  # raised for '*' before
+    assert len(table) > 0
+    assert "中" in Lexicon.characters("zho*") and "中" in Lexicon.characters("zi|zhong")
