@@ -4,6 +4,7 @@
     python bench/translate_speed.py                       # the shipped model, sentences this script carries
     python bench/translate_speed.py --checkpoint checkpoints/quickstart/best.pt --split data/prepared/pd1998/test.tsv
                                     [--beam 5] [--threads N] [--latency-threads 1] [--lm-weight 0]
+    python bench/translate_speed.py --checkpoint NEW.pt --baseline pinyin_hanzi/pretrained/model.pt
 
 Inputs: the sentences below, typed as their pinyin (pypinyin's readings, via ``pinyin.hanzi_to_tokens``),
 or a prepared ``tokens<TAB>hanzi`` file (``--split``). Batched conversion runs with ``--threads`` (0:
@@ -12,8 +13,10 @@ uses for text typed on the command line or at the prompt). Greedy decoding and b
 sentence by sentence, so that their medians stand side by side on a noisy machine.
 
 With a character n-gram model in the checkpoint, beam search uses it and greedy decoding does not (as in
-``translate.py``); ``lm_weight`` in the summary is the beam search's. The last line printed is a one-line
-JSON summary.
+``translate.py``); ``lm_weight`` in the summary is the beam search's. ``--baseline`` loads a second
+checkpoint with its own defaults and measures it in the same run, taking turns with the first batch by
+batch and sentence by sentence, and prints each figure's ratio (model / baseline). The last line printed is
+a one-line JSON summary.
 """
 
 from __future__ import annotations
@@ -112,6 +115,7 @@ def main() -> int:
                         "checkpoint's decode.lm_weight; 0: the Transformer alone)")
     parser.add_argument("--word-weight", type=float, help="the word model's weight (default: the checkpoint's "
                         "decode.word_weight; 0: none)")
+    parser.add_argument("--baseline", help="a second checkpoint measured in the same run with its own defaults")
     args = parser.parse_args()
     if args.beam < 2:
         parser.error("--beam must be at least 2 (greedy is measured anyway)")
@@ -120,36 +124,55 @@ def main() -> int:
     batch_threads = torch.get_num_threads()
     checkpoint, origin = resolve_checkpoint(args.checkpoint)
     print(f"using {origin}: {checkpoint}", flush=True)
-    converter = Converter.from_checkpoint(checkpoint, lm_weight=args.lm_weight, word_weight=args.word_weight, log=print)
+    converters = {"model": Converter.from_checkpoint(checkpoint, lm_weight=args.lm_weight,
+                                                     word_weight=args.word_weight, log=print)}
+    if args.baseline:
+        print(f"baseline: {args.baseline}", flush=True)
+        converters["baseline"] = Converter.from_checkpoint(args.baseline, log=print)
+    converter = converters["model"]
     decode = converter.config.decode
     lm = f"{decode.lm_order}-gram model at weight {decode.lm_weight}" if converter.char_lm else "none"
     print(f"character n-gram model: {lm}", flush=True)
     tokens = split_sentences(args.split) if args.split else carried_sentences()
     batched = tokens if args.split else tokens * max(1, 1024 // len(tokens))  # enough for full batches
     beams = {"greedy": 1, f"beam {args.beam}": args.beam}
+    runs = [(who, name, beam) for name, beam in beams.items() for who in converters]  # turns, side by side
 
-    throughput = {}
-    for name, beam in beams.items():
-        converter.convert_tokens(batched[: args.batch_size], beam=beam)  # warm-up
-        started = time.perf_counter()
-        converter.convert_tokens(batched, beam=beam, batch_size=args.batch_size)
-        throughput[name] = len(batched) / (time.perf_counter() - started)
-        print(f"batched {name}: {throughput[name]:,.0f} sentences/s ({len(batched)} sentences)", flush=True)
+    rounds = 3 if args.baseline else 1
+    rates: dict[tuple[str, str], list[float]] = {(who, name): [] for who, name, _ in runs}
+    for who, _, beam in runs:
+        converters[who].convert_tokens(batched[: args.batch_size], beam=beam)  # warm-up
+    for _ in range(rounds):
+        for who, name, beam in runs:
+            started = time.perf_counter()
+            converters[who].convert_tokens(batched, beam=beam, batch_size=args.batch_size)
+            rates[who, name].append(len(batched) / (time.perf_counter() - started))
+    throughput = {key: statistics.median(values) for key, values in rates.items()}
+    for (who, name), rate in throughput.items():
+        print(f"{who} batched {name}: {rate:,.0f} sentences/s ({len(batched)} sentences, median of {rounds})",
+              flush=True)
 
     lines = ten_syllable_lines(tokens, args.latency_sentences)
     torch.set_num_threads(args.latency_threads)
-    times: dict[str, list[float]] = {name: [] for name in beams}
-    for name, beam in beams.items():
-        converter.convert_lines(lines[:5], beam=beam)  # warm-up
+    times: dict[tuple[str, str], list[float]] = {(who, name): [] for who, name, _ in runs}
+    for who, _, beam in runs:
+        converters[who].convert_lines(lines[:5], beam=beam)  # warm-up
     for line in lines:
-        for name, beam in beams.items():
+        for who, name, beam in runs:
             started = time.perf_counter()
-            converter.convert_lines([line], beam=beam)
-            times[name].append((time.perf_counter() - started) * 1000)
-    latency = {name: (statistics.median(values), percentile(values, 0.95)) for name, values in times.items()}
-    for name, (p50, p95) in latency.items():
-        print(f"single 10-syllable sentence, {name}: p50 {p50:.1f} ms, p95 {p95:.1f} ms ({len(lines)} sentences, "
-              f"alternating)", flush=True)
+            converters[who].convert_lines([line], beam=beam)
+            times[who, name].append((time.perf_counter() - started) * 1000)
+    latency = {key: (statistics.median(values), percentile(values, 0.95)) for key, values in times.items()}
+    for (who, name), (p50, p95) in latency.items():
+        print(f"{who} single 10-syllable sentence, {name}: p50 {p50:.1f} ms, p95 {p95:.1f} ms "
+              f"({len(lines)} sentences, alternating)", flush=True)
+    ratios = {}
+    if args.baseline:
+        for name in beams:
+            ratios[name] = {"p50_ratio": round(latency["model", name][0] / latency["baseline", name][0], 3),
+                            "batched_time_ratio": round(throughput["baseline", name] / throughput["model", name], 3)}
+            print(f"model / baseline, {name}: single-sentence p50 x{ratios[name]['p50_ratio']}, "
+                  f"batched time x{ratios[name]['batched_time_ratio']}", flush=True)
 
     cold = []
     for _ in range(args.cold_starts):
@@ -165,10 +188,11 @@ def main() -> int:
         "threads": batch_threads, "lm_weight": decode.lm_weight if converter.char_lm else 0.0,
         "word_weight": decode.word_weight if converter.word_lm else 0.0,
         "latency_threads": args.latency_threads, "beam": args.beam,
-        "greedy_sentences_per_s": round(throughput[greedy], 1),
-        "beam_sentences_per_s": round(throughput[beam_name], 1),
-        "greedy_p50_ms": round(latency[greedy][0], 2), "greedy_p95_ms": round(latency[greedy][1], 2),
-        "beam_p50_ms": round(latency[beam_name][0], 2), "beam_p95_ms": round(latency[beam_name][1], 2),
+        "greedy_sentences_per_s": round(throughput["model", greedy], 1),
+        "beam_sentences_per_s": round(throughput["model", beam_name], 1),
+        "greedy_p50_ms": round(latency["model", greedy][0], 2), "greedy_p95_ms": round(latency["model", greedy][1], 2),
+        "beam_p50_ms": round(latency["model", beam_name][0], 2), "beam_p95_ms": round(latency["model", beam_name][1], 2),
+        "baseline": args.baseline, "ratios_to_baseline": ratios or None,
         "cold_start_s": round(statistics.median(cold), 2) if cold else None,
         "batched_sentences": len(batched), "latency_sentences": len(lines),
     }))
