@@ -41,7 +41,7 @@ FLOOR = 1e-8  # frequency of a hanzi of the vocabulary that is in no word of the
 
 def _find(keys: torch.Tensor, values: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:
     """values[index of each query in the sorted ``keys``], -inf where a query is not there."""
-    index = torch.searchsorted(keys, queries).clamp_(max=len(keys) - 1)
+    index = torch.searchsorted(keys, queries.contiguous()).clamp_(max=len(keys) - 1)  # a view warns and copies
     return torch.where(keys[index] == queries, values[index], float("-inf"))
 
 
