@@ -5,9 +5,9 @@ is answered) and reports sentences/s, p50 and p99 latency and failed requests at
     python bench/serve_load.py                                   # 1, 8, 32, 128 clients, 20 s each, beam 5
     python bench/serve_load.py --clients 32 --seconds 300 --max-requests 10000 --modes process  # a long run
 
-Modes: ``process`` (the default service: the model in a process of its own, dynamic batching), ``thread``
-(the model on a thread of the server's process, batching), ``unbatched`` (model process, each request decoded
-alone). All the services asked for run at once, idle but one, and the modes take turns at each level, so a
+Modes: ``process`` (the default service: the model in a process of its own, dynamic batching),
+``process-x2`` (two model processes, ``--workers 2``), ``thread`` (the model on a thread of the server's
+process, batching), ``unbatched`` (one model process, each request decoded alone). All the services asked for run at once, idle but one, and the modes take turns at each level, so a
 comparison sees the same machine even when other work loads it.
 
 Every request converts one 10-syllable line (16 sentences, cycled). Each level stops after ``--seconds`` or
@@ -138,15 +138,28 @@ async def drive(url: str, clients: int, lines: list[str], seconds: float, max_re
         await asyncio.gather(*(one_client(index) for index in range(clients)))
         elapsed = time.perf_counter() - start
     return {"clients": clients, "requests": issued, "failed": len(failures), "seconds": elapsed,
-            "sentences_per_s": len(latencies) / elapsed, "p50_ms": 1000 * percentile(latencies, 0.50),
-            "p99_ms": 1000 * percentile(latencies, 0.99), "failures": failures[:5]}
+            "latencies": latencies, "failures": failures[:5]}
 
 
-MODES = {"process": [], "thread": ["--worker", "thread"], "unbatched": ["--no-batching"]}
+def summary(parts: list[dict]) -> dict:
+    """Several runs of one level as one: sentences/s over their total time, percentiles over all requests."""
+    latencies = [latency for part in parts for latency in part["latencies"]]
+    seconds = sum(part["seconds"] for part in parts)
+    return {"clients": parts[0]["clients"], "requests": sum(part["requests"] for part in parts),
+            "failed": sum(part["failed"] for part in parts), "seconds": seconds,
+            "sentences_per_s": len(latencies) / seconds, "p50_ms": 1000 * percentile(latencies, 0.50),
+            "p99_ms": 1000 * percentile(latencies, 0.99),
+            "failures": [failure for part in parts for failure in part["failures"]][:5]}
+
+
+MODES = {"process": [], "process-x2": ["--workers", "2"], "thread": ["--worker", "thread"],
+         "unbatched": ["--no-batching"]}
 
 
 def measure(modes: list[str], common: list[str], args, lines: list[str]) -> dict[str, list[dict]]:
-    """Every mode's service at once; at each level of clients, the modes one after the other."""
+    """Every mode's service at once; at each level of clients, the modes take turns, ``args.rounds`` times
+    each (a share of the level's requests and seconds per turn), so a change in the machine's load falls on
+    all of them."""
     services: dict[str, Service] = {}
     results: dict[str, list[dict]] = {mode: [] for mode in modes}
     body = {"nbest": args.nbest} | ({"beam": args.beam} if args.beam else {})
@@ -155,10 +168,14 @@ def measure(modes: list[str], common: list[str], args, lines: list[str]) -> dict
             services[mode] = Service(*common, *MODES[mode])
             asyncio.run(drive(services[mode].url, 4, lines, 5, 40, body))  # warm-up: first calls are slower
         for clients in args.clients:
+            parts: dict[str, list[dict]] = {mode: [] for mode in modes}
+            for _ in range(args.rounds):
+                for mode in modes:
+                    parts[mode].append(asyncio.run(drive(services[mode].url, clients, lines,
+                                                         args.seconds / args.rounds,
+                                                         -(-args.max_requests // args.rounds), body)))
             for mode in modes:
-                result = asyncio.run(drive(services[mode].url, clients, lines, args.seconds, args.max_requests,
-                                           body))
-                result["mode"] = mode
+                result = summary(parts[mode]) | {"mode": mode}
                 results[mode].append(result)
                 print(f"  {mode:>10}  {clients:4d} clients: {result['sentences_per_s']:7.1f} sentences/s  "
                       f"p50 {result['p50_ms']:7.1f} ms  p99 {result['p99_ms']:7.1f} ms  "
@@ -205,11 +222,13 @@ def main(argv=None) -> int:
     parser.add_argument("--modes", nargs="+", default=["process", "thread"], choices=list(MODES),
                         help="services to compare (default: process thread)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads of the model (default 1)")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="turns each mode takes at each level (default 1; more: fairer on a loaded machine)")
     parser.add_argument("--checkpoint", help="served model (default: the shipped one)")
     parser.add_argument("--json", help="also write every result to this file")
     args = parser.parse_args(argv)
-    if min(args.clients) < 1 or args.seconds <= 0 or args.max_requests < 1:
-        parser.error("--clients, --seconds and --max-requests must be positive")
+    if min(args.clients) < 1 or args.seconds <= 0 or args.max_requests < 1 or args.rounds < 1:
+        parser.error("--clients, --seconds, --max-requests and --rounds must be positive")
     lines = typed_lines()
     common = ["--max-wait-ms", str(args.max_wait_ms), "--max-batch-lines", str(args.max_batch_lines),
               "--threads", str(args.threads)]

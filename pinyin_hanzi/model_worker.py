@@ -99,6 +99,11 @@ class ModelProcess:
         self._state = "stopped"  # starting, ready, dead, stopped
 
     def start(self) -> None:
+        self.launch()
+        self.wait_ready()
+
+    def launch(self) -> None:
+        """Start the process (it loads the model meanwhile; several load at once)."""
         context = multiprocessing.get_context("spawn")  # fork would copy the server's threads and locks
         ours, theirs = context.Pipe()
         self._state = "starting"
@@ -107,6 +112,10 @@ class ModelProcess:
         process.start()
         theirs.close()  # only the worker holds its end now: its exit is EOF here
         self._process, self._conn = process, ours
+
+    def wait_ready(self) -> None:
+        """Block until the launched process has loaded the model; PinyinHanziError where it cannot."""
+        process, ours = self._process, self._conn
         deadline = time.monotonic() + START_TIMEOUT_S
         try:
             while not ours.poll(0.2):

@@ -75,79 +75,105 @@ class _Job:
 
 
 class DynamicBatcher:
-    """Feeds the model (a :class:`ModelProcess`, a :class:`ModelThread`, or a converter, run as one), one
-    call at a time from one thread, decoding jobs that arrive together in one call.
+    """Feeds the model: one or more :class:`ModelProcess` (each with the model loaded), a
+    :class:`ModelThread`, or a converter (run as one). Each model takes one call at a time, from a thread
+    of its own; jobs that arrive together are decoded in one call.
 
-    The feeder takes the first waiting job, then every job already queued (those that arrived while the
-    previous call ran) and any arriving within ``max_wait_ms`` of the first, up to ``max_lines`` lines;
-    jobs with the same options are converted in one ``convert_lines`` call. With ``enabled=False`` each
-    job is converted alone, in arrival order (the baseline the load benchmark compares against).
-    If a shared call fails, its jobs are retried one by one, so one bad input fails only its own request.
+    When a model is free, the feeder takes the first waiting job, then every job already queued (those that
+    arrived while the models were busy) and any arriving within ``max_wait_ms`` of the first, up to
+    ``max_lines`` lines; jobs with the same options are converted in one ``convert_lines`` call. With
+    ``enabled=False`` each job is converted alone, in arrival order (the baseline the load benchmark compares
+    against). If a shared call fails, its jobs are retried one by one, so one bad input fails only its own
+    request.
 
-    If the model process dies, the requests it held and those arriving until it is back get 503; it is
-    restarted, unless it died more than ``max_restarts`` times within ``restart_window_s`` or cannot load
-    the model again: then ``fatal`` says why, every request gets 503 and ``on_fatal(message)`` is called
-    (the command line stops the service with that message).
+    If a model process dies, the requests it held get 503, and so do those arriving while no model is ready;
+    it is restarted, unless model processes died more than ``max_restarts`` times within ``restart_window_s``
+    or one cannot load the model again: then ``fatal`` says why, every request gets 503 and
+    ``on_fatal(message)`` is called (the command line stops the service with that message).
     """
 
     def __init__(self, model, *, max_wait_ms: float = 5.0, max_lines: int = 64, enabled: bool = True,
                  max_restarts: int = 3, restart_window_s: float = 60.0,
                  on_fatal: Callable[[str], None] | None = None):
-        self.model = model if hasattr(model, "call") else ModelThread(model)
+        models = model if isinstance(model, (list, tuple)) else [model]
+        if not models:
+            raise ValueError("no model to serve")
+        self.models = [m if hasattr(m, "call") else ModelThread(m) for m in models]
+        self.info = self.models[0].info
         self.max_wait_s, self.max_lines, self.enabled = max_wait_ms / 1000, max_lines, enabled
         self.max_restarts, self.restart_window_s, self.on_fatal = max_restarts, restart_window_s, on_fatal
         self.calls = 0  # convert_lines calls made
         self.lines = 0  # lines converted
         self.largest_call = 0  # most lines in one call
-        self.decoding = 0  # lines in the call in progress
+        self.decoding = 0  # lines in the calls in progress
         self.fatal: str | None = None
         self._crashes: list[float] = []
-        self._executor: ThreadPoolExecutor | None = None
+        self._executors: list[ThreadPoolExecutor] = []
+        self._idle: asyncio.Queue[int] | None = None  # models free for a call
         self._queue: asyncio.Queue[_Job] | None = None
+        self._tasks: set[asyncio.Task] = set()  # batches being decoded, restarts
         self._worker: asyncio.Task | None = None
-        self._restart: asyncio.Task | None = None
 
     async def start(self) -> None:
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="model")
+        self._executors = [ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"model{index}")
+                           for index in range(len(self.models))]
+        self._idle = asyncio.Queue()
+        for index in range(len(self.models)):
+            self._idle.put_nowait(index)
         self._queue = asyncio.Queue()
         self._worker = asyncio.create_task(self._run())
 
     async def stop(self) -> None:
-        """Cancel the feeder, fail what is still queued, wait for the call in progress to end."""
-        for task in (self._worker, self._restart):
+        """Cancel the feeder, fail what is still queued, wait for the calls in progress to end."""
+        for task in [self._worker, *self._tasks]:
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
-        while self._queue is not None and not self._queue.empty():
-            job = self._queue.get_nowait()
-            if not job.future.done():
-                job.future.set_exception(RequestError(503, "the service is shutting down"))
-        if self._executor is not None:
-            self._executor.shutdown(wait=True, cancel_futures=True)
+        self._fail_queued("the service is shutting down")
+        for executor in self._executors:
+            executor.shutdown(wait=True, cancel_futures=True)
+
+    def workers(self) -> list[dict]:
+        return [model.state() for model in self.models]
 
     def unavailable(self) -> str | None:
-        """Why the model cannot take calls now, or None."""
+        """Why no model can take calls now, or None."""
         if self.fatal:
             return f"the model is not available: {self.fatal}"
-        if self._executor is None:
+        if self._idle is None:
             return "the service is not running"
-        state = self.model.state()["state"]
-        if state != "ready":
-            return f"the model process is {state} (restarting after a crash): try again in a few seconds"
+        states = [model.state()["state"] for model in self.models]
+        if "ready" not in states:
+            return f"the model process is {states[0]} (restarting after a crash): try again in a few seconds"
         return None
 
     async def call(self, kind: str, *args) -> Any:
-        """``model.call(kind, *args)`` on the model thread, after the call in progress. RequestError 503
-        where the model is not available or its process dies during the call."""
+        """``model.call(kind, *args)`` on the next free model. RequestError 503 where no model is
+        available or the model process dies during the call."""
         reason = self.unavailable()
         if reason:
             raise RequestError(503, reason)
+        index = await self._idle.get()
         try:
-            return await asyncio.get_running_loop().run_in_executor(self._executor, self.model.call, kind, *args)
+            result = await self._call(index, kind, *args)
+        except _ModelLost:
+            raise
+        except BaseException:
+            self._idle.put_nowait(index)
+            raise
+        self._idle.put_nowait(index)
+        return result
+
+    async def _call(self, index: int, kind: str, *args) -> Any:
+        """On model ``index``, which the caller holds (took from the idle ones) and gives back, unless this
+        raises _ModelLost: then its process died, and it is given back once restarted."""
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._executors[index],
+                                                                     self.models[index].call, kind, *args)
         except WorkerDied as error:
-            self._died(str(error))
-            raise RequestError(503, f"{error}; it is being restarted: try again in a few seconds") from None
+            self._died(index, str(error))
+            raise _ModelLost(503, f"{error}; it is being restarted: try again in a few seconds") from None
 
     async def convert(self, lines: list[str], *, beam: int, nbest: int,
                       chinese_punctuation: bool = False) -> list[list]:
@@ -159,32 +185,45 @@ class DynamicBatcher:
         self._queue.put_nowait(_Job(lines, (beam, nbest, chinese_punctuation), future))
         return await future
 
-    def _died(self, message: str) -> None:
+    def _spawn(self, coroutine) -> None:
+        task = asyncio.get_running_loop().create_task(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _died(self, index: int, message: str) -> None:
         now = time.monotonic()
         self._crashes = [t for t in self._crashes if now - t < self.restart_window_s] + [now]
         LOG.error("%s", message)
         if len(self._crashes) > self.max_restarts:
             self._give_up(f"{message}, {len(self._crashes)} times within {self.restart_window_s:g} s")
-        elif self._restart is None or self._restart.done():
-            self._restart = asyncio.get_running_loop().create_task(self._restart_model())
+        else:
+            self._spawn(self._restart_model(index))
 
-    async def _restart_model(self) -> None:
+    async def _restart_model(self, index: int) -> None:
         LOG.warning("restarting the model process")
         try:
-            await asyncio.get_running_loop().run_in_executor(self._executor, self.model.restart)
+            await asyncio.get_running_loop().run_in_executor(self._executors[index], self.models[index].restart)
         except PinyinHanziError as error:
             self._give_up(f"the model process could not be restarted: {error}")
             return
-        LOG.warning("the model process is back (pid %s)", self.model.state()["pid"])
+        LOG.warning("the model process is back (pid %s)", self.models[index].state()["pid"])
+        self._idle.put_nowait(index)
 
     def _give_up(self, message: str) -> None:
         self.fatal = message
         LOG.error("giving up: %s", message)
+        self._fail_queued(f"the model is not available: {message}")
         if self.on_fatal is not None:
             self.on_fatal(message)
 
-    async def _collect(self) -> list[_Job]:
-        jobs = [await self._queue.get()]
+    def _fail_queued(self, message: str) -> None:
+        while self._queue is not None and not self._queue.empty():
+            job = self._queue.get_nowait()
+            if not job.future.done():
+                job.future.set_exception(RequestError(503, message))
+
+    async def _collect(self, first: _Job) -> list[_Job]:
+        jobs = [first]
         if not self.enabled:
             return jobs
         size = len(jobs[0].lines)
@@ -207,39 +246,59 @@ class DynamicBatcher:
 
     async def _run(self) -> None:
         while True:
-            jobs = [job for job in await self._collect() if not job.future.done()]  # done: the client left
-            groups: dict[tuple, list[_Job]] = {}
-            for job in jobs:
-                groups.setdefault(job.options, []).append(job)
+            first = await self._queue.get()
+            index = None
+            try:
+                index = await self._idle.get()  # a free model: more jobs gather in the queue meanwhile
+                jobs = [job for job in await self._collect(first) if not job.future.done()]  # done: client left
+            except BaseException:
+                _fail([first], RequestError(503, "the service is shutting down"))
+                if index is not None:
+                    self._idle.put_nowait(index)
+                raise
+            self._spawn(self._decode_jobs(index, jobs))
+
+    async def _decode_jobs(self, index: int, jobs: list[_Job]) -> None:
+        """``jobs`` on model ``index``, one call per set of options, then the model is free again."""
+        groups: dict[tuple, list[_Job]] = {}
+        for job in jobs:
+            groups.setdefault(job.options, []).append(job)
+        try:
             for options, group in groups.items():
                 try:
-                    await self._decode(group, options)
+                    index = await self._decode(index, group, options)
                 except asyncio.CancelledError:
                     raise
                 except Exception as error:  # the feeder must outlive any one call
                     LOG.exception("conversion failed")
-                    for job in group:
-                        if not job.future.done():
-                            job.future.set_exception(error)
-
-    async def _decode(self, group: list[_Job], options: tuple) -> None:
-        lines = [line for job in group for line in job.lines]
-        self.decoding = len(lines)
-        try:
-            found = await self.call("convert", lines, *options)
-        except asyncio.CancelledError:
-            raise
-        except Exception as error:
-            if len(group) > 1 and not isinstance(error, RequestError):  # RequestError: the model is gone
-                for job in group:
-                    await self._decode([job], options)
-                return
-            for job in group:
-                if not job.future.done():
-                    job.future.set_exception(error)
-            return
+                    _fail(group, error)
         finally:
-            self.decoding = 0
+            if index is not None:
+                self._idle.put_nowait(index)
+
+    async def _decode(self, index: int | None, group: list[_Job], options: tuple) -> int | None:
+        """Decode ``group`` on model ``index``, which this holds; the model it still holds (None where the
+        model died: the jobs left get 503)."""
+        if index is None:
+            _fail(group, RequestError(503, "the model process died during this batch; it is being restarted: "
+                                           "try again in a few seconds"))
+            return None
+        lines = [line for job in group for line in job.lines]
+        self.decoding += len(lines)
+        try:
+            found = await self._call(index, "convert", lines, *options)
+        except _ModelLost as error:  # not the lines' fault: no retry
+            _fail(group, error)
+            return None
+        except Exception as error:
+            if len(group) == 1:
+                _fail(group, error)
+                return index
+            for job in group:
+                index = await self._decode(index, [job], options)
+            return index
+        finally:
+            self.decoding -= len(lines)
         self.calls += 1
         self.lines += len(lines)
         self.largest_call = max(self.largest_call, len(lines))
@@ -248,6 +307,17 @@ class DynamicBatcher:
             if not job.future.done():
                 job.future.set_result(found[start: start + len(job.lines)])
             start += len(job.lines)
+        return index
+
+
+class _ModelLost(RequestError):
+    """503: the model process died during the call."""
+
+
+def _fail(jobs: list[_Job], error: Exception) -> None:
+    for job in jobs:
+        if not job.future.done():
+            job.future.set_exception(error)
 
 
 # ------------------------------------------------------------------------------------- request models
@@ -338,11 +408,11 @@ class Health(BaseModel):
     checkpoint: str | None
     beam: int
     batching: bool
-    worker: WorkerState
-    calls: int = Field(description="convert_lines calls made so far")
+    workers: list[WorkerState] = Field(description="the model processes (or the one model thread)")
+    calls: int = Field(description="convert_lines calls made so far (all workers)")
     lines: int = Field(description="texts converted so far")
     largest_call: int = Field(description="most texts converted in one call")
-    decoding: int = Field(description="texts in the call in progress")
+    decoding: int = Field(description="texts in the calls in progress")
 
 
 # ----------------------------------------------------------------------------------------- the app
@@ -449,12 +519,13 @@ class BodyCheck:
 
 def create_app(model, *, limits: Limits = Limits(), batching: bool = True, max_wait_ms: float = 5.0,
                max_batch_lines: int = 64, on_fatal: Callable[[str], None] | None = None) -> FastAPI:
-    """The FastAPI app serving ``model``: a started :class:`ModelProcess` (what serve.py runs; its owner
-    stops it), or a ``Converter`` (run on a thread of this process), loaded once and shared by all requests.
+    """The FastAPI app serving ``model``: a list of started :class:`ModelProcess` (what serve.py runs; its
+    owner stops them), or a ``Converter`` (run on a thread of this process), loaded once and shared by all
+    requests.
     Its batcher starts and stops with the app's lifespan (uvicorn, or ``with TestClient(app)``)."""
     batcher = DynamicBatcher(model, max_wait_ms=max_wait_ms, max_lines=max_batch_lines, enabled=batching,
                              on_fatal=on_fatal)
-    info = batcher.model.info
+    info = batcher.info
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -525,7 +596,7 @@ def create_app(model, *, limits: Limits = Limits(), batching: bool = True, max_w
     async def health():
         reason = batcher.unavailable()
         body = {"status": "unavailable" if reason else "ok", "error": reason, "checkpoint": info["checkpoint"],
-                "beam": info["beam"], "batching": batcher.enabled, "worker": batcher.model.state(),
+                "beam": info["beam"], "batching": batcher.enabled, "workers": batcher.workers(),
                 "calls": batcher.calls, "lines": batcher.lines, "largest_call": batcher.largest_call,
                 "decoding": batcher.decoding}
         return JSONResponse(body, status_code=503 if reason else 200)

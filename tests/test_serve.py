@@ -98,7 +98,7 @@ def test_attention_is_characters_by_syllables_and_rows_sum_to_one(service):
 def test_health_page_and_openapi(service):
     health = service.get("/health").json()
     assert health["status"] == "ok" and health["checkpoint"].endswith("model.pt") and health["batching"] is True
-    worker = health["worker"]
+    worker, = health["workers"]
     assert worker["kind"] == "process" and worker["state"] == "ready" and worker["pid"] != service.process.pid
     assert _alive(worker["pid"])
     page = service.get("/")
@@ -204,27 +204,27 @@ def _wait_until(condition, timeout_s: float, what: str) -> None:
 
 
 def test_a_killed_model_process_costs_503s_not_hangs_and_is_restarted(service):
-    before = service.get("/health").json()["worker"]
+    before = service.get("/health").json()["workers"][0]
     os.kill(before["pid"], signal.SIGKILL)
     _wait_until(lambda: not _alive(before["pid"]), 10, "dead")
     answer = post(service, "/convert", {"text": "ni hao", "nbest": 1})  # answered at once, not left waiting
     assert answer.status_code == 503 and answer.headers["Retry-After"].isdigit()
     assert "SIGKILL" in answer.json()["error"] and answer.json()["field"] is None
     _wait_until(lambda: service.get("/health").status_code == 200, 120, "restarted")
-    after = service.get("/health").json()["worker"]
+    after, = service.get("/health").json()["workers"]
     assert after["state"] == "ready" and after["restarts"] == before["restarts"] + 1 and after["pid"] != before["pid"]
     assert post(service, "/convert", {"text": "ni hao", "nbest": 1}).json()["output"] == "你好"
 
 
 def test_health_is_503_while_the_model_process_restarts(service):
-    pid = service.get("/health").json()["worker"]["pid"]
+    pid = service.get("/health").json()["workers"][0]["pid"]
     os.kill(pid, signal.SIGKILL)
     _wait_until(lambda: not _alive(pid), 10, "dead")
     post(service, "/convert", {"text": "ni", "nbest": 1})  # finds it dead
     health = service.get("/health")
     if health.status_code == 503:  # else it is back already
         assert health.json()["status"] == "unavailable" and health.json()["error"]
-        assert health.json()["worker"]["state"] in ("starting", "dead", "stopped")
+        assert health.json()["workers"][0]["state"] in ("starting", "dead", "stopped")
     _wait_until(lambda: service.get("/health").status_code == 200, 120, "restarted")
 
 
@@ -232,7 +232,7 @@ def test_health_is_503_while_the_model_process_restarts(service):
 
 def test_sigterm_finishes_the_requests_in_flight_then_stops(service):
     """Last in this module: it stops the module's service, and its model process with it."""
-    worker = service.get("/health").json()["worker"]["pid"]
+    worker = service.get("/health").json()["workers"][0]["pid"]
     texts = [f"wo men ming tian zao shang {n} dian zai xue xiao jian mian" for n in range(24)]
     with ThreadPoolExecutor(1) as pool:
         in_flight = pool.submit(post, service, "/convert", {"text": texts, "beam": 5, "nbest": 5})
@@ -252,7 +252,7 @@ def test_sigterm_finishes_the_requests_in_flight_then_stops(service):
 
 def test_a_killed_server_leaves_no_model_process_behind():
     process, url = start_service()
-    worker = httpx.get(f"{url}/health").json()["worker"]["pid"]
+    worker = httpx.get(f"{url}/health").json()["workers"][0]["pid"]
     process.kill()
     process.wait()
     _wait_until(lambda: not _alive(worker), 30, "gone")
@@ -402,8 +402,8 @@ def _crash_scenario(model, rounds: int, **kwargs):
             for _ in range(rounds):
                 found = await asyncio.gather(batcher.convert(["die"], beam=5, nbest=1),
                                              batcher.convert(["ok"], beam=5, nbest=1), return_exceptions=True)
-                if batcher._restart is not None:
-                    await batcher._restart
+                while batcher._tasks:  # the restart
+                    await asyncio.gather(*list(batcher._tasks))
                 found += await asyncio.gather(batcher.convert(["after"], beam=5, nbest=1), return_exceptions=True)
                 answers.append([(f.status, f.message) if isinstance(f, RequestError) else f for f in found])
         finally:
@@ -429,3 +429,26 @@ def test_a_model_process_that_keeps_dying_or_cannot_restart_stops_the_service():
     answers, fatal, told = _crash_scenario(DyingModel(restarts_ok=0), rounds=1)
     assert fatal == "the model process could not be restarted: model.pt: gone" and told == [fatal]
     assert answers[0][2] == (503, f"the model is not available: {fatal}")
+
+
+def test_with_two_models_batches_are_decoded_side_by_side():
+    import asyncio
+
+    from pinyin_hanzi.serve import DynamicBatcher
+
+    first, second = RecordingConverter(delay_s=0.3), RecordingConverter(delay_s=0.3)
+
+    async def scenario():
+        batcher = DynamicBatcher([first, second], max_lines=2)
+        await batcher.start()
+        try:
+            started = time.monotonic()
+            found = await asyncio.gather(*(batcher.convert([str(i)], beam=5, nbest=1) for i in range(4)))
+            return [f[0][0].text for f in found], time.monotonic() - started
+        finally:
+            await batcher.stop()
+
+    found, seconds = asyncio.run(scenario())
+    assert found == ["0", "1", "2", "3"]
+    assert first.calls and second.calls and sorted(first.calls + second.calls) == [["0", "1"], ["2", "3"]]
+    assert seconds < 0.55  # two calls of 0.3 s at once, not one after the other

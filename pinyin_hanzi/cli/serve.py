@@ -28,9 +28,12 @@ def _parser() -> argparse.ArgumentParser:
                         help="torch intra-op threads of the model process (default 1: the server needs a core "
                              "for HTTP, and OpenMP threads that wait spinning slow every call down many times "
                              "over when the CPU is shared)")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="model processes, each with the model loaded, decoding batches side by side "
+                             "(default 1)")
     parser.add_argument("--worker", choices=["process", "thread"], default="process",
-                        help="where the model runs: process (default: a process of its own, restarted if it "
-                             "dies) or thread (in the server's process, sharing its interpreter lock: for "
+                        help="where the model runs: process (default: processes of their own, restarted if one "
+                             "dies) or thread (one, in the server's process, sharing its interpreter lock: for "
                              "comparison)")
     parser.add_argument("--max-wait-ms", type=float, default=5.0,
                         help="how long a request waits for others to share its batch (default 5)")
@@ -50,7 +53,7 @@ def load_converter(checkpoint: str | None, device: str = "cpu"):
 
 def _main(argv: Sequence[str] | None = None) -> int:
     """Load the model once, then serve until SIGINT/SIGTERM (uvicorn finishes the requests in flight, then
-    the model process is stopped). A model process that keeps dying stops the service: `error: ...`."""
+    the model processes are stopped). Model processes that keep dying stop the service: `error: ...`."""
     import uvicorn
 
     from pinyin_hanzi.model_worker import ModelProcess
@@ -62,6 +65,8 @@ def _main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--port {args.port} is not a TCP port")
     if args.threads < 1:
         parser.error(f"--threads {args.threads}: at least 1")
+    if args.workers < 1 or (args.workers > 1 and args.worker == "thread"):
+        parser.error(f"--workers {args.workers}: at least 1, and 1 with --worker thread")
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     fatal: list[str] = []
 
@@ -76,9 +81,13 @@ def _main(argv: Sequence[str] | None = None) -> int:
     model = None
     try:
         if args.worker == "process":
-            model = ModelProcess(args.checkpoint, device=args.device, threads=args.threads)
-            model.start()
-            checkpoint = model.info["checkpoint"]
+            model = [ModelProcess(args.checkpoint, device=args.device, threads=args.threads)
+                     for _ in range(args.workers)]
+            for process in model:
+                process.launch()
+            for process in model:
+                process.wait_ready()
+            checkpoint = model[0].info["checkpoint"]
         else:
             import torch
 
@@ -95,8 +104,8 @@ def _main(argv: Sequence[str] | None = None) -> int:
     except _Stopped:
         pass
     finally:
-        if isinstance(model, ModelProcess):
-            model.stop()
+        for process in model if isinstance(model, list) else []:
+            process.stop()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     if fatal:
