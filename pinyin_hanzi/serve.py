@@ -98,7 +98,7 @@ class DynamicBatcher:
         models = model if isinstance(model, (list, tuple)) else [model]
         if not models:
             raise ValueError("no model to serve")
-        self.models = [m if hasattr(m, "call") else ModelThread(m) for m in models]
+        self.models = [ModelThread(m) if hasattr(m, "convert_lines") else m for m in models]  # a converter
         self.info = self.models[0].info
         self.max_wait_s, self.max_lines, self.enabled = max_wait_ms / 1000, max_lines, enabled
         self.max_restarts, self.restart_window_s, self.on_fatal = max_restarts, restart_window_s, on_fatal

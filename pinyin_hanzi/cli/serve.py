@@ -54,10 +54,7 @@ def load_converter(checkpoint: str | None, device: str = "cpu"):
 def _main(argv: Sequence[str] | None = None) -> int:
     """Load the model once, then serve until SIGINT/SIGTERM (uvicorn finishes the requests in flight, then
     the model processes are stopped). Model processes that keep dying stop the service: `error: ...`."""
-    import uvicorn
-
     from pinyin_hanzi.model_worker import ModelProcess
-    from pinyin_hanzi.serve import create_app
 
     parser = _parser()
     args = parser.parse_args(argv)
@@ -84,7 +81,9 @@ def _main(argv: Sequence[str] | None = None) -> int:
             model = [ModelProcess(args.checkpoint, device=args.device, threads=args.threads)
                      for _ in range(args.workers)]
             for process in model:
-                process.launch()
+                process.launch()  # it loads the model while this process imports the web stack
+            import pinyin_hanzi.serve  # noqa: F401
+
             for process in model:
                 process.wait_ready()
             checkpoint = model[0].info["checkpoint"]
@@ -94,6 +93,10 @@ def _main(argv: Sequence[str] | None = None) -> int:
             torch.set_num_threads(args.threads)
             model = load_converter(args.checkpoint, args.device)
             checkpoint = getattr(model, "checkpoint", None)
+        import uvicorn
+
+        from pinyin_hanzi.serve import create_app
+
         app = create_app(model, batching=not args.no_batching, max_wait_ms=args.max_wait_ms,
                          max_batch_lines=args.max_batch_lines, on_fatal=give_up)
         print(f"serving {checkpoint or 'the shipped model'} on http://{args.host}:{args.port} (API: /docs)",
