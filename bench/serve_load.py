@@ -1,9 +1,14 @@
-"""Load test of the HTTP service: starts it (``python -m pinyin_hanzi.cli.serve``) on 127.0.0.1, drives it from N
-concurrent closed-loop clients (each sends its next request when its last one is answered) and reports
-sentences/s, p50 and p99 latency and failed requests at each N, with dynamic batching and without, side by side.
+"""Load test of the HTTP service: starts it (``python -m pinyin_hanzi.cli.serve``) on 127.0.0.1 in each mode
+asked for, drives each from N concurrent closed-loop clients (each sends its next request when its last one
+is answered) and reports sentences/s, p50 and p99 latency and failed requests at each N, the modes side by side.
 
-    python bench/serve_load.py                                   # 1, 8, 32, 128 clients, 20 s each, beam 1
-    python bench/serve_load.py --clients 32 --seconds 300 --max-requests 10000   # a long run at one level
+    python bench/serve_load.py                                   # 1, 8, 32, 128 clients, 20 s each, beam 5
+    python bench/serve_load.py --clients 32 --seconds 300 --max-requests 10000 --modes process  # a long run
+
+Modes: ``process`` (the default service: the model in a process of its own, dynamic batching),
+``process-x2`` (two model processes, ``--workers 2``), ``thread`` (the model on a thread of the server's
+process, batching), ``unbatched`` (one model process, each request decoded alone). All the services asked for run at once, idle but one, and the modes take turns at each level, so a
+comparison sees the same machine even when other work loads it.
 
 Every request converts one 10-syllable line (16 sentences, cycled). Each level stops after ``--seconds`` or
 ``--max-requests``, whichever comes first; traffic goes to 127.0.0.1 only. The clients run in this process,
@@ -133,43 +138,74 @@ async def drive(url: str, clients: int, lines: list[str], seconds: float, max_re
         await asyncio.gather(*(one_client(index) for index in range(clients)))
         elapsed = time.perf_counter() - start
     return {"clients": clients, "requests": issued, "failed": len(failures), "seconds": elapsed,
-            "sentences_per_s": len(latencies) / elapsed, "p50_ms": 1000 * percentile(latencies, 0.50),
-            "p99_ms": 1000 * percentile(latencies, 0.99), "failures": failures[:5]}
+            "latencies": latencies, "failures": failures[:5]}
 
 
-def measure(mode: str, service_args: list[str], args, lines: list[str]) -> list[dict]:
-    service = Service(*service_args)
+def summary(parts: list[dict]) -> dict:
+    """Several runs of one level as one: sentences/s over their total time, percentiles over all requests."""
+    latencies = [latency for part in parts for latency in part["latencies"]]
+    seconds = sum(part["seconds"] for part in parts)
+    return {"clients": parts[0]["clients"], "requests": sum(part["requests"] for part in parts),
+            "failed": sum(part["failed"] for part in parts), "seconds": seconds,
+            "sentences_per_s": len(latencies) / seconds, "p50_ms": 1000 * percentile(latencies, 0.50),
+            "p99_ms": 1000 * percentile(latencies, 0.99),
+            "failures": [failure for part in parts for failure in part["failures"]][:5]}
+
+
+MODES = {"process": [], "process-x2": ["--workers", "2"], "thread": ["--worker", "thread"],
+         "unbatched": ["--no-batching"]}
+
+
+def measure(modes: list[str], common: list[str], args, lines: list[str]) -> dict[str, list[dict]]:
+    """Every mode's service at once; at each level of clients, the modes take turns, ``args.rounds`` times
+    each (a share of the level's requests and seconds per turn), so a change in the machine's load falls on
+    all of them."""
+    services: dict[str, Service] = {}
+    results: dict[str, list[dict]] = {mode: [] for mode in modes}
+    body = {"nbest": args.nbest} | ({"beam": args.beam} if args.beam else {})
     try:
-        body = {"nbest": args.nbest} | ({"beam": args.beam} if args.beam else {})
-        asyncio.run(drive(service.url, 4, lines, 5, 40, body))  # warm-up: first calls are slower
-        results = []
+        for mode in modes:
+            services[mode] = Service(*common, *MODES[mode])
+            asyncio.run(drive(services[mode].url, 4, lines, 5, 40, body))  # warm-up: first calls are slower
         for clients in args.clients:
-            result = asyncio.run(drive(service.url, clients, lines, args.seconds, args.max_requests, body))
-            result["mode"] = mode
-            results.append(result)
-            print(f"  {mode:>10}  {clients:4d} clients: {result['sentences_per_s']:7.1f} sentences/s  "
-                  f"p50 {result['p50_ms']:7.1f} ms  p99 {result['p99_ms']:7.1f} ms  "
-                  f"{result['requests']} requests, {result['failed']} failed", file=sys.stderr, flush=True)
-        health = httpx.get(f"{service.url}/health").json()
-        results.append({"mode": mode, "health": health})
+            parts: dict[str, list[dict]] = {mode: [] for mode in modes}
+            for _ in range(args.rounds):
+                for mode in modes:
+                    parts[mode].append(asyncio.run(drive(services[mode].url, clients, lines,
+                                                         args.seconds / args.rounds,
+                                                         -(-args.max_requests // args.rounds), body)))
+            for mode in modes:
+                result = summary(parts[mode]) | {"mode": mode}
+                results[mode].append(result)
+                print(f"  {mode:>10}  {clients:4d} clients: {result['sentences_per_s']:7.1f} sentences/s  "
+                      f"p50 {result['p50_ms']:7.1f} ms  p99 {result['p99_ms']:7.1f} ms  "
+                      f"{result['requests']} requests, {result['failed']} failed", file=sys.stderr, flush=True)
+        for mode, service in services.items():
+            results[mode].append({"mode": mode, "health": httpx.get(f"{service.url}/health").json()})
     finally:
-        status = service.stop()
-        if status != 0:
-            print(f"note: the {mode} service exited with {status}:\n{service.output()[-2000:]}", file=sys.stderr)
+        for mode, service in services.items():
+            status = service.stop()
+            if status != 0:
+                print(f"note: the {mode} service exited with {status}:\n{service.output()[-2000:]}",
+                      file=sys.stderr)
     return results
 
 
-def table(batched: list[dict], unbatched: list[dict]) -> str:
-    rows = ["| clients | batched: sentences/s | p50 ms | p99 ms | failed | unbatched: sentences/s | p50 ms "
-            "| p99 ms | failed |", "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    by_clients = {r["clients"]: r for r in unbatched if "clients" in r}
-    for result in (r for r in batched if "clients" in r):
-        other = by_clients.get(result["clients"])
-        cells = [f"{result['clients']}", f"{result['sentences_per_s']:.1f}", f"{result['p50_ms']:.0f}",
-                 f"{result['p99_ms']:.0f}", f"{result['failed']}/{result['requests']}"]
-        cells += ([f"{other['sentences_per_s']:.1f}", f"{other['p50_ms']:.0f}", f"{other['p99_ms']:.0f}",
-                   f"{other['failed']}/{other['requests']}"] if other else ["-"] * 4)
-        rows.append("| " + " | ".join(cells) + " |")
+def table(results: dict[str, list[dict]]) -> str:
+    """One row per level and mode; "x 1 client": throughput over the same mode's with one client."""
+    rows = ["| clients | mode | sentences/s | x 1 client | p50 ms | p99 ms | failed |",
+            "|---:|---|---:|---:|---:|---:|---:|"]
+    levels = sorted({r["clients"] for found in results.values() for r in found if "clients" in r})
+    for clients in levels:
+        for mode, found in results.items():
+            by_clients = {r["clients"]: r for r in found if "clients" in r}
+            result, one = by_clients.get(clients), by_clients.get(1)
+            if result is None:
+                continue
+            ratio = f"{result['sentences_per_s'] / one['sentences_per_s']:.1f}" if one and one["sentences_per_s"] \
+                else "-"
+            rows.append(f"| {clients} | {mode} | {result['sentences_per_s']:.1f} | {ratio} | {result['p50_ms']:.0f} "
+                        f"| {result['p99_ms']:.0f} | {result['failed']}/{result['requests']} |")
     return "\n".join(rows)
 
 
@@ -178,24 +214,30 @@ def main(argv=None) -> int:
     parser.add_argument("--clients", type=int, nargs="+", default=[1, 8, 32, 128])
     parser.add_argument("--seconds", type=float, default=20, help="at most this long per level (default 20)")
     parser.add_argument("--max-requests", type=int, default=5000, help="at most this many requests per level")
-    parser.add_argument("--beam", type=int, default=1, help="beam size of every request (default 1: greedy)")
+    parser.add_argument("--beam", type=int, default=5, help="beam size of every request (default 5, the shipped "
+                                                            "model's)")
     parser.add_argument("--nbest", type=int, default=1)
     parser.add_argument("--max-wait-ms", type=float, default=5.0)
     parser.add_argument("--max-batch-lines", type=int, default=64)
-    parser.add_argument("--modes", nargs="+", default=["batched", "unbatched"], choices=["batched", "unbatched"])
+    parser.add_argument("--modes", nargs="+", default=["process", "thread"], choices=list(MODES),
+                        help="services to compare (default: process thread)")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads of the model (default 1)")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="turns each mode takes at each level (default 1; more: fairer on a loaded machine)")
     parser.add_argument("--checkpoint", help="served model (default: the shipped one)")
     parser.add_argument("--json", help="also write every result to this file")
     args = parser.parse_args(argv)
-    if min(args.clients) < 1 or args.seconds <= 0 or args.max_requests < 1:
-        parser.error("--clients, --seconds and --max-requests must be positive")
+    if min(args.clients) < 1 or args.seconds <= 0 or args.max_requests < 1 or args.rounds < 1:
+        parser.error("--clients, --seconds, --max-requests and --rounds must be positive")
     lines = typed_lines()
-    common = ["--max-wait-ms", str(args.max_wait_ms), "--max-batch-lines", str(args.max_batch_lines)]
+    common = ["--max-wait-ms", str(args.max_wait_ms), "--max-batch-lines", str(args.max_batch_lines),
+              "--threads", str(args.threads)]
     common += ["--checkpoint", args.checkpoint] if args.checkpoint else []
     print(f"beam {args.beam}, nbest {args.nbest}, 10-syllable lines, {os.cpu_count()} CPUs, "
-          f"torch threads: the service's default", file=sys.stderr)
-    results = {mode: measure(mode, common + (["--no-batching"] if mode == "unbatched" else []), args, lines)
-               for mode in args.modes}
-    print(table(results.get("batched", []), results.get("unbatched", [])))
+          f"{args.threads} torch thread(s), load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}",
+          file=sys.stderr)
+    results = measure(list(dict.fromkeys(args.modes)), common, args, lines)
+    print(table(results))
     for mode, found in results.items():
         health = next(r["health"] for r in found if "health" in r)
         print(f"{mode}: {health['calls']} decoding calls for {health['lines']} lines, at most "

@@ -4,16 +4,18 @@ Endpoints: ``POST /convert`` (one text, or a list of texts), ``POST /attention``
 conversion, for the page's learner panel), ``GET /health``, ``GET /`` (the page, ``pinyin_hanzi/web/``) and
 the framework's OpenAPI pages (``/docs``, ``/openapi.json``).
 
-All model work runs on one worker thread, so the model is loaded once and never used by two requests at
-the same time (torch still uses its own intra-op threads inside each call). A :class:`DynamicBatcher` feeds
-that thread: conversion requests that arrive while it is busy, or within ``max_wait_ms`` of each other, are
-decoded in one ``convert_lines`` call, so throughput grows with the number of clients instead of requests
-queueing one sentence at a time.
+The model runs in a process of its own (:class:`~pinyin_hanzi.model_worker.ModelProcess`), so the event loop
+that parses and answers requests never waits for the interpreter lock the search holds; it is loaded once and
+takes one call at a time. A :class:`DynamicBatcher` feeds it: conversion requests that arrive while it is
+busy, or within ``max_wait_ms`` of each other, are decoded in one ``convert_lines`` call, so throughput grows
+with the number of clients instead of requests queueing one sentence at a time. A model process that dies
+costs the requests it held a 503 and is restarted; ``/health`` reports its state.
 
 Errors are JSON ``{"error": message, "field": name-or-null}``: 413 for a body, a line or a batch over the
 limits, 415 for a body not declared JSON, 422 for malformed JSON and wrong types or values (naming the
 field), 400 for a body that is not UTF-8, JSON nested too deep to parse, and input the converter rejects,
-404 and 405 for unknown paths and methods, 500 (logged) for anything else; none of them stops the service.
+404 and 405 for unknown paths and methods, 503 (with Retry-After) while the model process restarts, 500
+(logged) for anything else; none of them stops the service.
 """
 
 from __future__ import annotations
@@ -21,12 +23,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-import torch
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
@@ -35,11 +37,13 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from pinyin_hanzi.errors import PinyinHanziError
+from pinyin_hanzi.model_worker import ModelThread, WorkerDied
 from pinyin_hanzi.pinyin import syllables as known_syllables
 
 WEB_DIR = Path(__file__).resolve().parent / "web"
 MAX_BEAM = 16  # beyond this a request costs seconds of the shared worker for no gain in accuracy
 MAX_NBEST = 10
+RETRY_AFTER_S = 5  # a 503's Retry-After: about what restarting the model process takes
 LOG = logging.getLogger("pinyin_hanzi.serve")
 
 
@@ -71,61 +75,155 @@ class _Job:
 
 
 class DynamicBatcher:
-    """Runs conversions on one worker thread, decoding jobs that arrive together in one call.
+    """Feeds the model: one or more :class:`ModelProcess` (each with the model loaded), a
+    :class:`ModelThread`, or a converter (run as one). Each model takes one call at a time, from a thread
+    of its own; jobs that arrive together are decoded in one call.
 
-    The worker takes the first waiting job, then every job already queued (those that arrived while the
-    previous call ran) and any arriving within ``max_wait_ms`` of the first, up to ``max_lines`` lines;
-    jobs with the same options are converted in one ``convert_lines`` call. With ``enabled=False`` each
-    job is converted alone, in arrival order (the baseline the load benchmark compares against).
-    If a shared call fails, its jobs are retried one by one, so one bad input fails only its own request.
+    When a model is free, the feeder takes the first waiting job, then every job already queued (those that
+    arrived while the models were busy) and any arriving within ``max_wait_ms`` of the first, up to
+    ``max_lines`` lines; jobs with the same options are converted in one ``convert_lines`` call. With
+    ``enabled=False`` each job is converted alone, in arrival order (the baseline the load benchmark compares
+    against). If a shared call fails, its jobs are retried one by one, so one bad input fails only its own
+    request.
+
+    If a model process dies, the requests it held get 503, and so do those arriving while no model is ready;
+    it is restarted, unless model processes died more than ``max_restarts`` times within ``restart_window_s``
+    or one cannot load the model again: then ``fatal`` says why, every request gets 503 and
+    ``on_fatal(message)`` is called (the command line stops the service with that message).
     """
 
-    def __init__(self, converter, *, max_wait_ms: float = 5.0, max_lines: int = 64, enabled: bool = True):
-        self.converter = converter
+    def __init__(self, model, *, max_wait_ms: float = 5.0, max_lines: int = 64, enabled: bool = True,
+                 max_restarts: int = 3, restart_window_s: float = 60.0,
+                 on_fatal: Callable[[str], None] | None = None):
+        models = model if isinstance(model, (list, tuple)) else [model]
+        if not models:
+            raise ValueError("no model to serve")
+        self.models = [ModelThread(m) if hasattr(m, "convert_lines") else m for m in models]  # a converter
+        self.info = self.models[0].info
         self.max_wait_s, self.max_lines, self.enabled = max_wait_ms / 1000, max_lines, enabled
+        self.max_restarts, self.restart_window_s, self.on_fatal = max_restarts, restart_window_s, on_fatal
         self.calls = 0  # convert_lines calls made
         self.lines = 0  # lines converted
         self.largest_call = 0  # most lines in one call
-        self.decoding = 0  # lines in the call in progress
-        self._executor: ThreadPoolExecutor | None = None
+        self.decoding = 0  # lines in the calls in progress
+        self.fatal: str | None = None
+        self._crashes: list[float] = []
+        self._executors: list[ThreadPoolExecutor] = []
+        self._idle: asyncio.Queue[int] | None = None  # models free for a call
         self._queue: asyncio.Queue[_Job] | None = None
+        self._tasks: set[asyncio.Task] = set()  # batches being decoded, restarts
         self._worker: asyncio.Task | None = None
 
     async def start(self) -> None:
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="model")
+        self._executors = [ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"model{index}")
+                           for index in range(len(self.models))]
+        self._idle = asyncio.Queue()
+        for index in range(len(self.models)):
+            self._idle.put_nowait(index)
         self._queue = asyncio.Queue()
         self._worker = asyncio.create_task(self._run())
 
     async def stop(self) -> None:
-        """Cancel the worker, fail what is still queued, wait for the call in progress to end."""
-        if self._worker is not None:
-            self._worker.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._worker
-        while self._queue is not None and not self._queue.empty():
-            job = self._queue.get_nowait()
-            if not job.future.done():
-                job.future.set_exception(RequestError(503, "the service is shutting down"))
-        if self._executor is not None:
-            self._executor.shutdown(wait=True, cancel_futures=True)
+        """Cancel the feeder, fail what is still queued, wait for the calls in progress to end."""
+        for task in [self._worker, *self._tasks]:
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._fail_queued("the service is shutting down")
+        for executor in self._executors:
+            executor.shutdown(wait=True, cancel_futures=True)
 
-    async def call(self, function: Callable, *args) -> Any:
-        """``function(*args)`` on the model thread (after the call in progress)."""
-        if self._executor is None:
-            raise RequestError(503, "the service is not running")
-        return await asyncio.get_running_loop().run_in_executor(self._executor, function, *args)
+    def workers(self) -> list[dict]:
+        return [model.state() for model in self.models]
+
+    def unavailable(self) -> str | None:
+        """Why no model can take calls now, or None."""
+        if self.fatal:
+            return f"the model is not available: {self.fatal}"
+        if self._idle is None:
+            return "the service is not running"
+        states = [model.state()["state"] for model in self.models]
+        if "ready" not in states:
+            return f"the model process is {states[0]} (restarting after a crash): try again in a few seconds"
+        return None
+
+    async def call(self, kind: str, *args) -> Any:
+        """``model.call(kind, *args)`` on the next free model. RequestError 503 where no model is
+        available or the model process dies during the call."""
+        reason = self.unavailable()
+        if reason:
+            raise RequestError(503, reason)
+        index = await self._idle.get()
+        try:
+            result = await self._call(index, kind, *args)
+        except _ModelLost:
+            raise
+        except BaseException:
+            self._idle.put_nowait(index)
+            raise
+        self._idle.put_nowait(index)
+        return result
+
+    async def _call(self, index: int, kind: str, *args) -> Any:
+        """On model ``index``, which the caller holds (took from the idle ones) and gives back, unless this
+        raises _ModelLost: then its process died, and it is given back once restarted."""
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._executors[index],
+                                                                     self.models[index].call, kind, *args)
+        except WorkerDied as error:
+            self._died(index, str(error))
+            raise _ModelLost(503, f"{error}; it is being restarted: try again in a few seconds") from None
 
     async def convert(self, lines: list[str], *, beam: int, nbest: int,
                       chinese_punctuation: bool = False) -> list[list]:
         """Up to ``nbest`` Candidates per line, best first (``Converter.convert_lines``)."""
-        if self._queue is None:
-            raise RequestError(503, "the service is not running")
+        reason = self.unavailable()
+        if reason or self._queue is None:
+            raise RequestError(503, reason or "the service is not running")
         future = asyncio.get_running_loop().create_future()
         self._queue.put_nowait(_Job(lines, (beam, nbest, chinese_punctuation), future))
         return await future
 
-    async def _collect(self) -> list[_Job]:
-        jobs = [await self._queue.get()]
+    def _spawn(self, coroutine) -> None:
+        task = asyncio.get_running_loop().create_task(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _died(self, index: int, message: str) -> None:
+        now = time.monotonic()
+        self._crashes = [t for t in self._crashes if now - t < self.restart_window_s] + [now]
+        LOG.error("%s", message)
+        if len(self._crashes) > self.max_restarts:
+            self._give_up(f"{message}, {len(self._crashes)} times within {self.restart_window_s:g} s")
+        else:
+            self._spawn(self._restart_model(index))
+
+    async def _restart_model(self, index: int) -> None:
+        LOG.warning("restarting the model process")
+        try:
+            await asyncio.get_running_loop().run_in_executor(self._executors[index], self.models[index].restart)
+        except PinyinHanziError as error:
+            self._give_up(f"the model process could not be restarted: {error}")
+            return
+        LOG.warning("the model process is back (pid %s)", self.models[index].state()["pid"])
+        self._idle.put_nowait(index)
+
+    def _give_up(self, message: str) -> None:
+        self.fatal = message
+        LOG.error("giving up: %s", message)
+        self._fail_queued(f"the model is not available: {message}")
+        if self.on_fatal is not None:
+            self.on_fatal(message)
+
+    def _fail_queued(self, message: str) -> None:
+        while self._queue is not None and not self._queue.empty():
+            job = self._queue.get_nowait()
+            if not job.future.done():
+                job.future.set_exception(RequestError(503, message))
+
+    async def _collect(self, first: _Job) -> list[_Job]:
+        jobs = [first]
         if not self.enabled:
             return jobs
         size = len(jobs[0].lines)
@@ -148,52 +246,78 @@ class DynamicBatcher:
 
     async def _run(self) -> None:
         while True:
-            jobs = [job for job in await self._collect() if not job.future.done()]  # done: the client left
-            groups: dict[tuple, list[_Job]] = {}
-            for job in jobs:
-                groups.setdefault(job.options, []).append(job)
+            first = await self._queue.get()
+            index = None
+            try:
+                index = await self._idle.get()  # a free model: more jobs gather in the queue meanwhile
+                jobs = [job for job in await self._collect(first) if not job.future.done()]  # done: client left
+            except BaseException:
+                _fail([first], RequestError(503, "the service is shutting down"))
+                if index is not None:
+                    self._idle.put_nowait(index)
+                raise
+            self._spawn(self._decode_jobs(index, jobs))
+
+    async def _decode_jobs(self, index: int, jobs: list[_Job]) -> None:
+        """``jobs`` on model ``index``, one call per set of options, then the model is free again."""
+        groups: dict[tuple, list[_Job]] = {}
+        for job in jobs:
+            groups.setdefault(job.options, []).append(job)
+        try:
             for options, group in groups.items():
                 try:
-                    await self._decode(group, options)
+                    index = await self._decode(index, group, options)
                 except asyncio.CancelledError:
                     raise
-                except Exception as error:  # the worker must outlive any one call
+                except Exception as error:  # the feeder must outlive any one call
                     LOG.exception("conversion failed")
-                    for job in group:
-                        if not job.future.done():
-                            job.future.set_exception(error)
+                    _fail(group, error)
+        finally:
+            if index is not None:
+                self._idle.put_nowait(index)
 
-    def _convert_lines(self, lines: list[str], options: tuple) -> list[list]:
-        beam, nbest, chinese_punctuation = options
-        found = self.converter.convert_lines(lines, beam=beam, nbest=nbest, constrained=self.converter.constrained,
-                                             chinese_punctuation=chinese_punctuation)
+    async def _decode(self, index: int | None, group: list[_Job], options: tuple) -> int | None:
+        """Decode ``group`` on model ``index``, which this holds; the model it still holds (None where the
+        model died: the jobs left get 503)."""
+        if index is None:
+            _fail(group, RequestError(503, "the model process died during this batch; it is being restarted: "
+                                           "try again in a few seconds"))
+            return None
+        lines = [line for job in group for line in job.lines]
+        self.decoding += len(lines)
+        try:
+            found = await self._call(index, "convert", lines, *options)
+        except _ModelLost as error:  # not the lines' fault: no retry
+            _fail(group, error)
+            return None
+        except Exception as error:
+            if len(group) == 1:
+                _fail(group, error)
+                return index
+            for job in group:
+                index = await self._decode(index, [job], options)
+            return index
+        finally:
+            self.decoding -= len(lines)
         self.calls += 1
         self.lines += len(lines)
         self.largest_call = max(self.largest_call, len(lines))
-        return found
-
-    async def _decode(self, group: list[_Job], options: tuple) -> None:
-        lines = [line for job in group for line in job.lines]
-        self.decoding = len(lines)
-        try:
-            found = await self.call(self._convert_lines, lines, options)
-        except asyncio.CancelledError:
-            raise
-        except Exception as error:
-            if len(group) > 1:
-                for job in group:
-                    await self._decode([job], options)
-                return
-            if not group[0].future.done():
-                group[0].future.set_exception(error)
-            return
-        finally:
-            self.decoding = 0
         start = 0
         for job in group:
             if not job.future.done():
                 job.future.set_result(found[start: start + len(job.lines)])
             start += len(job.lines)
+        return index
+
+
+class _ModelLost(RequestError):
+    """503: the model process died during the call."""
+
+
+def _fail(jobs: list[_Job], error: Exception) -> None:
+    for job in jobs:
+        if not job.future.done():
+            job.future.set_exception(error)
 
 
 # ------------------------------------------------------------------------------------- request models
@@ -271,15 +395,24 @@ class Attention(BaseModel):
                                                         "each row sums to 1")
 
 
+class WorkerState(BaseModel):
+    kind: str = Field(description="process: the model runs in a process of its own; thread: in the server's")
+    state: str = Field(description="ready, starting, dead (restarting after a crash) or stopped")
+    pid: int | None = Field(description="the model process's id")
+    restarts: int = Field(description="times the model process was restarted after a crash")
+
+
 class Health(BaseModel):
-    status: str
+    status: str = Field(description="ok, or unavailable (HTTP 503) while the model is not ready")
+    error: str | None = Field(None, description="why the model is unavailable")
     checkpoint: str | None
     beam: int
     batching: bool
-    calls: int = Field(description="convert_lines calls made so far")
+    workers: list[WorkerState] = Field(description="the model processes (or the one model thread)")
+    calls: int = Field(description="convert_lines calls made so far (all workers)")
     lines: int = Field(description="texts converted so far")
     largest_call: int = Field(description="most texts converted in one call")
-    decoding: int = Field(description="texts in the call in progress")
+    decoding: int = Field(description="texts in the calls in progress")
 
 
 # ----------------------------------------------------------------------------------------- the app
@@ -310,17 +443,13 @@ def _check_lines(lines: list[str], limits: Limits) -> None:
             raise RequestError(413, f"{len(line)} characters in one text; at most {limits.max_line_chars}", where)
 
 
-def cross_attention(converter, text: str, syllables: Sequence[str]) -> list[list[list[float]]]:
-    """Cross-attention of ``text`` read as ``syllables``: per decoder layer a (t, s) list of lists, heads
-    averaged (t characters, s syllables). Raises RequestError (422) where they do not pair up."""
+def _check_attention(text: str, syllables: Sequence[str], limits: Limits) -> None:
+    _check_lines([text], limits)
+    if len(syllables) > limits.max_line_chars:
+        raise RequestError(413, f"{len(syllables)} syllables; at most {limits.max_line_chars}", "syllables")
     if not text or len(text) != len(syllables):
         raise RequestError(422, f"text has {len(text)} characters and syllables {len(syllables)} entries: "
                                 f"they must pair up one to one (and not be empty)", "syllables")
-    device = next(converter.model.parameters()).device
-    source = torch.tensor([converter.pinyin_vocab.encode(list(syllables))], device=device)
-    target = torch.tensor([converter.hanzi_vocab.encode(text)], device=device)
-    maps = converter.model.attention_maps(source, target)
-    return [layer[0].float().mean(dim=0).tolist() for layer in maps["cross"]]  # (h, t, s) -> (t, s)
 
 
 def _field(error: dict) -> str:
@@ -388,11 +517,15 @@ class BodyCheck:
         return await self.app(scope, replay, send)
 
 
-def create_app(converter, *, limits: Limits = Limits(), batching: bool = True, max_wait_ms: float = 5.0,
-               max_batch_lines: int = 64) -> FastAPI:
-    """The FastAPI app serving ``converter`` (a ``Converter``, loaded once and shared by all requests).
+def create_app(model, *, limits: Limits = Limits(), batching: bool = True, max_wait_ms: float = 5.0,
+               max_batch_lines: int = 64, on_fatal: Callable[[str], None] | None = None) -> FastAPI:
+    """The FastAPI app serving ``model``: a list of started :class:`ModelProcess` (what serve.py runs; its
+    owner stops them), or a ``Converter`` (run on a thread of this process), loaded once and shared by all
+    requests.
     Its batcher starts and stops with the app's lifespan (uvicorn, or ``with TestClient(app)``)."""
-    batcher = DynamicBatcher(converter, max_wait_ms=max_wait_ms, max_lines=max_batch_lines, enabled=batching)
+    batcher = DynamicBatcher(model, max_wait_ms=max_wait_ms, max_lines=max_batch_lines, enabled=batching,
+                             on_fatal=on_fatal)
+    info = batcher.info
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -404,11 +537,14 @@ def create_app(converter, *, limits: Limits = Limits(), batching: bool = True, m
 
     app = FastAPI(title="pinyin_hanzi", summary="Pinyin to Chinese characters with a Transformer",
                   version=_version(), lifespan=lifespan)
-    app.state.batcher, app.state.converter, app.state.limits = batcher, converter, limits
+    app.state.batcher, app.state.limits = batcher, limits
 
     @app.exception_handler(RequestError)
     async def request_error(request: Request, error: RequestError):
-        return _error(error.status, error.message, error.field)
+        answer = _error(error.status, error.message, error.field)
+        if error.status == 503:
+            answer.headers["Retry-After"] = str(RETRY_AFTER_S)
+        return answer
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, error: RequestValidationError):
@@ -442,7 +578,7 @@ def create_app(converter, *, limits: Limits = Limits(), batching: bool = True, m
         """Convert one text (``{"text": "ni hao"}`` -> one result) or a list of texts (-> ``results``)."""
         lines = [request.text] if isinstance(request.text, str) else request.text
         _check_lines(lines, limits)
-        beam = request.beam or converter.beam
+        beam = request.beam or info["beam"]
         found = await batcher.convert(lines, beam=beam, nbest=request.nbest,
                                       chinese_punctuation=request.chinese_punctuation)
         results = [_conversion(line, candidates) for line, candidates in zip(lines, found)]
@@ -451,19 +587,19 @@ def create_app(converter, *, limits: Limits = Limits(), batching: bool = True, m
     @app.post("/attention", response_model=Attention)
     async def attention(request: AttentionRequest):
         """Cross-attention of one conversion (a candidate's ``text`` and ``syllables`` from /convert)."""
-        _check_lines([request.text], limits)
-        if len(request.syllables) > limits.max_line_chars:
-            raise RequestError(413, f"{len(request.syllables)} syllables; at most {limits.max_line_chars}",
-                               "syllables")
-        layers = await batcher.call(cross_attention, converter, request.text, request.syllables)
+        _check_attention(request.text, request.syllables, limits)
+        layers = await batcher.call("attention", request.text, request.syllables)
         return {"chars": list(request.text), "syllables": list(request.syllables), "layers": layers}
 
-    @app.get("/health", response_model=Health)
+    @app.get("/health", response_model=Health, responses={503: {"model": Health, "description": "the model is "
+                                                                "restarting after a crash, or gone"}})
     async def health():
-        checkpoint = getattr(converter, "checkpoint", None)
-        return {"status": "ok", "checkpoint": str(checkpoint) if checkpoint else None, "beam": converter.beam,
-                "batching": batcher.enabled, "calls": batcher.calls, "lines": batcher.lines,
-                "largest_call": batcher.largest_call, "decoding": batcher.decoding}
+        reason = batcher.unavailable()
+        body = {"status": "unavailable" if reason else "ok", "error": reason, "checkpoint": info["checkpoint"],
+                "beam": info["beam"], "batching": batcher.enabled, "workers": batcher.workers(),
+                "calls": batcher.calls, "lines": batcher.lines, "largest_call": batcher.largest_call,
+                "decoding": batcher.decoding}
+        return JSONResponse(body, status_code=503 if reason else 200)
 
     @app.get("/", include_in_schema=False)
     async def page():

@@ -6,11 +6,16 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import signal
+import subprocess
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
+from conftest import ROOT
 from serving import start_service, stop_service
 
 from pinyin_hanzi.serve import Limits
@@ -93,6 +98,9 @@ def test_attention_is_characters_by_syllables_and_rows_sum_to_one(service):
 def test_health_page_and_openapi(service):
     health = service.get("/health").json()
     assert health["status"] == "ok" and health["checkpoint"].endswith("model.pt") and health["batching"] is True
+    worker, = health["workers"]
+    assert worker["kind"] == "process" and worker["state"] == "ready" and worker["pid"] != service.process.pid
+    assert _alive(worker["pid"])
     page = service.get("/")
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
     assert 'id="editor"' in page.text and "/web/ime.js" in page.text
@@ -177,10 +185,46 @@ def test_bad_request_suite_is_at_least_thirty_cases():
     assert len(BAD_REQUESTS) >= 30
 
 
+# ------------------------------------------------------------------------------ the model process dies
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie, ended but not yet reaped, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _wait_until(condition, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"not {what} within {timeout_s} s"
+        time.sleep(0.1)
+
+
+def test_a_killed_model_process_costs_503s_not_hangs_health_says_so_and_it_is_restarted(service):
+    before = service.get("/health").json()["workers"][0]
+    os.kill(before["pid"], signal.SIGKILL)
+    _wait_until(lambda: not _alive(before["pid"]), 10, "dead")
+    answer = post(service, "/convert", {"text": "ni hao", "nbest": 1})  # answered at once, not left waiting
+    assert answer.status_code == 503 and answer.headers["Retry-After"].isdigit()
+    assert "SIGKILL" in answer.json()["error"] and answer.json()["field"] is None
+    health = service.get("/health")
+    if health.status_code == 503:  # else it is back already
+        assert health.json()["status"] == "unavailable" and health.json()["error"]
+        assert health.json()["workers"][0]["state"] in ("starting", "dead", "stopped")
+    _wait_until(lambda: service.get("/health").status_code == 200, 120, "restarted")
+    after, = service.get("/health").json()["workers"]
+    assert after["state"] == "ready" and after["restarts"] == before["restarts"] + 1 and after["pid"] != before["pid"]
+    assert post(service, "/convert", {"text": "ni hao", "nbest": 1}).json()["output"] == "你好"
+
+
 # --------------------------------------------------------------------------------------------- shutdown
 
 def test_sigterm_finishes_the_requests_in_flight_then_stops(service):
-    """Last in this module: it stops the module's service."""
+    """Last in this module: it stops the module's service, and its model process with it."""
+    worker = service.get("/health").json()["workers"][0]["pid"]
     texts = [f"wo men ming tian zao shang {n} dian zai xue xiao jian mian" for n in range(24)]
     with ThreadPoolExecutor(1) as pool:
         in_flight = pool.submit(post, service, "/convert", {"text": texts, "beam": 5, "nbest": 5})
@@ -195,6 +239,25 @@ def test_sigterm_finishes_the_requests_in_flight_then_stops(service):
     assert output.rstrip().endswith("stopped") and "Traceback" not in output
     with pytest.raises(httpx.TransportError):
         service.get("/health", timeout=2)
+    assert not _alive(worker)  # no orphan
+
+
+def test_a_killed_server_leaves_no_model_process_behind():
+    process, url = start_service()
+    worker = httpx.get(f"{url}/health").json()["workers"][0]["pid"]
+    process.kill()
+    process.wait()
+    _wait_until(lambda: not _alive(worker), 30, "gone")
+
+
+def test_a_model_that_cannot_load_is_one_error_line_and_status_2(tmp_path):
+    broken = tmp_path / "broken.pt"
+    broken.write_bytes(b"not a checkpoint")
+    done = subprocess.run([sys.executable, "-m", "pinyin_hanzi.cli.serve", "--port", "0", "--checkpoint", str(broken)],
+                          cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines()[-1].startswith("error: ") and "Traceback" not in done.stderr
 
 
 # ------------------------------------------------------------------------------- the batcher on its own
@@ -280,3 +343,104 @@ def test_an_unexpected_error_is_a_json_500_and_the_app_keeps_serving():
         assert answer.json() == {"error": "internal error: RuntimeError", "field": None}
         assert client.get("/health").json()["status"] == "ok"
         assert client.post("/convert", json={"text": "ok"}).json()["output"] == "OK"
+
+
+class DyingModel:
+    """A model process stand-in whose process dies on a line "die" and whose restart loads again, or fails
+    after ``restarts_ok`` restarts (the batcher's side of a crash, without a process)."""
+
+    kind = "process"
+    info = {"beam": 5, "constrained": True, "checkpoint": None}
+
+    def __init__(self, restarts_ok: int = 10):
+        self.restarts, self.restarts_ok, self.dead = 0, restarts_ok, False
+
+    def call(self, kind, lines, beam, nbest, chinese_punctuation):
+        from types import SimpleNamespace
+
+        from pinyin_hanzi.model_worker import WorkerDied
+
+        if self.dead or "die" in lines:
+            self.dead = True
+            raise WorkerDied("the model process was killed by SIGKILL")
+        return [[SimpleNamespace(text=line.upper())] for line in lines]
+
+    def state(self):
+        return {"kind": self.kind, "state": "dead" if self.dead else "ready", "pid": 1, "restarts": self.restarts}
+
+    def restart(self):
+        from pinyin_hanzi.errors import CheckpointError
+
+        self.restarts += 1
+        if self.restarts > self.restarts_ok:
+            raise CheckpointError("model.pt: gone")
+        self.dead = False
+
+
+def _crash_scenario(model, rounds: int, **kwargs):
+    """``rounds`` times: a batch holding "die" and a good line, then, after the restart, a good line. Every
+    answer (texts, or the exception's status and message) and what on_fatal was told."""
+    import asyncio
+
+    from pinyin_hanzi.serve import DynamicBatcher, RequestError
+
+    told = []
+
+    async def scenario():
+        batcher = DynamicBatcher(model, on_fatal=told.append, **kwargs)
+        await batcher.start()
+        answers = []
+        try:
+            for _ in range(rounds):
+                found = await asyncio.gather(batcher.convert(["die"], beam=5, nbest=1),
+                                             batcher.convert(["ok"], beam=5, nbest=1), return_exceptions=True)
+                while batcher._tasks:  # the restart
+                    await asyncio.gather(*list(batcher._tasks))
+                found += await asyncio.gather(batcher.convert(["after"], beam=5, nbest=1), return_exceptions=True)
+                answers.append([(f.status, f.message) if isinstance(f, RequestError) else f for f in found])
+        finally:
+            await batcher.stop()
+        return answers, batcher.fatal
+
+    answers, fatal = asyncio.run(scenario())
+    return answers, fatal, told
+
+
+def test_a_dead_model_process_fails_its_batch_with_503_and_is_restarted():
+    model = DyingModel()
+    answers, fatal, told = _crash_scenario(model, rounds=1)
+    (die, ok, after), = answers
+    assert die[0] == ok[0] == 503 and "SIGKILL" in die[1] and "restarted" in die[1]  # not retried one by one
+    assert after[0][0].text == "AFTER" and model.restarts == 1 and fatal is None and told == []
+
+
+def test_a_model_process_that_keeps_dying_or_cannot_restart_stops_the_service():
+    answers, fatal, told = _crash_scenario(DyingModel(), rounds=3, max_restarts=2)
+    assert fatal and "3 times within 60 s" in fatal and told == [fatal]
+    assert answers[-1][2] == (503, f"the model is not available: {fatal}")
+    answers, fatal, told = _crash_scenario(DyingModel(restarts_ok=0), rounds=1)
+    assert fatal == "the model process could not be restarted: model.pt: gone" and told == [fatal]
+    assert answers[0][2] == (503, f"the model is not available: {fatal}")
+
+
+def test_with_two_models_batches_are_decoded_side_by_side():
+    import asyncio
+
+    from pinyin_hanzi.serve import DynamicBatcher
+
+    first, second = RecordingConverter(delay_s=0.3), RecordingConverter(delay_s=0.3)
+
+    async def scenario():
+        batcher = DynamicBatcher([first, second], max_lines=2)
+        await batcher.start()
+        try:
+            started = time.monotonic()
+            found = await asyncio.gather(*(batcher.convert([str(i)], beam=5, nbest=1) for i in range(4)))
+            return [f[0][0].text for f in found], time.monotonic() - started
+        finally:
+            await batcher.stop()
+
+    found, seconds = asyncio.run(scenario())
+    assert found == ["0", "1", "2", "3"]
+    assert first.calls and second.calls and sorted(first.calls + second.calls) == [["0", "1"], ["2", "3"]]
+    assert seconds < 0.55  # two calls of 0.3 s at once, not one after the other

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 from typing import Sequence
 
 from pinyin_hanzi.cli import run
+from pinyin_hanzi.errors import PinyinHanziError
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -23,9 +25,16 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=1,
-                        help="torch intra-op threads of the model worker (default 1: the event loop needs a core "
+                        help="torch intra-op threads of the model process (default 1: the server needs a core "
                              "for HTTP, and OpenMP threads that wait spinning slow every call down many times "
                              "over when the CPU is shared)")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="model processes, each with the model loaded, decoding batches side by side "
+                             "(default 1)")
+    parser.add_argument("--worker", choices=["process", "thread"], default="process",
+                        help="where the model runs: process (default: processes of their own, restarted if one "
+                             "dies) or thread (one, in the server's process, sharing its interpreter lock: for "
+                             "comparison)")
     parser.add_argument("--max-wait-ms", type=float, default=5.0,
                         help="how long a request waits for others to share its batch (default 5)")
     parser.add_argument("--max-batch-lines", type=int, default=64, help="most texts decoded in one call")
@@ -43,11 +52,9 @@ def load_converter(checkpoint: str | None, device: str = "cpu"):
 
 
 def _main(argv: Sequence[str] | None = None) -> int:
-    """Load the model once, then serve until SIGINT/SIGTERM (uvicorn finishes the requests in flight)."""
-    import torch
-    import uvicorn
-
-    from pinyin_hanzi.serve import create_app
+    """Load the model once, then serve until SIGINT/SIGTERM (uvicorn finishes the requests in flight, then
+    the model processes are stopped). Model processes that keep dying stop the service: `error: ...`."""
+    from pinyin_hanzi.model_worker import ModelProcess
 
     parser = _parser()
     args = parser.parse_args(argv)
@@ -55,26 +62,57 @@ def _main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--port {args.port} is not a TCP port")
     if args.threads < 1:
         parser.error(f"--threads {args.threads}: at least 1")
-    torch.set_num_threads(args.threads)
-    converter = load_converter(args.checkpoint, args.device)
-    app = create_app(converter, batching=not args.no_batching, max_wait_ms=args.max_wait_ms,
-                     max_batch_lines=args.max_batch_lines)
+    if args.workers < 1 or (args.workers > 1 and args.worker == "thread"):
+        parser.error(f"--workers {args.workers}: at least 1, and 1 with --worker thread")
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
-    print(f"serving {getattr(converter, 'checkpoint', None) or 'the shipped model'} on http://{args.host}:{args.port}"
-          f" (API: /docs)", file=sys.stderr, flush=True)
+    fatal: list[str] = []
+
+    def give_up(message: str) -> None:  # the batcher gave up on the model process: stop as SIGTERM does
+        fatal.append(message)
+        os.kill(os.getpid(), signal.SIGTERM)
+
     # uvicorn turns SIGINT/SIGTERM into a graceful shutdown (requests in flight finish, then the app's
     # lifespan ends), restores the handlers it found and raises the signal again; these handlers turn that
-    # last signal into a normal return, exit status 0.
+    # last signal (or one while the model loads) into a normal return, exit status 0.
     previous = {sig: signal.signal(sig, _raise_stopped) for sig in (signal.SIGINT, signal.SIGTERM)}
+    model = None
     try:
+        if args.worker == "process":
+            model = [ModelProcess(args.checkpoint, device=args.device, threads=args.threads)
+                     for _ in range(args.workers)]
+            for process in model:
+                process.launch()  # it loads the model while this process imports the web stack
+            import pinyin_hanzi.serve  # noqa: F401
+
+            for process in model:
+                process.wait_ready()
+            checkpoint = model[0].info["checkpoint"]
+        else:
+            import torch
+
+            torch.set_num_threads(args.threads)
+            model = load_converter(args.checkpoint, args.device)
+            checkpoint = getattr(model, "checkpoint", None)
+        import uvicorn
+
+        from pinyin_hanzi.serve import create_app
+
+        app = create_app(model, batching=not args.no_batching, max_wait_ms=args.max_wait_ms,
+                         max_batch_lines=args.max_batch_lines, on_fatal=give_up)
+        print(f"serving {checkpoint or 'the shipped model'} on http://{args.host}:{args.port} (API: /docs)",
+              file=sys.stderr, flush=True)
         # Requests in flight get up to 30 s to finish (a batch of long beam-search lines can take seconds).
         uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=args.access_log,
                     timeout_graceful_shutdown=30)
     except _Stopped:
         pass
     finally:
+        for process in model if isinstance(model, list) else []:
+            process.stop()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    if fatal:
+        raise PinyinHanziError(f"stopped: {fatal[0]}")
     print("stopped", file=sys.stderr, flush=True)
     return 0
 
