@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from pinyin_hanzi.cli import run
-from pinyin_hanzi.errors import CheckpointError, DataError
+from pinyin_hanzi.errors import DataError
 from pinyin_hanzi.shuangpin import LAYOUTS
 from pinyin_hanzi.typed_input import FUZZY_PAIRS
 
@@ -212,8 +212,10 @@ def _fail_fast(args) -> None:
     """The errors that do not need the model (missing files, text that is not UTF-8), before the seconds it
     takes to load it. DataError or CheckpointError."""
     _check_typed(" ".join(args.text), "the pinyin argument")
-    if args.checkpoint is not None and not Path(args.checkpoint).is_file():
-        raise CheckpointError(f"checkpoint not found: {args.checkpoint}")
+    if args.checkpoint is not None:
+        from pinyin_hanzi.checkpoint import check_checkpoint_path
+
+        check_checkpoint_path(args.checkpoint)  # CheckpointError for a missing file or a directory
     if args.input not in (None, "-"):
         _open_input(args.input).close()  # raises DataError for a missing or unreadable file
 
