@@ -83,9 +83,12 @@ def save_checkpoint(path: str | Path, state: dict) -> None:
     if path.is_dir():
         raise CheckpointError(f"cannot write checkpoint {path}: it is a directory (name a file in it, e.g. "
                               f"{path / 'model.pt'})")
+    blocking = next((parent for parent in path.parents if parent.exists() and not parent.is_dir()), None)
+    if blocking is not None:
+        raise CheckpointError(f"cannot write checkpoint {path}: {blocking} is a file, not a folder")
     temporary = path.with_name(path.name + ".tmp")
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(parents=True, exist_ok=True)  # a missing folder is made, as training makes its own
         with open(temporary, "wb") as handle:
             torch.save({FORMAT_VERSION_KEY: FORMAT_VERSION, **state}, handle)
             handle.flush()

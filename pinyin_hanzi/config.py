@@ -151,6 +151,7 @@ LIMITS: dict[str, tuple[float, float]] = {
     "decode.lm_phrases": (0, 1000), "decode.word_weight": (0, 100), "decode.word_min_frequency": (0, 1),
     "decode.reading_margin": (0, 1000),
 }
+MAX_NBEST = 50  # the most candidates per line the Converter and translate.py --nbest give (not a config key)
 
 
 def shown(value, limit: int = 60) -> str:
@@ -169,11 +170,18 @@ def range_problem(key: str, value) -> str | None:
     return None if ok else f"a finite number in [{low:g}, {high:g}]"
 
 
-def check_range(key: str, value, where: str) -> None:
-    """ConfigError (one line: ``where``, the key, the value and the range) unless ``value`` lies in the range
-    LIMITS gives ``key``; for settings of the same meaning outside a config (Converter's arguments)."""
+def check_range(key: str, value, label: str) -> None:
+    """ConfigError (one line: ``label``, the value and the range) unless ``value`` has the type of the config
+    key ``key`` and lies in the range LIMITS gives it: for settings of the same meaning outside a config file
+    (the Converter's arguments, ``beam=100000``)."""
+    section, name = key.split(".")
+    integer = typing.get_type_hints(SECTIONS[section]).get(name) is int
+    if integer and not (isinstance(value, int) and not isinstance(value, bool)):
+        raise ConfigError(f"{label}={shown(value)} has the wrong type: expected an integer")
+    if not integer and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value) if abs(value) < 2**1000 else math.inf
     if problem := range_problem(key, value):
-        raise ConfigError(f"{where}: {key}={shown(value)} is invalid: expected {problem}")
+        raise ConfigError(f"{label}={shown(value)} is invalid: expected {problem}")
 
 
 def _validate(config: Config, where: str) -> None:

@@ -9,7 +9,7 @@ import signal
 import sys
 from typing import Sequence
 
-from pinyin_hanzi.cli import run
+from pinyin_hanzi.cli import check_bounds, max_threads, run
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -51,10 +51,8 @@ def _main(argv: Sequence[str] | None = None) -> int:
 
     parser = _parser()
     args = parser.parse_args(argv)
-    if not 0 <= args.port <= 65535:
-        parser.error(f"--port {args.port} is not a TCP port")
-    if args.threads < 1:
-        parser.error(f"--threads {args.threads}: at least 1")
+    check_bounds(parser, [("--port", args.port, 0, 65535), ("--threads", args.threads, 1, max_threads()),
+                          ("--max-wait-ms", args.max_wait_ms, 0, 10_000), ("--max-batch-lines", args.max_batch_lines, 1, 4096)])
     torch.set_num_threads(args.threads)
     converter = load_converter(args.checkpoint, args.device)
     app = create_app(converter, batching=not args.no_batching, max_wait_ms=args.max_wait_ms,
