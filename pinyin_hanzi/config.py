@@ -413,15 +413,18 @@ def config_reference() -> str:
         "",
         "A config file (`configs/*.yaml`) has the sections below; a key it leaves out takes the default given",
         "here. Any key can be overridden on the command line as `section.key=value` (parsed as YAML, checked",
-        "against the key's type). Unknown sections or keys, wrong types and invalid values stop `train.py` with",
-        "a one-line error naming the key and the file.",
+        "against the key's type). Every number has a range, both ends included (a weight of `data.sources`: that",
+        "of each weight); some keys also have a rule the meaning states. Unknown sections or keys, wrong types and",
+        "values outside their range stop `train.py` with a one-line error naming the key, the file and the range.",
     ]
     for section, cls in SECTIONS.items():
         docs = field_docs(cls)
         lines += ["", f"## `{section}`: {_markdown_cell(section_docs[section])}", "",
-                  "| key | type | default | meaning |", "|---|---|---|---|"]
+                  "| key | type | default | range | meaning |", "|---|---|---|---|---|"]
         for item in dataclasses.fields(cls):
             default = item.default_factory() if item.default is dataclasses.MISSING else item.default
-            lines.append(f"| `{section}.{item.name}` | `{item.type}` | `{_yaml_value(default)}` "
+            key = f"{section}.{item.name}"
+            limits = " .. ".join(f"{end:g}" if isinstance(end, float) else str(end) for end in LIMITS.get(key, ()))
+            lines.append(f"| `{key}` | `{item.type}` | `{_yaml_value(default)}` | {limits} "
                          f"| {_markdown_cell(docs[item.name])} |")
     return "\n".join(lines) + "\n"
