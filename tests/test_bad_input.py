@@ -23,6 +23,7 @@ import torch
 from conftest import ROOT, tiny_config_dict, write_config
 
 LONG_LINE = " ".join(["ni hao"] * 5000)  # 10,000 syllables
+EXPORT = "pinyin_hanzi/cli/export.py"  # python -m pinyin_hanzi.cli.export, run as a script like the others
 
 
 def _same_lv_character(output: str) -> bool:
@@ -218,9 +219,6 @@ CASES = [
          error=("stopped at step 1: loss or gradient not finite for 5 batches in a row",
                 "no checkpoint was written yet; lower train.lr")),
 ]
-
-
-EXPORT = "pinyin_hanzi/cli/export.py"
 
 
 def _write_checkpoints(tmp: Path, best: Path) -> None:

@@ -35,9 +35,12 @@ def check_bounds(parser, bounds) -> None:
     is given (not None) but not a finite number in low..high, both included: "--beam must be between 1 and 64".
     Every numeric option of every tool is checked through here, so none reaches torch out of range."""
     for option, value, low, high in bounds:
-        if value is not None and not (math.isfinite(value) and low <= value <= high):
-            finite = "a finite number " if isinstance(value, float) else ""
-            parser.error(f"{option} must be {finite}between {low:g} and {high:g}")
+        if value is None:
+            continue
+        finite = isinstance(value, int) or math.isfinite(value)  # (an int of 400 digits is no float)
+        if not (finite and low <= value <= high):
+            kind = "a finite number " if isinstance(value, float) else ""
+            parser.error(f"{option} must be {kind}between {low:g} and {high:g}")
 
 
 def check_image_path(parser, option: str, name: str) -> None:
