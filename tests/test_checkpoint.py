@@ -95,6 +95,28 @@ def test_a_crash_while_writing_leaves_the_previous_checkpoint(tmp_path, monkeypa
     assert torch.load(path, weights_only=True)["step"] == 1
 
 
+def test_a_failed_write_is_one_line_and_leaves_no_temporary_file(tmp_path, monkeypatch):
+    import errno
+
+    path = tmp_path / "last.pt"
+    save_checkpoint(path, {"step": 1, "weights": torch.ones(3)})
+    before = path.read_bytes()
+
+    def disk_full(obj, handle):
+        handle.write(b"PK\x03\x04 the first bytes")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(torch, "save", disk_full)
+    with pytest.raises(CheckpointError, match=f"cannot write checkpoint {path}: No space left on device$"):
+        save_checkpoint(path, {"step": 2, "weights": torch.zeros(3)})
+    assert path.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["last.pt"]
+    monkeypatch.undo()
+    with pytest.raises(CheckpointError, match="it is a directory"):
+        save_checkpoint(tmp_path, {"step": 2})
+    with pytest.raises(CheckpointError, match="last.pt is a file, not a folder"):
+        save_checkpoint(path / "model.pt", {"step": 2})
+
+
 def _broken(state: dict, **changes) -> dict:
     return {**state, **changes}
 
