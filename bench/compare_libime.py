@@ -39,6 +39,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from pinyin_hanzi.cli import check_bounds, max_threads
+from pinyin_hanzi.config import LIMITS
 from pinyin_hanzi.corpus import Example, read_examples
 from pinyin_hanzi.metrics import abbreviated_positions, conversion_scores, typed
 from pinyin_hanzi.pinyin import is_hanzi
@@ -207,8 +209,10 @@ def main() -> int:
     engines = [engine.strip() for engine in args.engines.split(",") if engine.strip()]
     if not engines or any(engine not in ENGINES for engine in engines):
         parser.error(f"--engines takes a comma-separated list of {', '.join(ENGINES)}")
-    if not 0.0 <= args.abbreviate <= 1.0:
-        parser.error("--abbreviate must be a share between 0 and 1")
+    check_bounds(parser, [("--abbreviate", args.abbreviate, 0, 1), ("--limit", args.limit, 0, 10**9),
+                          ("--beam", args.beam, *LIMITS["decode.beam"]),
+                          ("--batch-size", args.batch_size, *LIMITS["decode.batch_sentences"]),
+                          ("--threads", args.threads, 1, max_threads())])
     if not args.split or ("libime" in engines and not Path(args.libime).is_file()):
         parser.error(f"needs --split FILE (prepared tokens<TAB>hanzi, e.g. data/prepared/pd1998/test.tsv) and, for "
                      f"libime, its wrapper at --libime (now {args.libime}: bash /work/shared/peers/build.sh /tmp/peers)")

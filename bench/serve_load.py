@@ -35,6 +35,8 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from pinyin_hanzi.cli import check_bounds  # noqa: E402
+from pinyin_hanzi.config import LIMITS, MAX_NBEST  # noqa: E402
 from pinyin_hanzi.pinyin import hanzi_to_tokens  # noqa: E402
 
 # Ten characters each, so ten syllables typed.
@@ -227,8 +229,11 @@ def main(argv=None) -> int:
     parser.add_argument("--checkpoint", help="served model (default: the shipped one)")
     parser.add_argument("--json", help="also write every result to this file")
     args = parser.parse_args(argv)
-    if min(args.clients) < 1 or args.seconds <= 0 or args.max_requests < 1 or args.rounds < 1:
-        parser.error("--clients, --seconds, --max-requests and --rounds must be positive")
+    check_bounds(parser, [*(("--clients", clients, 1, 10_000) for clients in args.clients),
+                          ("--seconds", args.seconds, 0.1, 3600), ("--max-requests", args.max_requests, 1, 10**7),
+                          ("--beam", args.beam, *LIMITS["decode.beam"]), ("--nbest", args.nbest, 1, MAX_NBEST),
+                          ("--max-wait-ms", args.max_wait_ms, 0, 10_000), ("--max-batch-lines", args.max_batch_lines, 1, 4096),
+                          ("--rounds", args.rounds, 1, 1000)])
     lines = typed_lines()
     common = ["--max-wait-ms", str(args.max_wait_ms), "--max-batch-lines", str(args.max_batch_lines),
               "--threads", str(args.threads)]

@@ -46,6 +46,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from pinyin_hanzi.checkpoint import HANZI_VOCAB_KEY, PINYIN_VOCAB_KEY, load_checkpoint
+from pinyin_hanzi.cli import check_bounds, max_threads
 from pinyin_hanzi.converter import SHIPPED_MODEL
 from pinyin_hanzi.config import DataConfig, load_config
 from pinyin_hanzi.corpus import Example, chunk, prepare, read_examples
@@ -167,6 +168,8 @@ def main() -> int:
                         "(default fp32)")
     parser.add_argument("overrides", nargs="*", metavar="section.key=value", help="config overrides, e.g. train.loss=full")
     args = parser.parse_args()
+    check_bounds(parser, [("--rounds", args.rounds, 1, 1000), ("--steps", args.steps, 1, 100_000),
+                          ("--threads", args.threads, 0, max_threads())])
     args.reference_precision = args.reference_precision.split(",")
     if not set(args.reference_precision) <= {"fp32", "bf16"}:
         parser.error(f"--reference-precision: expected fp32, bf16 or fp32,bf16, not {','.join(args.reference_precision)}")

@@ -34,6 +34,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from pinyin_hanzi.cli import check_bounds, max_threads
+from pinyin_hanzi.config import LIMITS
 from pinyin_hanzi.converter import Converter, resolve_checkpoint
 from pinyin_hanzi.pinyin import hanzi_to_tokens, syllables
 
@@ -117,8 +119,12 @@ def main() -> int:
                         "decode.word_weight; 0: none)")
     parser.add_argument("--baseline", help="a second checkpoint measured in the same run with its own defaults")
     args = parser.parse_args()
-    if args.beam < 2:
-        parser.error("--beam must be at least 2 (greedy is measured anyway)")
+    check_bounds(parser, [("--beam", args.beam, 2, LIMITS["decode.beam"][1]),  # greedy is measured anyway
+                          ("--batch-size", args.batch_size, *LIMITS["decode.batch_sentences"]),
+                          ("--latency-sentences", args.latency_sentences, 1, 100_000), ("--cold-starts", args.cold_starts, 0, 100),
+                          ("--threads", args.threads, 0, max_threads()), ("--latency-threads", args.latency_threads, 1, max_threads()),
+                          ("--lm-weight", args.lm_weight, *LIMITS["decode.lm_weight"]),
+                          ("--word-weight", args.word_weight, *LIMITS["decode.word_weight"])])
     if args.threads:
         torch.set_num_threads(args.threads)
     batch_threads = torch.get_num_threads()

@@ -11,9 +11,12 @@ never runs pickled code.
 
 from __future__ import annotations
 
+import contextlib
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -22,7 +25,7 @@ from pinyin_hanzi.config import Config, config_from_dict
 from pinyin_hanzi.errors import CheckpointError, ConfigError
 from pinyin_hanzi.model import Transformer
 from pinyin_hanzi.syllable_lm import SyllableBigrams
-from pinyin_hanzi.vocab import Vocab
+from pinyin_hanzi.vocab import BOS_ID, Vocab
 from pinyin_hanzi.word_lm import WordLexiconLM
 
 FORMAT_VERSION = 1
@@ -73,26 +76,55 @@ def training_checkpoint(*, config: dict, pinyin_vocab: list[str], hanzi_vocab: l
 
 def save_checkpoint(path: str | Path, state: dict) -> None:
     """Atomically write ``state`` (plain containers and tensors) to ``path``, with the format version: a
-    process killed at any moment leaves either the previous file or the new one, never a mix."""
+    process killed at any moment leaves either the previous file or the new one, never a mix, and a write
+    that fails leaves no temporary file. CheckpointError (one line) if ``path`` is a directory or cannot be
+    written (a read-only place, a full disk, a parent that is a file)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.is_dir():
+        raise CheckpointError(f"cannot write checkpoint {path}: it is a directory (name a file in it, e.g. "
+                              f"{path / 'model.pt'})")
+    blocking = next((parent for parent in path.parents if parent.exists() and not parent.is_dir()), None)
+    if blocking is not None:
+        raise CheckpointError(f"cannot write checkpoint {path}: {blocking} is a file, not a folder")
     temporary = path.with_name(path.name + ".tmp")
-    with open(temporary, "wb") as handle:
-        torch.save({FORMAT_VERSION_KEY: FORMAT_VERSION, **state}, handle)
-        handle.flush()
-        os.fsync(handle.fileno())  # the bytes are on disk before the rename makes them the checkpoint
-    os.replace(temporary, path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)  # a missing folder is made, as training makes its own
+        with open(temporary, "wb") as handle:
+            torch.save({FORMAT_VERSION_KEY: FORMAT_VERSION, **state}, handle)
+            handle.flush()
+            os.fsync(handle.fileno())  # the bytes are on disk before the rename makes them the checkpoint
+        os.replace(temporary, path)
+    except BaseException as error:  # interrupted or failed: no temporary file stays behind
+        with contextlib.suppress(OSError):
+            temporary.unlink(missing_ok=True)
+        if not isinstance(error, OSError):
+            raise
+        where = f" ({error.filename})" if error.filename not in (None, str(path), str(temporary)) else ""
+        raise CheckpointError(f"cannot write checkpoint {path}: {error.strerror or error}{where}") from None
+
+
+def check_checkpoint_path(path: str | Path) -> Path:
+    """``path`` as a Path if it names a file; CheckpointError (one line) if it is missing or a directory (which
+    then says which checkpoint files it holds)."""
+    path = Path(path)
+    if path.is_dir():
+        held = " or ".join(str(path / name) for name in ("best.pt", "last.pt", "model.pt") if (path / name).is_file())
+        hint = f"name a checkpoint file in it ({held})" if held else "name a checkpoint file"
+        raise CheckpointError(f"checkpoint {path} is a directory: {hint}")
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint not found: {path}")
+    return path
 
 
 def load_checkpoint(path: str | Path) -> dict:
     """The checkpoint's state dict, its entries checked (see :func:`validate_checkpoint`). CheckpointError
     (one line) if it is missing, unreadable, truncated, corrupt, not one of ours, of another format version,
     or holds an entry of the wrong type."""
-    path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(f"checkpoint not found: {path}")
+    path = check_checkpoint_path(path)
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
+    except OSError as error:  # no permission, an I/O error
+        raise CheckpointError(f"cannot read checkpoint {path}: {error.strerror or error}") from None
     except Exception as error:  # noqa: BLE001 - on junk bytes torch's unpickler raises about anything
         # (IndexError, KeyError, UnpicklingError, RuntimeError, EOFError, ...); all of them mean "not a checkpoint"
         reason = str(error).strip().splitlines()[0][:120] if str(error).strip() else type(error).__name__
@@ -102,23 +134,31 @@ def load_checkpoint(path: str | Path) -> dict:
 
 
 def validate_checkpoint(state, where: str = "checkpoint") -> None:
-    """CheckpointError (one line, naming ``where``) unless ``state`` has the required entries, this format
-    version, and every entry it has is of the type the layout gives it: config a dict, vocabularies lists of
-    str, model a dict of tensors, syllable_lm and char_lm the state dicts of their models."""
+    """CheckpointError (one line, naming ``where``) unless ``state`` is a checkpoint this code can use as it
+    is: the required entries, this format version, every entry of the type the layout gives it (config a dict
+    that passes the config's validation, vocabularies lists of str that make vocabularies, model the state
+    dict of dense, finite floating-point tensors, step an integer, scores finite
+    numbers), and the syllable, character n-gram and word models' tables consistent with one another and with
+    the hanzi vocabulary. The one check every reader of a checkpoint goes through (:func:`load_checkpoint`)."""
     if not isinstance(state, dict) or any(key not in state for key in REQUIRED_KEYS):
         raise CheckpointError(f"{where} is not a pinyin_hanzi checkpoint (missing keys)")
-    if state[FORMAT_VERSION_KEY] != FORMAT_VERSION:
-        raise CheckpointError(f"{where} has checkpoint format {state[FORMAT_VERSION_KEY]!r}, this code reads "
-                              f"{FORMAT_VERSION}")
+    version = state[FORMAT_VERSION_KEY]
+    if not (_is_int(version) and version == FORMAT_VERSION):
+        small = isinstance(version, (int, float, str)) and len(repr(version)) <= 40  # never a tensor's repr
+        shown = repr(version) if small else f"a {type(version).__name__}"
+        raise CheckpointError(f"{where} has checkpoint format {shown}, this code reads {FORMAT_VERSION}")
     for key, (fits, expected) in _ENTRY_TYPES.items():
         if key in state and not fits(state[key]):
             raise CheckpointError(f"{where} is not a pinyin_hanzi checkpoint: its {key} is not {expected}")
+    _, _, hanzi_vocab = _config_and_vocabularies(state, where)
+    if problem := _model_problem(state[MODEL_KEY]):
+        raise CheckpointError(f"{where}: weights do not fit the model its config describes ({problem})")
     if SYLLABLE_LM_KEY in state and (problem := _syllable_lm_problem(state[SYLLABLE_LM_KEY])):
         raise CheckpointError(f"{where} is not a pinyin_hanzi checkpoint: its syllable model {problem}")
-    if CHAR_LM_KEY in state and (problem := _char_lm_problem(state[CHAR_LM_KEY], len(state[HANZI_VOCAB_KEY]))):
+    if CHAR_LM_KEY in state and (problem := _char_lm_problem(state[CHAR_LM_KEY], len(hanzi_vocab))):
         raise CheckpointError(_char_lm_error(where, problem))
-    if WORD_LM_KEY in state and (problem := _word_lm_problem(state[WORD_LM_KEY], len(state[HANZI_VOCAB_KEY]))):
-        raise CheckpointError(f"{where}: its word model {problem}; count it again with python -m pinyin_hanzi.cli.word_lm")
+    if WORD_LM_KEY in state and (problem := _word_lm_problem(state[WORD_LM_KEY], len(hanzi_vocab))):
+        raise CheckpointError(_word_lm_error(where, problem))
 
 
 def require_resumable(state: dict, where: str) -> None:
@@ -135,6 +175,10 @@ def _is_int(value) -> bool:
 
 def _is_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _is_finite_number(value) -> bool:
+    return _is_number(value) and math.isfinite(value)
 
 
 def _is_str_list(value) -> bool:
@@ -155,54 +199,116 @@ _ENTRY_TYPES = {  # key -> (test, what the error calls the expected type)
     HANZI_VOCAB_KEY: (_is_str_list, "a list of str"), MODEL_KEY: (_is_tensor_dict, "a dict of tensors"),
     STEP_KEY: (_is_int, "an integer"), SYLLABLE_LM_KEY: (_is_dict, "a dict"), CHAR_LM_KEY: (_is_dict, "a dict"),
     WORD_LM_KEY: (_is_dict, "a dict"),
-    VALID_ACCURACY_KEY: (_is_number, "a number"), ELAPSED_KEY: (_is_number, "a number"),
+    VALID_ACCURACY_KEY: (_is_finite_number, "a finite number"), ELAPSED_KEY: (_is_finite_number, "a finite number"),
     OPTIMIZER_KEY: (_is_dict, "a dict"), SCHEDULER_KEY: (_is_dict, "a dict"),
-    BEST_ACCURACY_KEY: (_is_number, "a number"), BATCHES_KEY: (_is_dict, "a dict"), RNG_KEY: (_is_dict, "a dict"),
+    BEST_ACCURACY_KEY: (_is_finite_number, "a finite number"), BATCHES_KEY: (_is_dict, "a dict"),
+    RNG_KEY: (_is_dict, "a dict"),
 }
 _CHAR_LM_TABLE = ("context_keys", "totals", "distinct", "runs", "last_ids", "counts")
+MAX_COUNT = 2**53  # counts beyond this are no counts of text (and lose precision as floats)
+MAX_WORD_WINDOW = 32  # the word model's context: decoding keeps this many characters per hypothesis
+
+
+def _config_and_vocabularies(state: dict, where: str) -> tuple[Config, Vocab, Vocab]:
+    try:
+        config = config_from_dict(state[CONFIG_KEY], where=where)
+        return config, Vocab(state[PINYIN_VOCAB_KEY]), Vocab(state[HANZI_VOCAB_KEY])
+    except (ConfigError, ValueError, TypeError) as error:
+        raise CheckpointError(f"{where}: config or vocabularies do not fit this code: {error}") from None
+
+
+def _is_vector(value, kind: str, length: int | None = None) -> bool:
+    """A dense 1-D tensor of integers (``kind`` "int"), floats ("float") or booleans ("bool"), of ``length``."""
+    if not (isinstance(value, torch.Tensor) and value.layout == torch.strided and value.dim() == 1):
+        return False
+    fits = {"int": not value.is_floating_point() and not value.is_complex() and value.dtype != torch.bool,
+            "float": value.is_floating_point(), "bool": value.dtype == torch.bool}[kind]
+    return fits and (length is None or len(value) == length)
+
+
+def _model_problem(weights: dict) -> str | None:
+    """What is wrong with the model's weights taken one by one, or None: each must be a dense, finite
+    floating-point tensor. Whether names and shapes fit the model the config describes, loading them into it
+    tells (:func:`model_from_checkpoint`)."""
+    for name, tensor in weights.items():
+        if tensor.layout != torch.strided or not tensor.is_floating_point():
+            return f"{name} is not a dense floating-point tensor ({tensor.dtype}, {tensor.layout})"
+        if not bool(torch.isfinite(tensor).all()):
+            return f"{name} holds NaN or infinite values"
+    return None
 
 
 def _syllable_lm_problem(state: dict) -> str | None:
     """What is wrong with a SyllableBigrams state dict, or None."""
     for name in ("unigrams", "bigrams"):
         counts = state.get(name)
-        if not (isinstance(counts, dict) and all(isinstance(key, str) and _is_int(count)
+        if not (isinstance(counts, dict) and all(isinstance(key, str) and _is_int(count) and 0 <= count <= MAX_COUNT
                                                  for key, count in counts.items())):
-            return f"has no {name} counts (a dict of str -> int)"
+            return f"has no {name} counts (a dict of str -> int in 0..2**53)"
     return None
 
 
 def _char_lm_problem(state: dict, hanzi_vocab_size: int) -> str | None:
-    """What is wrong with a CharNgramLM state dict over ``hanzi_vocab_size`` characters, or None."""
-    order, tables = state.get("order"), state.get("tables")
-    if not (_is_int(order) and order >= 1):
-        return f"order {order!r}: expected an integer >= 1"
-    if state.get("vocab_size") != hanzi_vocab_size:
-        return f"vocab_size {state.get('vocab_size')!r}: expected the hanzi vocabulary's {hanzi_vocab_size}"
-    if not _is_number(state.get("discount")):
-        return "no discount"
+    """What is wrong with a CharNgramLM state dict over ``hanzi_vocab_size`` characters, or None: the tables
+    of each order must pair up (one total, distinct count and run length per context; one last id and count
+    per n-gram), hold keys and ids inside the vocabulary, and keep the context keys sorted (they are searched)."""
+    order, tables, v = state.get("order"), state.get("tables"), hanzi_vocab_size
+    if not (_is_int(order) and 1 <= order <= 4):
+        return f"order {order!r}: expected an integer in 1..4"
+    if state.get("vocab_size") != v or not _is_int(state.get("vocab_size")):
+        return f"vocab_size {state.get('vocab_size')!r}: expected the hanzi vocabulary's {v}"
+    if (order + 1) * v**order >= 2**63:
+        return f"order {order} over {v} characters does not fit in int64 keys"
+    discount = state.get("discount")
+    if not (_is_finite_number(discount) and 0 < discount < 1):
+        return f"discount {discount!r}: expected a number in (0, 1)"
     unigrams = state.get("unigrams")
-    if not (isinstance(unigrams, torch.Tensor) and unigrams.shape == (hanzi_vocab_size,)):
-        return f"no unigram table of {hanzi_vocab_size} log-probabilities"
-    if not (isinstance(tables, dict) and sorted(tables) == list(range(2, order + 1))):
+    if not (_is_vector(unigrams, "float", v) and bool(torch.isfinite(unigrams).all())):
+        return f"no unigram table of {v} finite log-probabilities"
+    if not (isinstance(tables, dict) and sorted(tables, key=repr) == list(range(2, order + 1))):
         return f"no tables of orders 2..{order}"
     for k, table in tables.items():
-        if not (isinstance(table, dict) and all(isinstance(table.get(name), torch.Tensor) for name in _CHAR_LM_TABLE)):
-            return f"order {k}'s table lacks one of {', '.join(_CHAR_LM_TABLE)}"
+        if not (isinstance(table, dict) and all(_is_vector(table.get(name), "int") for name in _CHAR_LM_TABLE)):
+            return f"order {k}'s table lacks one of {', '.join(_CHAR_LM_TABLE)} (1-D integer tensors)"
+        contexts, runs = table["context_keys"].long(), table["runs"].long()
+        if any(len(table[name]) != len(contexts) for name in ("totals", "distinct", "runs")):
+            return f"order {k}'s context_keys, totals, distinct and runs differ in length"
+        if bool((runs < 0).any()) or not len(table["last_ids"]) == len(table["counts"]) == int(runs.sum()):
+            return f"order {k}'s runs do not add up to its last_ids and counts"
+        if len(contexts) and (int(contexts.min()) < 0 or int(contexts.max()) >= v ** (k - 1)
+                              or bool((contexts[1:] <= contexts[:-1]).any())):
+            return f"order {k}'s context_keys are not sorted keys of {k - 1} characters"
+        last_ids = table["last_ids"].long()
+        if len(last_ids) and (int(last_ids.min()) < 0 or int(last_ids.max()) >= v):
+            return f"order {k}'s last_ids lie outside the vocabulary"
+        if any(len(table[name]) and int(table[name].min()) < 1 for name in ("totals", "distinct", "counts")):
+            return f"order {k}'s totals, distinct or counts are not positive"
     return None
 
 
 def _word_lm_problem(state, hanzi_vocab_size: int) -> str | None:
     """What is wrong with a word-model entry (see WordLexiconLM.state_dict), or None."""
+    from pinyin_hanzi.word_lm import MAX_WORD_LEN
+
     if not isinstance(state, dict):
         return "is not a mapping"
-    tensors = ("word_keys", "word_log_probs", "is_word_char")
-    if any(not isinstance(state.get(key), torch.Tensor) for key in tensors) or not _is_int(state.get("window")):
-        return f"lacks {', '.join(tensors)} tensors or its window"
-    if state.get("vocab_size") != hanzi_vocab_size or len(state["is_word_char"]) != hanzi_vocab_size:
+    window, keys, log_probs = state.get("window"), state.get("word_keys"), state.get("word_log_probs")
+    if not (_is_int(window) and 1 <= window <= MAX_WORD_WINDOW):
+        return f"window {window!r}: expected an integer in 1..{MAX_WORD_WINDOW}"
+    if state.get("vocab_size") != hanzi_vocab_size or not _is_int(state.get("vocab_size")):
         return f"counts {state.get('vocab_size')!r} characters, the hanzi vocabulary has {hanzi_vocab_size}"
-    if len(state["word_keys"]) != len(state["word_log_probs"]) or state["word_keys"].dtype != torch.int64:
+    if not _is_vector(state.get("is_word_char"), "bool", hanzi_vocab_size):
+        return f"has no is_word_char flags (a bool tensor of {hanzi_vocab_size})"
+    largest = (MAX_WORD_LEN + 1) * hanzi_vocab_size**MAX_WORD_LEN
+    if largest >= 2**63:
+        return f"{hanzi_vocab_size} characters do not fit in int64 word keys"
+    if not (_is_vector(keys, "int") and keys.dtype == torch.int64 and len(keys) > 0
+            and _is_vector(log_probs, "float", len(keys))):
         return "has word keys and frequencies that do not pair up"
+    if int(keys.min()) < 0 or int(keys.max()) >= largest or bool((keys[1:] < keys[:-1]).any()):
+        return "has word keys that are not sorted keys of its words"
+    if bool(log_probs.isnan().any()) or bool((log_probs > 0).any()):
+        return "has word frequencies that are no log-probabilities"
     return None
 
 
@@ -211,14 +317,15 @@ def _char_lm_error(where: str, reason: str) -> str:
             f"python -m pinyin_hanzi.cli.char_lm")
 
 
+def _word_lm_error(where: str, reason: str) -> str:
+    return f"{where}: its word model {reason}; count it again with python -m pinyin_hanzi.cli.word_lm"
+
+
 def model_from_checkpoint(state: dict, where: str = "checkpoint") -> tuple[Transformer, Vocab, Vocab, Config]:
-    """Rebuild (model, pinyin vocabulary, hanzi vocabulary, config) from a loaded checkpoint: fp32 weights
-    on the CPU. CheckpointError if the config, the vocabularies or the weights do not fit this code."""
-    try:
-        config = config_from_dict(state[CONFIG_KEY], where=where)
-        pinyin_vocab, hanzi_vocab = Vocab(state[PINYIN_VOCAB_KEY]), Vocab(state[HANZI_VOCAB_KEY])
-    except (ConfigError, ValueError, TypeError) as error:
-        raise CheckpointError(f"{where}: config or vocabularies do not fit this code: {error}") from None
+    """Rebuild (model, pinyin vocabulary, hanzi vocabulary, config) from a checkpoint that
+    :func:`validate_checkpoint` passed: fp32 weights on the CPU. CheckpointError if the config, the
+    vocabularies or the weights do not fit this code."""
+    config, pinyin_vocab, hanzi_vocab = _config_and_vocabularies(state, where)
     model = Transformer(config.model, source_vocab_size=len(pinyin_vocab), target_vocab_size=len(hanzi_vocab))
     try:
         model.load_state_dict({name: tensor.float() for name, tensor in state[MODEL_KEY].items()})
@@ -248,23 +355,36 @@ def load_for_inference(path: str | Path) -> InferenceParts:
     """The inference parts of the checkpoint at ``path``. CheckpointError (one line) as
     :func:`load_checkpoint` and :func:`model_from_checkpoint` raise it, or if its n-gram model cannot be
     rebuilt."""
-    state = load_checkpoint(path)
-    model, pinyin_vocab, hanzi_vocab, config = model_from_checkpoint(state, str(path))
+    return inference_parts(load_checkpoint(path), str(path))
+
+
+def inference_parts(state: dict, where: str) -> InferenceParts:
+    """The inference parts of a checkpoint's state that :func:`validate_checkpoint` passed (``where`` names
+    it in errors); CheckpointError as :func:`load_for_inference` raises it."""
+    model, pinyin_vocab, hanzi_vocab, config = model_from_checkpoint(state, where)
     syllable_lm = SyllableBigrams.from_state_dict(state[SYLLABLE_LM_KEY]) if SYLLABLE_LM_KEY in state else None
-    char_lm = None
+    char_lm = word_lm = None
     if CHAR_LM_KEY in state:
-        try:
-            char_lm = CharNgramLM.from_state_dict(state[CHAR_LM_KEY])
-        except (KeyError, TypeError, ValueError, AttributeError, RuntimeError) as error:  # tables that do not
-            raise CheckpointError(_char_lm_error(str(path), repr(error))) from None  # fit one another
-    word_lm = None
+        char_lm = _rebuilt(CharNgramLM, state[CHAR_LM_KEY], len(hanzi_vocab), lambda reason: _char_lm_error(where, reason))
     if WORD_LM_KEY in state:
-        try:
-            word_lm = WordLexiconLM.from_state_dict(state[WORD_LM_KEY])
-        except (KeyError, TypeError, ValueError, AttributeError, RuntimeError) as error:
-            raise CheckpointError(f"{path}: its word model cannot be read ({error!r}); add it again with "
-                                  f"python -m pinyin_hanzi.cli.word_lm") from None
+        word_lm = _rebuilt(WordLexiconLM, state[WORD_LM_KEY], len(hanzi_vocab),
+                           lambda reason: _word_lm_error(where, f"cannot be read ({reason})"))
     return InferenceParts(model, pinyin_vocab, hanzi_vocab, config, syllable_lm, char_lm, word_lm)
+
+
+def _rebuilt(cls, state: dict, hanzi_vocab_size: int, error: Callable[[str], str]):
+    """``cls.from_state_dict(state)``, asked once for the scores of a few characters after ``<s>``, as decoding
+    will ask: tables that passed :func:`validate_checkpoint` but still do not fit one another give
+    CheckpointError(``error(reason)``) here, at loading, rather than an exception in the middle of a search."""
+    try:
+        lm = cls.from_state_dict(state)
+        context = torch.full((1, lm.order), BOS_ID, dtype=torch.long)
+        scores = lm.log_prob(context, torch.arange(min(hanzi_vocab_size, 8))[None, :])
+    except Exception as exception:  # noqa: BLE001 - whatever the tables make the arithmetic raise
+        raise CheckpointError(error(f"{type(exception).__name__}: {str(exception)[:120]}")) from None
+    if bool(scores.isnan().any()):
+        raise CheckpointError(error("its scores are NaN"))
+    return lm
 
 
 def export_checkpoint(source: str | Path, target: str | Path, half: bool = True) -> dict:

@@ -130,42 +130,90 @@ class Config:
         return dataclasses.asdict(self)
 
 
+# The range of every numeric key, both ends included: a value outside it is an error naming the key and the
+# range. Generous for any real experiment, but finite, so that no value makes a run allocate without bound,
+# overflow an integer (train.seed reaches numpy's and torch's generators) or divide by infinity. train.lr
+# may be absurd (1e30): a run that diverges stops with the non-finite-loss guard, not a crash.
+LIMITS: dict[str, tuple[float, float]] = {
+    "data.sources": (0, 100), "data.max_len": (2, 4096), "data.valid_per_mille": (1, 999),
+    "data.test_per_mille": (1, 999), "data.min_char_count": (1, 10**9), "data.abbreviate": (0, 1),
+    "model.d_model": (1, 8192), "model.n_heads": (1, 256), "model.n_encoder_layers": (1, 128),
+    "model.n_decoder_layers": (1, 128), "model.d_ff": (1, 65536), "model.dropout": (0, 1),
+    "model.max_positions": (1, 16384),
+    "train.seed": (0, 2**32 - 1), "train.threads": (0, 256), "train.max_steps": (1, 10**9),
+    "train.max_minutes": (0, 10**7), "train.batch_tokens": (1, 10**7), "train.grad_accum_steps": (1, 4096),
+    "train.max_bad_steps": (1, 10**6), "train.lr": (0, 1e30), "train.warmup_steps": (0, 10**9),
+    "train.min_lr_ratio": (0, 1), "train.weight_decay": (0, 1000), "train.beta1": (0, 1), "train.beta2": (0, 1),
+    "train.label_smoothing": (0, 1), "train.grad_clip": (0, 10**6), "train.log_every": (1, 10**9),
+    "train.eval_every": (1, 10**9), "train.eval_sentences": (1, 10**6), "train.attention_sentences": (0, 100),
+    "decode.beam": (1, 64), "decode.batch_sentences": (1, 65536), "decode.split_penalty": (0, 1000),
+    "decode.lm_weight": (0, 100), "decode.lm_order": (1, 4), "decode.lm_min_count": (1, 10**9),
+    "decode.lm_phrases": (0, 1000), "decode.word_weight": (0, 100), "decode.word_min_frequency": (0, 1),
+    "decode.reading_margin": (0, 1000),
+}
+MAX_NBEST = 50  # the most candidates per line the Converter and translate.py --nbest give (not a config key)
+
+
+def shown(value, limit: int = 60) -> str:
+    """``repr(value)`` on one line and at most ``limit`` characters: what an error message may quote of a
+    value a user or a file gave (a tensor or a long list would otherwise spill over many lines)."""
+    text = " ".join(repr(value).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def range_problem(key: str, value) -> str | None:
+    """None if ``value`` lies in the range LIMITS gives ``key`` (and is finite), else what was expected."""
+    low, high = LIMITS[key]
+    if isinstance(value, int) and not isinstance(value, bool):
+        return None if low <= value <= high else f"an integer in {low}..{high}"
+    ok = isinstance(value, float) and math.isfinite(value) and low <= value <= high
+    return None if ok else f"a finite number in [{low:g}, {high:g}]"
+
+
+def check_range(key: str, value, label: str) -> None:
+    """ConfigError (one line: ``label``, the value and the range) unless ``value`` has the type of the config
+    key ``key`` and lies in the range LIMITS gives it: for settings of the same meaning outside a config file
+    (the Converter's arguments, ``beam=100000``)."""
+    section, name = key.split(".")
+    integer = typing.get_type_hints(SECTIONS[section]).get(name) is int
+    if integer and not (isinstance(value, int) and not isinstance(value, bool)):
+        raise ConfigError(f"{label}={shown(value)} has the wrong type: expected an integer")
+    if not integer and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value) if abs(value) < 2**1000 else math.inf
+    if problem := range_problem(key, value):
+        raise ConfigError(f"{label}={shown(value)} is invalid: expected {problem}")
+
+
 def _validate(config: Config, where: str) -> None:
     def check(ok: bool, key: str, expected: str) -> None:
         if not ok:
             section, name = key.split(".")
             value = getattr(getattr(config, section), name)
-            raise ConfigError(f"{where}: {key}={value!r} is invalid: expected {expected}")
+            raise ConfigError(f"{where}: {key}={shown(value)} is invalid: expected {expected}")
 
+    for section, values in config.to_dict().items():
+        hints = typing.get_type_hints(type(getattr(config, section)))
+        for name, value in values.items():
+            key = f"{section}.{name}"
+            if hints[name] in (int, float) and (problem := range_problem(key, value)):
+                raise ConfigError(f"{where}: {key}={shown(value)} is invalid: expected {problem}")
+    for name, weight in config.data.sources.items():
+        if problem := range_problem("data.sources", weight):
+            raise ConfigError(f"{where}: data.sources.{name}={shown(weight)} is invalid: expected a weight: {problem}")
     d, m, t, dec = config.data, config.model, config.train, config.decode
     source_names = f"{', '.join(SOURCES)} or a path to a .txt/.tsv file"
     check(d.corpus in SOURCES or d.corpus.endswith((".txt", ".tsv")), "data.corpus", source_names)
     for name, weight in d.sources.items():
         if not (name in SOURCES or name.endswith((".txt", ".tsv"))):
-            raise ConfigError(f"{where}: data.sources has an unknown source {name!r}: expected {source_names}")
-        if weight < 0:
-            raise ConfigError(f"{where}: data.sources.{name}={weight!r} is invalid: expected a weight >= 0")
+            raise ConfigError(f"{where}: data.sources has an unknown source {shown(name)}: expected {source_names}")
     check(not d.sources or any(d.sources.values()), "data.sources", "at least one weight > 0")
-    check(d.max_len >= 2, "data.max_len", "an integer >= 2")
-    check(0 < d.valid_per_mille < 1000, "data.valid_per_mille", "an integer in 1..999")
-    check(0 < d.test_per_mille < 1000, "data.test_per_mille", "an integer in 1..999")
     check(d.valid_per_mille + d.test_per_mille < 1000, "data.test_per_mille", "valid + test < 1000")
-    check(d.min_char_count >= 1, "data.min_char_count", "an integer >= 1")
-    check(0.0 <= d.abbreviate <= 1.0, "data.abbreviate", "a share in [0, 1]")
-    for key in ("d_model", "n_heads", "n_encoder_layers", "n_decoder_layers", "d_ff", "max_positions"):
-        check(getattr(m, key) > 0, f"model.{key}", "a positive integer")
     check(m.d_model % m.n_heads == 0, "model.n_heads", f"a divisor of model.d_model ({m.d_model})")
-    check(0.0 <= m.dropout < 1.0, "model.dropout", "a number in [0, 1)")
+    check(m.dropout < 1.0, "model.dropout", "a number in [0, 1)")
     check(m.norm in ("pre", "post"), "model.norm", "'pre' or 'post'")
     check(m.max_positions >= d.max_len, "model.max_positions", f">= data.max_len ({d.max_len})")
-    check(math.isfinite(dec.lm_weight) and dec.lm_weight >= 0, "decode.lm_weight", "a finite number >= 0")
-    check(1 <= dec.lm_order <= 4, "decode.lm_order", "an integer in 1..4")
-    check(dec.lm_min_count >= 1, "decode.lm_min_count", "an integer >= 1")
-    check(dec.lm_phrases >= 0, "decode.lm_phrases", "an integer >= 0")
-    check(dec.reading_margin >= 0, "decode.reading_margin", "a number >= 0")
-    check(math.isfinite(dec.word_weight) and dec.word_weight >= 0, "decode.word_weight", "a finite number >= 0")
     check(dec.word_table in WORD_TABLES, "decode.word_table", f"one of {', '.join(WORD_TABLES)}")
-    check(0 <= dec.word_min_frequency < 1, "decode.word_min_frequency", "a number in [0, 1)")
+    check(dec.word_min_frequency < 1, "decode.word_min_frequency", "a number in [0, 1)")
     check(dec.prefixes in PREFIX_MODES, "decode.prefixes", "'auto', 'on' or 'off'")
     if dec.fuzzy or dec.shuangpin:
         from pinyin_hanzi.shuangpin import LAYOUTS  # the reading tables load only when these are used
@@ -173,7 +221,7 @@ def _validate(config: Config, where: str) -> None:
 
         for name in dec.fuzzy:
             if name not in FUZZY_PAIRS:
-                raise ConfigError(f"{where}: decode.fuzzy has an unknown pair {name!r}: expected some of "
+                raise ConfigError(f"{where}: decode.fuzzy has an unknown pair {shown(name)}: expected some of "
                                   f"{', '.join(FUZZY_PAIRS)}")
         check(dec.shuangpin in ("", *LAYOUTS), "decode.shuangpin", f"'' or one of {', '.join(LAYOUTS)}")
     # The name becomes a folder under checkpoint_dir and runs_dir: one plain path component, so that a run
@@ -181,29 +229,13 @@ def _validate(config: Config, where: str) -> None:
     check(bool(t.name) and t.name not in (".", "..") and not any(char in t.name for char in "/\\:\0")
           and t.name == t.name.strip(), "train.name", "a plain folder name (not . or .., no / \\ : or spaces around)")
     check(t.device in ("auto", "cpu", "cuda", "mps"), "train.device", "auto, cpu, cuda or mps")
-    check(t.threads >= 0, "train.threads", "an integer >= 0")
-    check(t.max_steps > 0, "train.max_steps", "a positive integer")
-    check(t.max_minutes >= 0, "train.max_minutes", "a number >= 0 (0 = no limit)")
     check(t.batch_tokens >= d.max_len, "train.batch_tokens", f">= data.max_len ({d.max_len})")
-    check(t.grad_accum_steps >= 1, "train.grad_accum_steps", "a positive integer")
-    check(t.max_bad_steps >= 1, "train.max_bad_steps", "a positive integer")
     check(t.lr > 0, "train.lr", "a positive number")
-    check(t.warmup_steps >= 0, "train.warmup_steps", "an integer >= 0")
-    check(0.0 <= t.min_lr_ratio <= 1.0, "train.min_lr_ratio", "a number in [0, 1]")
-    check(t.weight_decay >= 0, "train.weight_decay", "a number >= 0")
-    check(0.0 <= t.beta1 < 1.0, "train.beta1", "a number in [0, 1)")
-    check(0.0 <= t.beta2 < 1.0, "train.beta2", "a number in [0, 1)")
-    check(0.0 <= t.label_smoothing < 1.0, "train.label_smoothing", "a number in [0, 1)")
+    check(t.beta1 < 1.0, "train.beta1", "a number in [0, 1)")
+    check(t.beta2 < 1.0, "train.beta2", "a number in [0, 1)")
+    check(t.label_smoothing < 1.0, "train.label_smoothing", "a number in [0, 1)")
     check(t.loss in ("full", "candidates"), "train.loss", "'full' or 'candidates'")
     check(t.precision in ("auto", "fp32", "bf16"), "train.precision", "'auto', 'fp32' or 'bf16'")
-    check(t.grad_clip >= 0, "train.grad_clip", "a number >= 0 (0 = no clipping)")
-    check(t.log_every > 0, "train.log_every", "a positive integer")
-    check(t.eval_every > 0, "train.eval_every", "a positive integer")
-    check(t.eval_sentences > 0, "train.eval_sentences", "a positive integer")
-    check(t.attention_sentences >= 0, "train.attention_sentences", "an integer >= 0")
-    check(dec.beam > 0, "decode.beam", "a positive integer")
-    check(dec.batch_sentences > 0, "decode.batch_sentences", "a positive integer")
-    check(dec.split_penalty >= 0, "decode.split_penalty", "a number >= 0")
 
 
 def _coerce(value, annotation, key: str, where: str):
@@ -212,11 +244,11 @@ def _coerce(value, annotation, key: str, where: str):
         if isinstance(value, str):
             value = [name.strip() for name in value.split(",") if name.strip()]
         if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
-            raise ConfigError(f"{where}: {key}={value!r} has the wrong type: expected a list of names")
+            raise ConfigError(f"{where}: {key}={shown(value)} has the wrong type: expected a list of names")
         return list(value)
     if typing.get_origin(annotation) is dict:  # data.sources: name -> weight
         if not isinstance(value, dict):
-            raise ConfigError(f"{where}: {key}={value!r} has the wrong type: expected a mapping of name: weight")
+            raise ConfigError(f"{where}: {key}={shown(value)} has the wrong type: expected a mapping of name: weight")
         return {str(name): _coerce(weight, float, f"{key}.{name}", where) for name, weight in value.items()}
     if key == "decode.prefixes" and isinstance(value, bool):  # YAML 1.1 reads a bare on / off as a boolean
         value = "on" if value else "off"
@@ -232,22 +264,26 @@ def _coerce(value, annotation, key: str, where: str):
             except ValueError:
                 pass
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        value = float(value) if ok else value
+        try:
+            value = float(value) if ok else value
+        except OverflowError:  # an integer beyond any float (10**400): out of every range
+            raise ConfigError(f"{where}: {key}={shown(value)} is invalid: expected a finite number") from None
     else:
         ok = isinstance(value, str)
     if not ok:
-        raise ConfigError(f"{where}: {key}={value!r} has the wrong type: expected {expected}")
+        raise ConfigError(f"{where}: {key}={shown(value)} has the wrong type: expected {expected}")
     return value
 
 
 def _apply(config: Config, section: str, key: str, value, where: str) -> None:
     sections = {f.name for f in dataclasses.fields(Config)}
     if section not in sections:
-        raise ConfigError(f"{where}: unknown section {section!r} (expected one of {', '.join(sorted(sections))})")
+        raise ConfigError(f"{where}: unknown section {shown(section)} (expected one of {', '.join(sorted(sections))})")
     target = getattr(config, section)
     hints = typing.get_type_hints(type(target))
     if key not in hints:
-        raise ConfigError(f"{where}: unknown key {section}.{key} (expected one of {', '.join(hints)})")
+        name = " ".join(f"{section}.{key}".split())[:80]  # a key from a file: one line, not too long
+        raise ConfigError(f"{where}: unknown key {name} (expected one of {', '.join(hints)})")
     setattr(target, key, _coerce(value, hints[key], f"{section}.{key}", where))
 
 
@@ -306,8 +342,10 @@ def config_from_dict(raw: dict, where: str = "checkpoint") -> Config:
     config = Config()
     for section, values in raw.items():
         if not isinstance(values, dict):
-            raise ConfigError(f"{where}: section {section!r} is not a mapping")
+            raise ConfigError(f"{where}: section {shown(section)} is not a mapping")
         for key, value in values.items():
+            if not (isinstance(section, str) and isinstance(key, str)):
+                raise ConfigError(f"{where}: config key {shown(section)}.{shown(key)} is not a name")
             _apply(config, section, key, value, where)
     _validate(config, where)
     return config
@@ -375,15 +413,18 @@ def config_reference() -> str:
         "",
         "A config file (`configs/*.yaml`) has the sections below; a key it leaves out takes the default given",
         "here. Any key can be overridden on the command line as `section.key=value` (parsed as YAML, checked",
-        "against the key's type). Unknown sections or keys, wrong types and invalid values stop `train.py` with",
-        "a one-line error naming the key and the file.",
+        "against the key's type). Every number has a range, both ends included (a weight of `data.sources`: that",
+        "of each weight); some keys also have a rule the meaning states. Unknown sections or keys, wrong types and",
+        "values outside their range stop `train.py` with a one-line error naming the key, the file and the range.",
     ]
     for section, cls in SECTIONS.items():
         docs = field_docs(cls)
         lines += ["", f"## `{section}`: {_markdown_cell(section_docs[section])}", "",
-                  "| key | type | default | meaning |", "|---|---|---|---|"]
+                  "| key | type | default | range | meaning |", "|---|---|---|---|---|"]
         for item in dataclasses.fields(cls):
             default = item.default_factory() if item.default is dataclasses.MISSING else item.default
-            lines.append(f"| `{section}.{item.name}` | `{item.type}` | `{_yaml_value(default)}` "
+            key = f"{section}.{item.name}"
+            limits = " .. ".join(f"{end:g}" if isinstance(end, float) else str(end) for end in LIMITS.get(key, ()))
+            lines.append(f"| `{key}` | `{item.type}` | `{_yaml_value(default)}` | {limits} "
                          f"| {_markdown_cell(docs[item.name])} |")
     return "\n".join(lines) + "\n"

@@ -23,8 +23,9 @@ import torch
 
 from pinyin_hanzi.char_lm import CharNgramLM
 from pinyin_hanzi.checkpoint import load_for_inference
-from pinyin_hanzi.config import Config, DecodeConfig
+from pinyin_hanzi.config import MAX_NBEST, Config, DecodeConfig, check_range
 from pinyin_hanzi.data import pad
+from pinyin_hanzi.errors import ConfigError
 from pinyin_hanzi.lexicon import PAD_ROW, Lexicon
 from pinyin_hanzi.model import Transformer
 from pinyin_hanzi.pinyin import CLAUSE_PUNCTUATION, is_hanzi
@@ -40,6 +41,17 @@ SHIPPED_MODEL = Path(__file__).resolve().parent / "pretrained" / "model.pt"
 CHECKPOINT_VARIABLE = "PINYIN_HANZI_CHECKPOINT"
 CLAUSE_END_MARK = "。"  # what a typed line that ends in a syllable is decoded as ending with (not shown)
 ASCII_TO_CHINESE_PUNCTUATION = {",": "，", ".": "。", "?": "？", "!": "！"}
+
+
+def _check_call(*, beam: int | None = None, nbest: int = 1, batch_size: int = 1, alternatives_limit: int = 1) -> None:
+    """ConfigError (one line) for a conversion call's number outside its range: beam as decode.beam,
+    batch_size as decode.batch_sentences, nbest 1..MAX_NBEST, alternatives_limit 1..64."""
+    if beam is not None:
+        check_range("decode.beam", beam, "beam")
+    check_range("decode.batch_sentences", batch_size, "batch_size")
+    for value, label, high in ((nbest, "nbest", MAX_NBEST), (alternatives_limit, "alternatives_limit", 64)):
+        if not (isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= high):
+            raise ConfigError(f"{label}={value!r:.40} is invalid: expected an integer in 1..{high}")
 
 
 def resolve_checkpoint(path: str | Path | None = None) -> tuple[Path, str]:
@@ -108,7 +120,9 @@ class Converter:
     - ``fuzzy``: names of :data:`pinyin_hanzi.typed_input.FUZZY_PAIRS` (``{"z-zh", "n-l"}``).
     - ``shuangpin``: a layout name of :data:`pinyin_hanzi.shuangpin.LAYOUTS`, or None (or "") for full pinyin.
 
-    Raises DataError for an unknown fuzzy pair or shuangpin layout."""
+    Raises DataError for an unknown fuzzy pair or shuangpin layout, ConfigError (one line) for a number outside
+    the range of its decode.* key (config.LIMITS: beam 1..64, weights 0..100, ...) or ``nbest`` outside
+    1..MAX_NBEST, here and in every method that takes one."""
 
     def __init__(self, model: Transformer, pinyin_vocab: Vocab, hanzi_vocab: Vocab,
                  device: torch.device | str = "cpu", window: int | None = None, split_penalty: float = 3.0,
@@ -118,6 +132,11 @@ class Converter:
                  checkpoint: Path | None = None, prefixes: bool | None = None,
                  fuzzy: Iterable[str] = frozenset(), shuangpin: str | None = None,
                  word_lm: WordLexiconLM | None = None, word_weight: float = 0.0):
+        for key, value, label in (("decode.beam", beam, "beam"), ("decode.lm_weight", lm_weight, "lm_weight"),
+                                  ("decode.word_weight", word_weight, "word_weight"),
+                                  ("decode.split_penalty", split_penalty, "split_penalty"),
+                                  ("decode.reading_margin", reading_margin, "reading_margin")):
+            check_range(key, value, label)
         self.model = model.to(device).eval()
         self.pinyin_vocab, self.hanzi_vocab = pinyin_vocab, hanzi_vocab
         self.device = torch.device(device)
@@ -191,6 +210,7 @@ class Converter:
 
     def candidates(self, text: str, n: int = 5) -> list[Candidate]:
         """Up to ``n`` distinct conversions of a typed line, best first (beam: the larger of ``beam`` and n)."""
+        _check_call(nbest=n)
         return self.convert_lines([text], beam=max(self.beam, n), nbest=n, constrained=self.constrained)[0]
 
     def convert_lines(self, lines: Sequence[str], *, beam: int | None = None, nbest: int = 1,
@@ -206,6 +226,7 @@ class Converter:
         among them. Input longer than one window is converted chunk by chunk (cut at punctuation); its
         n-best list then holds the best conversion only. ``chinese_punctuation``: ASCII , . ? ! right
         after a hanzi become ，。？！. ``constrained`` None: this converter's own setting."""
+        _check_call(beam=beam, nbest=nbest, batch_size=batch_size, alternatives_limit=alternatives_limit)
         constrained = self.constrained if constrained is None else constrained
         beam = max(beam or self.beam, nbest)
         fused = fusion_for(beam, self.fusion) is not None
@@ -220,6 +241,7 @@ class Converter:
                        batch_size: int = 256, beam: int = 1) -> list[str]:
         """One output per token list (same order; an empty list gives ""). Token lists longer than the
         window are converted window by window."""
+        _check_call(beam=beam, batch_size=batch_size)
         pieces = [(i, list(tokens[start : start + self.window]))
                   for i, tokens in enumerate(token_lists) for start in range(0, max(len(tokens), 1), self.window)]
         found = self._decode([(tokens, tokens) for _, tokens in pieces], beam, constrained, batch_size)

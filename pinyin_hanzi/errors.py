@@ -19,3 +19,7 @@ class CheckpointError(PinyinHanziError):
 
 class TrainingError(PinyinHanziError):
     """Training cannot go on (for example the loss stopped being finite); the last checkpoint is intact."""
+
+
+class OutputError(PinyinHanziError):
+    """The output cannot be written: standard output is closed, the disk is full, the device failed."""

@@ -411,14 +411,20 @@ def _setup_optimizer(model: Transformer, t: TrainConfig
 
 
 def _restore(run: Run, saved: dict, optimizer, scheduler, stream: BatchStream) -> None:
-    """--resume: the optimizer, schedule, data position, step, best score and random state of ``saved``."""
-    optimizer.load_state_dict(saved[checkpoint.OPTIMIZER_KEY])
-    scheduler.load_state_dict(saved[checkpoint.SCHEDULER_KEY])
-    stream.load_state_dict(saved[checkpoint.BATCHES_KEY])
+    """--resume: the optimizer, schedule, data position, step, best score and random state of ``saved``.
+    CheckpointError (one line) if one of those states does not fit what it is restored into: their insides
+    belong to torch and to BatchStream, whose own loaders raise whatever a foreign state makes them raise."""
+    restorers = ((checkpoint.OPTIMIZER_KEY, optimizer.load_state_dict), (checkpoint.SCHEDULER_KEY, scheduler.load_state_dict),
+                 (checkpoint.BATCHES_KEY, stream.load_state_dict), (checkpoint.RNG_KEY, set_rng_state))
+    for key, restore in restorers:
+        try:
+            restore(saved[key])
+        except Exception as error:  # noqa: BLE001 - KeyError, ValueError, TypeError, IndexError, RuntimeError, ...
+            raise CheckpointError(f"cannot resume from {run.last_path}: its {key} state does not fit this run "
+                                  f"({type(error).__name__}: {str(error)[:100]})".replace("\n", " ")) from None
     run.step, run.best_accuracy = int(saved[checkpoint.STEP_KEY]), float(saved[checkpoint.BEST_ACCURACY_KEY])
     run.last_saved_step = run.step
     run.elapsed_before = float(saved.get(checkpoint.ELAPSED_KEY, 0.0))
-    set_rng_state(saved[checkpoint.RNG_KEY])
     run.log(f"resumed {run.last_path} at step {run.step}")
 
 

@@ -10,6 +10,7 @@ then checked as its own test.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import os
 import subprocess
 import sys
@@ -22,6 +23,7 @@ import torch
 from conftest import ROOT, tiny_config_dict, write_config
 
 LONG_LINE = " ".join(["ni hao"] * 5000)  # 10,000 syllables
+EXPORT = "pinyin_hanzi/cli/export.py"  # python -m pinyin_hanzi.cli.export, run as a script like the others
 
 
 def _same_lv_character(output: str) -> bool:
@@ -47,6 +49,7 @@ class Case:
     usage: bool = False  # an argparse usage error: usage lines, then `translate.py: error: ...`
     files: dict[str, bytes] = field(default_factory=dict)  # name -> content, written under {tmp}
     training_log: bool = False  # stderr also holds training's log: the error is its last line
+    stdout_to: str | None = None  # "closed" (started with `>&-`) or a file such as /dev/full, instead of a pipe
 
 
 CASES = [
@@ -87,13 +90,32 @@ CASES = [
     Case("missing input file", argv=("--input", "{tmp}/missing.txt"), status=2, error=("input file not found:",)),
     Case("unreadable input file (a directory)", argv=("--input", "{tmp}"), status=2,
          error=("cannot read input file", "Is a directory")),
-    Case("--beam 0", argv=("--beam", "0", "ni"), status=2, usage=True, error=("--beam must be at least 1",)),
+    Case("--beam 0", argv=("--beam", "0", "ni"), status=2, usage=True, error=("--beam must be between 1 and 64",)),
+    # ---- translate.py: numbers out of range, images and output that cannot be written
+    Case("--beam 100000", argv=("--beam", "100000", "ni"), status=2, usage=True,
+         error=("--beam must be between 1 and 64",)),
+    Case("--threads 30000", argv=("--threads", "30000", "ni"), status=2, usage=True,
+         error=("--threads must be between 0 and",)),
+    Case("--lm-weight 1e308", argv=("--lm-weight", "1e308", "ni"), status=2, usage=True,
+         error=("--lm-weight must be a finite number between 0 and 100",)),
+    Case("--attention out.xyz", argv=("--attention", "{tmp}/out.xyz", "ni hao"), status=2, usage=True,
+         error=("out.xyz: name an image file ending in one of", ".png")),
+    Case("--attention DIR", argv=("--attention", "{tmp}", "ni hao"), status=2, usage=True,
+         error=("is a directory: name an image file, e.g.", "attention.png")),
+    Case("--attention with a line longer than the model takes", argv=("--attention", "{tmp}/long.png", LONG_LINE),
+         status=2, error=("--attention draws a line of at most", "syllables and characters; this one has 10000")),
+    Case("--attention into a missing folder", argv=("--attention", "{tmp}/missing/a.png", "ni hao"), status=2,
+         error=("cannot write", "missing/a.png: No such file or directory")),
+    Case("closed standard output", argv=("ni hao",), stdout_to="closed", status=2,
+         error=("cannot write output: standard output is closed",)),
+    Case("output to a full disk", argv=("ni hao",), stdout_to="/dev/full", status=2,
+         error=("cannot write output: No space left on device",)),
     Case("--beam abc", argv=("--beam", "abc", "ni"), status=2, usage=True, error=("invalid int value",)),
     Case("--nbest 1000", argv=("--nbest", "1000", "ni"), status=2, usage=True,
          error=("--nbest must be between 1 and 50",)),
     Case("--nbest 0", argv=("--nbest", "0", "ni"), status=2, usage=True, error=("--nbest must be between 1 and 50",)),
     Case("--batch-size 0", argv=("--batch-size", "0", "ni"), status=2, usage=True,
-         error=("--batch-size must be at least 1",)),
+         error=("--batch-size must be between 1 and 65536",)),
     Case("--fuzzy q-x", argv=("--fuzzy", "q-x", "ni"), status=2, usage=True, error=("--fuzzy: unknown pair 'q-x'",)),
     Case("--shuangpin dvorak", argv=("--shuangpin", "dvorak", "ni"), status=2, usage=True,
          error=("invalid choice: 'dvorak'",)),
@@ -102,7 +124,7 @@ CASES = [
          stdout="你好bq"),
     Case("abbreviations without prefixes", line="ni h", stdout="你h"),
     Case("--abbreviate 1.5", argv=("--abbreviate", "1.5", "--evaluate", "test"), status=2, usage=True,
-         error=("--abbreviate must be a share between 0 and 1",)),
+         error=("--abbreviate must be a finite number between 0 and 1",)),
     Case("--abbreviate 0.3", argv=("--abbreviate", "0.3", "ni"), status=2, usage=True,
          error=("--abbreviate needs --evaluate",)),
     Case("text and --input together", argv=("--input", "-", "ni"), status=2, usage=True, error=("not several",)),
@@ -119,10 +141,14 @@ CASES = [
     # ---- translate.py: checkpoints
     Case("missing checkpoint", argv=("--checkpoint", "{tmp}/none.pt", "ni"), status=2,
          error=("checkpoint not found:",)),
+    Case("checkpoint that is a directory", argv=("--checkpoint", "{tmp}/run", "ni"), status=2,
+         error=("checkpoint", "run is a directory: name a checkpoint file in it (", "run/best.pt)")),
     Case("no --checkpoint", argv=("ni hao",), stdout="你好", note="using the shipped model"),
     Case("truncated checkpoint", argv=("--checkpoint", "{tmp}/truncated.pt", "ni"), status=2,
          error=("truncated, corrupt or not a checkpoint",)),
     Case("corrupt checkpoint", argv=("--checkpoint", "{tmp}/garbage.pt", "ni"), status=2,
+         error=("truncated, corrupt or not a checkpoint",)),
+    Case("checkpoint of a few bytes of text", argv=("--checkpoint", "{tmp}/text.pt", "ni"), status=2,
          error=("truncated, corrupt or not a checkpoint",)),
     Case("checkpoint with pickled code", argv=("--checkpoint", "{tmp}/code.pt", "ni"), status=2,
          error=("truncated, corrupt or not a checkpoint",)),
@@ -136,8 +162,27 @@ CASES = [
          status=2, error=("config or vocabularies do not fit this code",)),
     Case("checkpoint whose weights do not fit its config", argv=("--checkpoint", "{tmp}/bad_weights.pt", "ni"),
          status=2, error=("weights do not fit the model its config describes",)),
+    Case("checkpoint with an entry of the wrong type", argv=("--checkpoint", "{tmp}/config_str.pt", "ni"), status=2,
+         error=("is not a pinyin_hanzi checkpoint: its config is not a dict",)),
+    Case("checkpoint with NaN or infinite weights", argv=("--checkpoint", "{tmp}/nan_weights.pt", "ni"), status=2,
+         error=("weights do not fit the model its config describes (", "holds NaN or infinite values)")),
+    Case("checkpoint whose config has a value out of range", argv=("--checkpoint", "{tmp}/beam_range.pt", "ni"),
+         status=2, error=("decode.beam=100000 is invalid: expected an integer in 1..64",)),
+    Case("checkpoint with a broken syllable model", argv=("--checkpoint", "{tmp}/bad_syllables.pt", "ni"), status=2,
+         error=("its syllable model has no unigrams counts",)),
+    Case("checkpoint with a broken word model", argv=("--checkpoint", "{tmp}/bad_words.pt", "ni"), status=2,
+         error=("its word model", "python -m pinyin_hanzi.cli.word_lm")),
     Case("checkpoint with an unreadable character n-gram model", argv=("--checkpoint", "{tmp}/bad_lm.pt", "ni"),
          status=2, error=("character n-gram model cannot be read", "python -m pinyin_hanzi.cli.char_lm")),
+    # ---- checkpoint export (python -m pinyin_hanzi.cli.export)
+    Case("export: into a directory", EXPORT, ("{ckpt}", "{tmp}"), status=2,
+         error=("cannot write checkpoint", "it is a directory (name a file in it, e.g.",)),
+    Case("export: into a place that cannot be written", EXPORT, ("{ckpt}", "/proc/model.pt"), status=2,
+         error=("cannot write checkpoint /proc/model.pt: No such file or directory",)),
+    Case("export: under a file", EXPORT, ("{ckpt}", "{ckpt}/model.pt"), status=2,
+         error=("is a file, not a folder",)),
+    Case("export: into a missing folder", EXPORT, ("{ckpt}", "{tmp}/new/folder/model.pt"),
+         stdout=lambda out: "parameters" in out),
     # ---- train.py
     Case("train: missing config", "train.py", ("--config", "{tmp}/missing.yaml"), status=2,
          error=("config file not found:",)),
@@ -150,6 +195,13 @@ CASES = [
          error=("model.d_model='big' has the wrong type: expected an integer",)),
     Case("train: invalid value", "train.py", ("--config", "{config}", "model.n_heads=5"), status=2,
          error=("model.n_heads=5 is invalid: expected a divisor of model.d_model",)),
+    Case("train: a number out of its range", "train.py", ("--config", "{config}", "train.seed=18446744073709551616"),
+         status=2, error=("train.seed=18446744073709551616 is invalid: expected an integer in 0..4294967295",)),
+    Case("train: a source weight that is not finite", "train.py", ("--config", "{tmp}/nan_weight.yaml"),
+         files={"nan_weight.yaml": b"data:\n  sources: {pd1998: .nan}\n"}, status=2,
+         error=("data.sources.pd1998=nan is invalid: expected a weight: a finite number in [0, 100]",)),
+    Case("serve: a number out of its range", "serve.py", ("--threads", "65536"), status=2, usage=True,
+         error=("--threads must be between 1 and",)),
     Case("train: override without section.key=", "train.py", ("--config", "{config}", "lr=1"), status=2,
          error=("override 'lr=1': expected section.key=value",)),
     Case("train: missing corpus file", "train.py", ("--config", "{config}", "data.corpus={tmp}/none.txt"),
@@ -172,6 +224,9 @@ CASES = [
 def _write_checkpoints(tmp: Path, best: Path) -> None:
     """Broken checkpoints of every kind the table lists, made from a real one."""
     data = best.read_bytes()
+    (tmp / "run").mkdir()
+    (tmp / "run" / "best.pt").write_bytes(data)
+    (tmp / "text.pt").write_bytes(b"this is not a checkpoint")
     (tmp / "truncated.pt").write_bytes(data[: len(data) // 2])
     (tmp / "garbage.pt").write_bytes(b"\x00\x01 not a checkpoint at all")
     torch.save({"weights": torch.zeros(2)}, tmp / "foreign.pt")
@@ -182,6 +237,13 @@ def _write_checkpoints(tmp: Path, best: Path) -> None:
     torch.save({**state, "hanzi_vocab": ["not", "specials"]}, tmp / "bad_vocab.pt")
     torch.save({**state, "model": {**state["model"], "extra.weight": torch.zeros(1)}}, tmp / "bad_weights.pt")
     torch.save({**state, "char_lm": {"order": 3}}, tmp / "bad_lm.pt")
+    torch.save({**state, "config": "a string"}, tmp / "config_str.pt")
+    torch.save({**state, "model": {name: torch.full_like(tensor, float("nan")) for name, tensor in state["model"].items()}},
+               tmp / "nan_weights.pt")
+    torch.save({**state, "config": {**state["config"], "decode": {**state["config"]["decode"], "beam": 100000}}},
+               tmp / "beam_range.pt")
+    torch.save({**state, "syllable_lm": {"unigrams": [1, 2], "bigrams": {}}}, tmp / "bad_syllables.pt")
+    torch.save({**state, "word_lm": {"vocab_size": len(state["hanzi_vocab"]), "window": 10**9}}, tmp / "bad_words.pt")
     torch.save({**state, "code": _RunsCode(tmp / "pickled_code_ran")}, tmp / "code.pt")
 
 
@@ -195,10 +257,18 @@ class _RunsCode:
         return (os.makedirs, (str(self.marker),))
 
 
-def _run(script: str, argv: list[str], stdin: bytes | None, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ROOT / script), *argv], input=stdin or b"", capture_output=True,
-                          cwd=cwd, timeout=300, check=False,
-                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"})
+def _run(script: str, argv: list[str], stdin: bytes | None, cwd: Path,
+         stdout_to: str | None = None) -> subprocess.CompletedProcess:
+    with contextlib.ExitStack() as stack:
+        stdout = subprocess.PIPE
+        if stdout_to == "closed":
+            stdout = subprocess.DEVNULL  # then closed in the child, before Python starts
+        elif stdout_to is not None:
+            stdout = stack.enter_context(open(stdout_to, "wb"))
+        return subprocess.run([sys.executable, str(ROOT / script), *argv], input=stdin or b"", stdout=stdout,
+                              stderr=subprocess.PIPE, cwd=cwd, timeout=300, check=False,
+                              preexec_fn=(lambda: os.close(1)) if stdout_to == "closed" else None,
+                              env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"})
 
 
 @pytest.fixture(scope="module")
@@ -221,15 +291,16 @@ def results(trained, tiny_corpus, tmp_path_factory) -> dict[str, tuple[int, str,
     line_cases = [case for case in CASES if case.line is not None]
     lines_file = tmp / "lines.txt"
     lines_file.write_bytes("".join(case.line + "\n" for case in line_cases).encode("utf-8"))
-    jobs["<lines>"] = ("translate.py", ["--checkpoint", str(best), "--input", str(lines_file)], None)
+    jobs["<lines>"] = ("translate.py", ["--checkpoint", str(best), "--input", str(lines_file)], None, None)
     for case in CASES:
         if case.line is None:
             argv = [expand(arg) for arg in case.argv]
             if case.script == "translate.py" and case.name != "no --checkpoint" and "--checkpoint" not in argv:
                 argv = ["--checkpoint", str(best), *argv]
-            jobs[case.name] = (case.script, argv, case.stdin)
+            jobs[case.name] = (case.script, argv, case.stdin, case.stdout_to)
     with concurrent.futures.ThreadPoolExecutor(max_workers=3) as pool:
-        futures = {name: pool.submit(_run, script, argv, stdin, workdir) for name, (script, argv, stdin) in jobs.items()}
+        futures = {name: pool.submit(_run, script, argv, stdin, workdir, stdout_to)
+                   for name, (script, argv, stdin, stdout_to) in jobs.items()}
         done = {name: future.result() for name, future in futures.items()}
 
     out = {}
@@ -239,7 +310,7 @@ def results(trained, tiny_corpus, tmp_path_factory) -> dict[str, tuple[int, str,
     for case, output in zip(line_cases, batch_lines):
         out[case.name] = (batch.returncode, output + "\n", batch.stderr.decode("utf-8", "replace"))
     for name, result in done.items():
-        out[name] = (result.returncode, result.stdout.decode("utf-8", "replace"),
+        out[name] = (result.returncode, (result.stdout or b"").decode("utf-8", "replace"),
                      result.stderr.decode("utf-8", "replace"))
     out["<marker>"] = (int((tmp / "pickled_code_ran").exists()), "", "")
     return out

@@ -95,6 +95,28 @@ def test_a_crash_while_writing_leaves_the_previous_checkpoint(tmp_path, monkeypa
     assert torch.load(path, weights_only=True)["step"] == 1
 
 
+def test_a_failed_write_is_one_line_and_leaves_no_temporary_file(tmp_path, monkeypatch):
+    import errno
+
+    path = tmp_path / "last.pt"
+    save_checkpoint(path, {"step": 1, "weights": torch.ones(3)})
+    before = path.read_bytes()
+
+    def disk_full(obj, handle):
+        handle.write(b"PK\x03\x04 the first bytes")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(torch, "save", disk_full)
+    with pytest.raises(CheckpointError, match=f"cannot write checkpoint {path}: No space left on device$"):
+        save_checkpoint(path, {"step": 2, "weights": torch.zeros(3)})
+    assert path.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["last.pt"]
+    monkeypatch.undo()
+    with pytest.raises(CheckpointError, match="it is a directory"):
+        save_checkpoint(tmp_path, {"step": 2})
+    with pytest.raises(CheckpointError, match="last.pt is a file, not a folder"):
+        save_checkpoint(path / "model.pt", {"step": 2})
+
+
 def _broken(state: dict, **changes) -> dict:
     return {**state, **changes}
 
@@ -111,7 +133,7 @@ def test_entries_of_the_wrong_type_give_one_line_errors(trained, tmp_path):
         (dict(pinyin_vocab="abc"), "its pinyin_vocab is not a list of str"),
         (dict(step="12"), "its step is not an integer"),
         (dict(step=True), "its step is not an integer"),
-        (dict(best_accuracy="high"), "its best_accuracy is not a number"),
+        (dict(best_accuracy="high"), "its best_accuracy is not a finite number"),
         (dict(optimizer=[1]), "its optimizer is not a dict"),
         (dict(syllable_lm={"unigrams": syllable_lm["unigrams"]}), "its syllable model has no bigrams counts"),
         (dict(syllable_lm={**syllable_lm, "unigrams": {"ni": 1.5}}), "its syllable model has no unigrams counts"),
@@ -185,3 +207,108 @@ def test_an_exported_checkpoint_cannot_be_resumed(trained, tmp_path):
     with pytest.raises(CheckpointError, match="cannot resume from .*holds no optimizer, scheduler, best_accuracy, "
                                               "batches, rng.*--init-from"):
         require_resumable(load_checkpoint(exported), str(exported))
+
+
+# ---- hostile checkpoints: every entry, at every level, replaced by values of the wrong kind
+
+_WRONG_VALUES = [None, "text", -1, 2**70, float("nan"), {"x": 1}, torch.tensor(float("nan")), torch.zeros(3, 3),
+                 torch.ones(4, dtype=torch.int64)]
+
+
+def _mutated_tensors(tensor: torch.Tensor) -> list[torch.Tensor]:
+    """The same entry with NaN, infinities, another dtype, a wrong shape, one element less, or unsorted."""
+    out = [tensor.flip(0) if tensor.dim() else tensor, tensor[:-1] if tensor.dim() and len(tensor) else tensor,
+           tensor.reshape(1, -1), tensor.to(torch.complex64) if not tensor.dtype == torch.bool else tensor.int()]
+    if tensor.is_floating_point():
+        out += [torch.full_like(tensor, float("nan")), torch.full_like(tensor, float("inf")), tensor.long()]
+    elif tensor.numel():
+        out += [tensor.float(), tensor * 0 - 1, tensor + 10**9, tensor.bool()]
+    return out
+
+
+def _mutations(state: dict):
+    """(description, broken state) for each entry of ``state`` and of the dicts inside it (config sections,
+    the language models and their tables, a few weights): each wrong value, each tensor mutation, removal."""
+    def walk(value, path):
+        if isinstance(value, dict):
+            for key, item in list(value.items())[: 3 if path == ("model",) else 10]:  # a few of each
+                yield from walk(item, path + (key,))
+        yield path, value
+
+    for path, original in walk(state, ()):
+        if not path or path[0] in ("optimizer", "scheduler", "batches", "rng"):  # --resume's own test
+            continue
+        replacements = list(_WRONG_VALUES) + (_mutated_tensors(original) if isinstance(original, torch.Tensor) else [])
+        for replacement in replacements + [_REMOVE]:
+            yield "/".join(map(str, path)) + f" = {type(replacement).__name__}", _replaced(state, path, replacement)
+
+
+_REMOVE = object()
+
+
+def _replaced(state, path, replacement):
+    if len(path) == 1:
+        copy = dict(state)
+        if replacement is _REMOVE:
+            del copy[path[0]]
+        else:
+            copy[path[0]] = replacement
+        return copy
+    return {**state, path[0]: _replaced(state[path[0]], path[1:], replacement)}
+
+
+def test_malformed_checkpoints_give_only_checkpoint_errors(trained, tmp_path):
+    """Hundreds of broken copies of a valid checkpoint (with character and word models): reading each one
+    either gives a CheckpointError of one line or parts that convert; never another exception. Every copy
+    goes through the checks and the rebuilding that loading does (validate_checkpoint, inference_parts);
+    every 25th also through a file and load_for_inference, and the first few that load convert a line."""
+    from pinyin_hanzi.char_lm import count_for
+    from pinyin_hanzi.checkpoint import inference_parts, load_for_inference, validate_checkpoint
+    from pinyin_hanzi.vocab import Vocab
+    from pinyin_hanzi.word_lm import WordLexiconLM
+
+    tmp, _, best = trained
+    state = load_checkpoint(best)
+    hanzi_vocab = Vocab(state["hanzi_vocab"])
+    state["char_lm"] = count_for(read_examples(tmp / "prepared" / "tiny" / "train.tsv"), hanzi_vocab, order=3).state_dict()
+    state["word_lm"] = WordLexiconLM.from_frequencies({"你好": 3.0, "北京": 2.0, "我们": 1.0}, hanzi_vocab).state_dict()
+    state["config"]["decode"].update(lm_weight=0.5, word_weight=0.5)
+    validate_checkpoint(state)
+    path = tmp_path / "broken.pt"
+    loaded = failed = 0
+    for number, (description, broken) in enumerate(_mutations(state)):
+        try:
+            if number % 25 == 0:
+                torch.save(broken, path)
+                parts = load_for_inference(path)
+            else:
+                validate_checkpoint(broken, str(path))
+                parts = inference_parts(broken, str(path))
+        except CheckpointError as error:
+            assert "\n" not in str(error) and str(path) in str(error), (description, str(error))
+            failed += 1
+            continue
+        if loaded < 5:
+            converter = Converter(parts.model, parts.pinyin_vocab, parts.hanzi_vocab, syllable_lm=parts.syllable_lm,
+                                  char_lm=parts.char_lm, lm_weight=0.5, word_lm=parts.word_lm, word_weight=0.5)
+            assert isinstance(converter.convert_lines(["ni hao bei jing"], beam=2)[0][0].text, str), description
+        loaded += 1
+    assert failed > 300 and loaded > 10  # most breakages are caught; harmless ones (a step of -1) still load
+
+
+def test_a_junk_checkpoint_through_translate_is_one_line(tmp_path):
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    junk = tmp_path / "junk.pt"
+    junk.write_bytes(b"this is not a checkpoint")
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "best.pt").write_bytes(b"")
+    for argument, message in ((junk, "truncated, corrupt or not a checkpoint"),
+                              (tmp_path / "run", f"is a directory: name a checkpoint file in it ({tmp_path / 'run' / 'best.pt'})")):
+        result = subprocess.run([sys.executable, str(ROOT / "translate.py"), "--checkpoint", str(argument), "ni"],
+                                capture_output=True, text=True, timeout=120, cwd=tmp_path)
+        assert result.returncode == 2 and result.stdout == ""
+        assert result.stderr.count("\n") == 1 and result.stderr.startswith("error: ") and message in result.stderr

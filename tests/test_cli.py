@@ -119,7 +119,7 @@ def test_a_character_ngram_model_added_to_a_checkpoint_is_used_and_can_be_turned
     assert missing == plain and "has no character n-gram model" in note
     _one_line_error(run("-m", "pinyin_hanzi.cli.char_lm", tmp_path / "none.pt", tmp_path / "out.pt"), "not found")
     usage = run("-m", "pinyin_hanzi.cli.char_lm", best, tmp_path / "out.pt", "--phrases", "-1")
-    assert usage.returncode == 2 and "--phrases must be >= 0" in usage.stderr and "Traceback" not in usage.stderr
+    assert usage.returncode == 2 and "--phrases must be between 0 and 1000" in usage.stderr and "Traceback" not in usage.stderr
 
 
 def test_training_with_lm_weight_counts_the_ngram_model_into_the_checkpoint(tmp_path, tiny_corpus):
@@ -312,7 +312,7 @@ def test_translate_ime_bad_option_values_are_usage_errors():
     for bad, message in ((["--fuzzy", "z-zh,q-x", "ni"], "--fuzzy: unknown pair 'q-x'"),
                          (["--shuangpin", "dvorak", "ni"], "invalid choice: 'dvorak'"),
                          (["--prefixes", "maybe", "ni"], "invalid choice: 'maybe'"),
-                         (["--abbreviate", "1.5", "--evaluate", "test"], "--abbreviate must be a share between 0 and 1"),
+                         (["--abbreviate", "1.5", "--evaluate", "test"], "--abbreviate must be a finite number between 0 and 1"),
                          (["--abbreviate", "0.3", "ni"], "--abbreviate needs --evaluate")):
         usage = run(ROOT / "translate.py", *bad)
         lines = usage.stderr.strip().splitlines()

@@ -15,25 +15,86 @@ turns into one line on stderr and exit status 2.
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 
-from pinyin_hanzi.errors import PinyinHanziError
+from pinyin_hanzi.errors import OutputError, PinyinHanziError
 
 EXIT_USER_ERROR = 2
+
+
+def max_threads() -> int:
+    """The most CPU threads a tool accepts: four per core. Far more makes OpenMP fail to create them (an
+    abort) or crash, and never runs faster."""
+    return 4 * (os.cpu_count() or 1)
+
+
+def check_bounds(parser, bounds) -> None:
+    """An argparse usage error (exit 2) for the first ``(option, value, low, high)`` of ``bounds`` whose value
+    is given (not None) but not a finite number in low..high, both included: "--beam must be between 1 and 64".
+    Every numeric option of every tool is checked through here, so none reaches torch out of range."""
+    for option, value, low, high in bounds:
+        if value is None:
+            continue
+        finite = isinstance(value, int) or math.isfinite(value)  # (an int of 400 digits is no float)
+        if not (finite and low <= value <= high):
+            kind = "a finite number " if isinstance(value, float) else ""
+            parser.error(f"{option} must be {kind}between {low:g} and {high:g}")
+
+
+def check_image_path(parser, option: str, name: str) -> None:
+    """An argparse usage error unless ``name`` can become an image file: not a directory, and ending in an
+    image extension matplotlib writes (.png, .svg, .pdf, ...); without one matplotlib would add .png to the
+    name, with another it would fail."""
+    from pathlib import Path
+
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    formats = FigureCanvasBase.get_supported_filetypes()
+    if Path(name).is_dir():
+        parser.error(f"{option} {name} is a directory: name an image file, e.g. {Path(name) / 'attention.png'}")
+    if Path(name).suffix.lower().lstrip(".") not in formats:
+        parser.error(f"{option} {name}: name an image file ending in one of "
+                     f"{', '.join('.' + kind for kind in sorted(formats))}")
+
+
+def write_output(text: str) -> None:
+    """Write ``text`` to standard output and flush it. OutputError (one line) if standard output is closed or
+    the write fails (a full disk, /dev/full); BrokenPipeError (a reader that went away) is left to
+    :func:`run`, which ends quietly as command-line tools do."""
+    if sys.stdout is None:  # started with standard output closed (`>&-`)
+        raise OutputError("cannot write output: standard output is closed")
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as error:
+        raise OutputError(f"cannot write output: {error.strerror or error}") from None
 
 
 def run(main, argv=None) -> int:
     """Run ``main(argv)``; user errors become one line on stderr and exit status 2, never a traceback."""
     try:
-        return main(argv) or 0
+        status = main(argv) or 0
+        if sys.stdout is not None:
+            write_output("")  # flush what print() left buffered while errors can still be reported
+        return status
     except PinyinHanziError as error:
         rank = os.environ.get("RANK", "0")  # under torchrun every process reports; say which
         print(f"{'' if rank == '0' else f'[rank {rank}] '}error: {error}", file=sys.stderr)
+        if isinstance(error, OutputError) and sys.stdout is not None:
+            _discard_output()  # else the interpreter's own flush at exit fails again, with a traceback-like note
         return EXIT_USER_ERROR
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:  # output piped into `head` and the like
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        _discard_output()
         return 0
+
+
+def _discard_output() -> None:
+    """Point standard output at /dev/null, so that what is still buffered goes nowhere, quietly."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

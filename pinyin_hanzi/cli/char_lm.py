@@ -4,10 +4,10 @@ a copy of a checkpoint with a character n-gram model counted from its training s
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 
-from pinyin_hanzi.cli import run
+from pinyin_hanzi.cli import check_bounds, run
+from pinyin_hanzi.config import LIMITS
 
 
 def _main(argv) -> int:
@@ -24,12 +24,10 @@ def _main(argv) -> int:
                         help="count each entry of pypinyin-dict's phrase table N more times (decode.lm_phrases)")
     parser.add_argument("--weight", type=float, default=0.6, help="decode.lm_weight stored with it (default 0.6)")
     args = parser.parse_args(argv)
-    for ok, message in ((1 <= args.order <= 4, "--order must be in 1..4"),
-                        (args.min_count >= 1, "--min-count must be >= 1"),
-                        (args.phrases >= 0, "--phrases must be >= 0"),
-                        (math.isfinite(args.weight) and args.weight >= 0, "--weight must be a finite number >= 0")):
-        if not ok:
-            parser.error(message)
+    check_bounds(parser, [("--order", args.order, *LIMITS["decode.lm_order"]),
+                          ("--min-count", args.min_count, *LIMITS["decode.lm_min_count"]),
+                          ("--phrases", args.phrases, *LIMITS["decode.lm_phrases"]),
+                          ("--weight", args.weight, *LIMITS["decode.lm_weight"])])
     lm, train = count_into_checkpoint(args.checkpoint, args.out, order=args.order, min_count=args.min_count,
                                       phrases=args.phrases, weight=args.weight)
     with_phrases = f" and the phrase table x {args.phrases}" if args.phrases else ""

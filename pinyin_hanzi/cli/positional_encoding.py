@@ -6,7 +6,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pinyin_hanzi.cli import run
+from pinyin_hanzi.cli import check_bounds, check_image_path, run
+from pinyin_hanzi.config import LIMITS
+from pinyin_hanzi.errors import DataError
 
 
 def _main(argv) -> int:
@@ -19,12 +21,18 @@ def _main(argv) -> int:
     parser.add_argument("--d-model", type=int, default=256)
     parser.add_argument("--positions", type=int, default=100)
     args = parser.parse_args(argv)
-    if args.d_model < 2 or args.d_model % 2 or args.positions < 1:
-        parser.error("--d-model must be even and >= 2, --positions >= 1")
+    check_bounds(parser, [("--d-model", args.d_model, 2, LIMITS["model.d_model"][1]),
+                          ("--positions", args.positions, *LIMITS["model.max_positions"])])
+    if args.d_model % 2:
+        parser.error("--d-model must be even")
     bad = [dim for dim in args.dims if not 0 <= dim < args.d_model]
     if bad:
         parser.error(f"--dims must lie in 0..{args.d_model - 1} (got {bad})")
-    save_figure(positional_encoding_figure(args.d_model, args.positions, args.dims), args.output)
+    check_image_path(parser, "output", args.output)
+    try:
+        save_figure(positional_encoding_figure(args.d_model, args.positions, args.dims), args.output)
+    except OSError as error:
+        raise DataError(f"cannot write {args.output}: {error.strerror or error}") from None
     print(args.output)
     return 0
 

@@ -10,7 +10,7 @@ import signal
 import sys
 from typing import Sequence
 
-from pinyin_hanzi.cli import run
+from pinyin_hanzi.cli import check_bounds, max_threads, run
 from pinyin_hanzi.errors import PinyinHanziError
 
 
@@ -58,12 +58,11 @@ def _main(argv: Sequence[str] | None = None) -> int:
 
     parser = _parser()
     args = parser.parse_args(argv)
-    if not 0 <= args.port <= 65535:
-        parser.error(f"--port {args.port} is not a TCP port")
-    if args.threads < 1:
-        parser.error(f"--threads {args.threads}: at least 1")
-    if args.workers < 1 or (args.workers > 1 and args.worker == "thread"):
-        parser.error(f"--workers {args.workers}: at least 1, and 1 with --worker thread")
+    check_bounds(parser, [("--port", args.port, 0, 65535), ("--threads", args.threads, 1, max_threads()),
+                          ("--max-wait-ms", args.max_wait_ms, 0, 10_000), ("--max-batch-lines", args.max_batch_lines, 1, 4096),
+                          ("--workers", args.workers, 1, 16)])
+    if args.workers > 1 and args.worker == "thread":
+        parser.error(f"--workers {args.workers}: 1 with --worker thread")
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     fatal: list[str] = []
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from pinyin_hanzi.cli import run
-from pinyin_hanzi.errors import CheckpointError, DataError
+from pinyin_hanzi.cli import check_bounds, check_image_path, max_threads, run, write_output
+from pinyin_hanzi.config import LIMITS, MAX_NBEST, shown
+from pinyin_hanzi.errors import DataError, OutputError
 from pinyin_hanzi.shuangpin import LAYOUTS
 from pinyin_hanzi.typed_input import FUZZY_PAIRS
 
@@ -125,13 +125,12 @@ def _evaluate(converter, args, examples) -> int:
     mode = (f"{'unsegmented' if args.unsegmented else 'segmented'} input{abbreviated}, "
             f"{'constrained' if args.constrained else 'unconstrained'} "
             f"{'greedy' if args.beam == 1 else f'beam {args.beam}'}")
-    print(f"{result['file']}: {result['sentences']} sentences, {result['characters']} characters, {mode}")
+    report = [f"{result['file']}: {result['sentences']} sentences, {result['characters']} characters, {mode}"]
     line = (f"character accuracy {result['char_accuracy']:.2%}  CER {result['cer']:.2%}  "
             f"exact sentences {result['exact']:.2%}")
     if "top5" in result:
         line += f"  top-1/3/5 {result['top1']:.2%} / {result['top3']:.2%} / {result['top5']:.2%}"
-    print(line)
-    print(json.dumps(result, ensure_ascii=False))
+    write_output("\n".join([*report, line, json.dumps(result, ensure_ascii=False)]) + "\n")
     return 0
 
 
@@ -154,12 +153,13 @@ def _format(line: str, conversions, args) -> str:
 def _convert_and_print(converter, lines: list[str], args) -> None:
     found = converter.convert_lines(lines, beam=args.beam, nbest=args.nbest, constrained=args.constrained,
                               batch_size=args.batch_size, chinese_punctuation=args.chinese_punctuation)
+    output = []
     for line, conversions in zip(lines, found):
         if args.verbose:
             for note in conversions[0].notes:
                 print(f"note: {note}", file=sys.stderr)
-        sys.stdout.write(_format(line, conversions, args) + "\n")
-    sys.stdout.flush()
+        output.append(_format(line, conversions, args) + "\n")
+    write_output("".join(output))
 
 
 def _draw_attention(converter, line: str, args) -> None:
@@ -168,6 +168,10 @@ def _draw_attention(converter, line: str, args) -> None:
     best = converter.convert_lines([line], beam=args.beam, constrained=args.constrained)[0][0]
     if not best.text:
         raise DataError("nothing to draw: the input converts to an empty line")
+    longest = len(max(best.syllables, best.text, key=len))
+    if longest > converter.window:  # the model takes one window at a time; a longer line has no one picture
+        raise DataError(f"--attention draws a line of at most {converter.window} syllables and characters; this "
+                        f"one has {longest}: draw a part of it")
     source_ids = converter.pinyin_vocab.encode(best.syllables)
     target_ids = converter.hanzi_vocab.encode(best.text)
     figure, note = sentence_attention(converter.model, source_ids, target_ids, best.syllables, best.text,
@@ -195,9 +199,6 @@ def _interactive(converter, args) -> int:
         _convert_and_print(converter, [line], args)
 
 
-MAX_NBEST = 50
-
-
 def _set_typing_options(converter, args) -> None:
     """--fuzzy, --shuangpin and --prefixes, where given, replace the checkpoint's decode settings."""
     if args.fuzzy is not None:
@@ -210,10 +211,14 @@ def _set_typing_options(converter, args) -> None:
 
 def _fail_fast(args) -> None:
     """The errors that do not need the model (missing files, text that is not UTF-8), before the seconds it
-    takes to load it. DataError or CheckpointError."""
+    takes to load it. DataError, CheckpointError or OutputError."""
     _check_typed(" ".join(args.text), "the pinyin argument")
-    if args.checkpoint is not None and not Path(args.checkpoint).is_file():
-        raise CheckpointError(f"checkpoint not found: {args.checkpoint}")
+    if sys.stdout is None:
+        raise OutputError("cannot write output: standard output is closed")
+    if args.checkpoint is not None:
+        from pinyin_hanzi.checkpoint import check_checkpoint_path
+
+        check_checkpoint_path(args.checkpoint)  # CheckpointError for a missing file or a directory
     if args.input not in (None, "-"):
         _open_input(args.input).close()  # raises DataError for a missing or unreadable file
 
@@ -253,7 +258,8 @@ def _translate(argv) -> int:
     parser.add_argument("--chinese-punctuation", action="store_true",
                         help="ASCII , . ? ! after a hanzi become ，。？！")
     parser.add_argument("--verbose", action="store_true", help="say on stderr where a fallback character was used")
-    parser.add_argument("--attention", metavar="PNG", help="also draw the attention of the converted text into PNG")
+    parser.add_argument("--attention", metavar="IMAGE", help="also draw the attention of the converted text into "
+                        "IMAGE (.png, .svg, .pdf, ...)")
     parser.add_argument("--attention-kind", default="cross", choices=("cross", "encoder", "decoder"),
                         help="cross (characters x syllables, default), encoder or decoder self-attention")
     parser.add_argument("--heads", action="store_true", help="with --attention: one row per head, not averaged")
@@ -274,27 +280,22 @@ def _translate(argv) -> int:
     args = parser.parse_args(argv)
     if sum([bool(args.text), args.input is not None, args.evaluate is not None]) > 1:
         parser.error("give pinyin text, --input FILE or --evaluate SPLIT_OR_FILE, not several")
-    if args.beam is not None and args.beam < 1:
-        parser.error("--beam must be at least 1")
-    if not 1 <= args.nbest <= MAX_NBEST:
-        parser.error(f"--nbest must be between 1 and {MAX_NBEST}")
-    if args.batch_size < 1:
-        parser.error("--batch-size must be at least 1")
-    for option, weight in (("--lm-weight", args.lm_weight), ("--word-weight", args.word_weight)):
-        if weight is not None and not (math.isfinite(weight) and weight >= 0):
-            parser.error(f"{option} must be a finite number >= 0")
-    if args.threads < 0:
-        parser.error("--threads must be at least 0")
-    if not 0.0 <= args.abbreviate <= 1.0:
-        parser.error("--abbreviate must be a share between 0 and 1")
+    check_bounds(parser, [("--beam", args.beam, *LIMITS["decode.beam"]), ("--nbest", args.nbest, 1, MAX_NBEST),
+                          ("--batch-size", args.batch_size, *LIMITS["decode.batch_sentences"]),
+                          ("--lm-weight", args.lm_weight, *LIMITS["decode.lm_weight"]),
+                          ("--word-weight", args.word_weight, *LIMITS["decode.word_weight"]),
+                          ("--threads", args.threads, 0, max_threads()), ("--abbreviate", args.abbreviate, 0, 1)])
+    if args.attention is not None:
+        check_image_path(parser, "--attention", args.attention)
     if args.abbreviate and args.evaluate is None:
         parser.error("--abbreviate needs --evaluate")
     if args.fuzzy is not None:
         names = {name.strip() for value in args.fuzzy for name in value.split(",")} - {"", "none"}
         unknown = sorted(names - FUZZY_PAIRS.keys())
         if unknown:
-            parser.error(f"--fuzzy: unknown pair {unknown[0]!r} (known: {', '.join(FUZZY_PAIRS)})")
+            parser.error(f"--fuzzy: unknown pair {shown(unknown[0])} (known: {', '.join(FUZZY_PAIRS)})")
         args.fuzzy = frozenset(names)
+    _fail_fast(args)
     interactive = args.input is None and args.evaluate is None and (args.text or sys.stdin.isatty())
     threads = args.threads or (1 if interactive else 0)
     if threads:
@@ -305,7 +306,6 @@ def _translate(argv) -> int:
 
         torch.set_num_threads(threads)
 
-    _fail_fast(args)
     user_pairs = None
     if args.evaluate is not None and not _is_prepared_split(args.evaluate):
         user_pairs = _read_pairs(args.evaluate)  # before loading the model: a bad file fails at once
@@ -318,9 +318,9 @@ def _translate(argv) -> int:
     if args.attention and not args.text:
         parser.error("--attention needs pinyin text to convert")
     if args.text:
-        _convert_and_print(converter, [" ".join(args.text)], args)
-        if args.attention:
+        if args.attention:  # first: a line it cannot draw fails before any output
             _draw_attention(converter, " ".join(args.text), args)
+        _convert_and_print(converter, [" ".join(args.text)], args)
         return 0
     if args.input is None and sys.stdin.isatty():
         return _interactive(converter, args)

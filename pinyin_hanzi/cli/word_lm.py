@@ -4,10 +4,10 @@ a copy of a checkpoint with a word model (word_lm.py) built from a word-frequenc
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 
-from pinyin_hanzi.cli import run
+from pinyin_hanzi.cli import check_bounds, run
+from pinyin_hanzi.config import LIMITS
 
 
 def _main(argv) -> int:
@@ -23,9 +23,8 @@ def _main(argv) -> int:
     parser.add_argument("--min-frequency", type=float, default=1e-7, help="decode.word_min_frequency")
     parser.add_argument("--weight", type=float, default=0.5, help="decode.word_weight stored with it (default 0.5)")
     args = parser.parse_args(argv)
-    if not (math.isfinite(args.weight) and args.weight >= 0):
-        parser.error("--weight must be a finite number >= 0")
-    if not 0 <= args.min_frequency < 1:
+    check_bounds(parser, [("--weight", args.weight, *LIMITS["decode.word_weight"])])
+    if not 0 <= args.min_frequency < 1:  # (also rejects nan)
         parser.error("--min-frequency must lie in [0, 1)")
     lm = add_to_checkpoint(args.checkpoint, args.out, table=args.table, min_frequency=args.min_frequency,
                            weight=args.weight)
