@@ -25,7 +25,7 @@ from pinyin_hanzi.char_lm import CharNgramLM
 from pinyin_hanzi.checkpoint import load_for_inference
 from pinyin_hanzi.config import Config, DecodeConfig
 from pinyin_hanzi.data import pad
-from pinyin_hanzi.lexicon import PAD_ROW, Lexicon
+from pinyin_hanzi.lexicon import PAD_ROW, Lexicon, token_key
 from pinyin_hanzi.model import Transformer
 from pinyin_hanzi.pinyin import CLAUSE_PUNCTUATION, is_hanzi
 from pinyin_hanzi.shuangpin import layout_named
@@ -218,11 +218,13 @@ class Converter:
 
     def convert_tokens(self, token_lists: Sequence[Sequence[str]], *, constrained: bool = True,
                        batch_size: int = 256, beam: int = 1) -> list[str]:
-        """One output per token list (same order; an empty list gives ""). Token lists longer than the
-        window are converted window by window."""
+        """One output per list of corpus tokens (same order; an empty list gives ""), each constrained by
+        :func:`pinyin_hanzi.lexicon.token_key`. Token lists longer than the window are converted window by
+        window."""
         pieces = [(i, list(tokens[start : start + self.window]))
                   for i, tokens in enumerate(token_lists) for start in range(0, max(len(tokens), 1), self.window)]
-        found = self._decode([(tokens, tokens) for _, tokens in pieces], beam, constrained, batch_size)
+        found = self._decode([(tokens, [token_key(token) for token in tokens]) for _, tokens in pieces], beam,
+                             constrained, batch_size)
         outputs = [""] * len(token_lists)
         for (i, _), candidates in zip(pieces, found):
             outputs[i] += candidates[0].text
@@ -230,9 +232,10 @@ class Converter:
 
     def search(self, token_lists: Sequence[Sequence[str]], key_lists: Sequence[Sequence[str]] | None = None, *,
                beam: int = 1, constrained: bool = True) -> list[list[Hypothesis]]:
-        """The search's hypotheses for token lists (keys: the lexicon's constraint keys, the tokens unless
-        given): per list, up to ``beam`` (hanzi ids, score), best first. No fallbacks, no chunking."""
-        key_lists = key_lists or token_lists
+        """The search's hypotheses for token lists (keys: the lexicon's constraint keys, unless given those of
+        corpus tokens, :func:`pinyin_hanzi.lexicon.token_key`): per list, up to ``beam`` (hanzi ids, score),
+        best first. No fallbacks, no chunking."""
+        key_lists = key_lists or [[token_key(token) for token in tokens] for tokens in token_lists]
         length = max(len(tokens) for tokens in token_lists)
         source = pad([self.pinyin_vocab.encode(tokens) for tokens in token_lists]).to(self.device)
         rows = torch.tensor([[self.lexicon.row(key) for key in keys] + [PAD_ROW] * (length - len(keys))
