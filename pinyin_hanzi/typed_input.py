@@ -363,7 +363,7 @@ def parse_pieces(text: str, limit: int = 4, score=fewest_syllables, *, prefixes:
         def add_literal(char: str) -> None:
             # A combining mark passes through only on the pass-through character before it: anywhere else
             # it would be drawn on a converted character (or on nothing).
-            if _is_mark(char) and (len(pieces) == chunk_start or not _is_literal(pieces[-1])):
+            if _is_mark(char) and (len(pieces) == chunk_start or not is_pass_through(pieces[-1])):
                 return
             pieces.append(_literal(char))
 
@@ -391,8 +391,14 @@ def parse_pieces(text: str, limit: int = 4, score=fewest_syllables, *, prefixes:
     return pieces
 
 
-def _is_literal(piece: Piece) -> bool:
+def is_pass_through(piece: Piece) -> bool:
+    """Whether ``piece`` is a character typed to pass through as itself (not pinyin)."""
     return len(piece.options) == 1 and is_literal_key(piece.options[0][-1][1])
+
+
+def pass_through_text(pieces: Iterable[Piece]) -> str:
+    """The characters of pass-through pieces, as typed."""
+    return "".join(piece.options[0][0][0] for piece in pieces)
 
 
 def _letters_and_tones(run: str) -> tuple[str, list[int | None]]:
