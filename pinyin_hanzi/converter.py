@@ -30,7 +30,8 @@ from pinyin_hanzi.model import Transformer
 from pinyin_hanzi.pinyin import CLAUSE_PUNCTUATION, is_hanzi
 from pinyin_hanzi.shuangpin import layout_named
 from pinyin_hanzi.typed_input import (PREFIX_TOKENS, Piece, alternatives, fewest_syllables, fuzzy_pairs, is_literal_key,
-                                      is_pass_through, is_prefix_token, literal_key, parse_pieces, pass_through_text)
+                                      is_pass_through, is_prefix_token, literal_key, parse_pieces, pass_through_text,
+                                      split_lines)
 from pinyin_hanzi.search import Constraint, Hypothesis, NgramFusion, beam_search, fusion_for
 from pinyin_hanzi.syllable_lm import SyllableBigrams
 from pinyin_hanzi.vocab import Vocab
@@ -43,14 +44,6 @@ ASCII_TO_CHINESE_PUNCTUATION = {",": "，", ".": "。", "?": "？", "!": "！"}
 # Pass-through characters the model sees as context on each side of pinyin; farther ones are copied to the
 # output without the model, so that text with little or no pinyin costs no decoding steps.
 LITERAL_CONTEXT = 32
-
-
-def split_lines(text: str) -> list[str]:
-    """The lines of ``text``, by :meth:`str.splitlines` (``\\n``, ``\\r``, ``\\r\\n``, U+0085, U+2028,
-    U+2029, ``\\v``, ``\\f``, ``\\x1c``-``\\x1e`` each end a line; a final line end starts no new line);
-    at least one line, so that empty text is one empty line. The one rule every path that reads typed
-    lines follows (translate.py's arguments, files and stdin, and :meth:`Converter.convert_lines`)."""
-    return text.splitlines() or [""]
 
 
 def _spans(pieces: list[Piece], context: int) -> list[str | list[Piece]]:
@@ -242,9 +235,9 @@ class Converter:
         among them. Input longer than one window is converted chunk by chunk (cut at punctuation); its
         n-best list then holds the best conversion only. Pass-through text more than :data:`LITERAL_CONTEXT`
         characters from any pinyin is copied without the model, so a line costs decoding steps only for
-        its pinyin and the context around it. A line holding line ends (:func:`split_lines`) is converted
-        line by line and its output lines are joined by "\\n", so n lines in give n lines out. ``chinese_punctuation``: ASCII , . ? ! right
-        after a hanzi become ，。？！. ``constrained`` None: this converter's own setting."""
+        its pinyin and the context around it. A line holding line ends (``typed_input.split_lines``) is
+        converted line by line and its output lines are joined by "\\n": n lines in, n lines out.
+        ``chinese_punctuation``: ASCII , . ? ! right after a hanzi become ，。？！. ``constrained`` None: this converter's own setting."""
         constrained = self.constrained if constrained is None else constrained
         beam = max(beam or self.beam, nbest)
         fused = fusion_for(beam, self.fusion) is not None
@@ -348,7 +341,7 @@ class Converter:
 
     def _plan(self, lines: Sequence[str], alternatives_limit: int, fused: bool, options: dict) -> _Plan:
         """Each line's layout: its chunks, with their readings and priors, and the text copied around them
-        (see :func:`_spans`); a line holding line ends is converted line by line (:func:`split_lines`), its
+        (see :func:`_spans`); a line holding line ends is converted line by line (``split_lines``), its
         lines joined by "\\n". ``options`` are parse_pieces' keyword options. A run of pieces that ends in a
         letter (no punctuation typed) has its last chunk decoded with a virtual clause end (see
         ``__init__``)."""

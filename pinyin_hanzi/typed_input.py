@@ -321,6 +321,15 @@ def _shuangpin_pieces(run: str, digit: str, layout: str, prefixes: bool) -> list
     return pieces
 
 
+def split_lines(text: str) -> list[str]:
+    """The lines of ``text``, by :meth:`str.splitlines` (``\\n``, ``\\r``, ``\\r\\n``, U+0085, U+2028,
+    U+2029, ``\\v``, ``\\f``, ``\\x1c``-``\\x1e`` each end a line; a final line end starts no new line);
+    at least one line, so that empty text is one empty line. The one rule every path that reads typed
+    lines follows (translate.py's arguments, files and stdin, and
+    :meth:`pinyin_hanzi.converter.Converter.convert_lines`)."""
+    return text.splitlines() or [""]
+
+
 def parse_pieces(text: str, limit: int = 4, score=fewest_syllables, *, prefixes: bool = False,
                  fuzzy: Iterable[str] | str | None = frozenset(), shuangpin: str | None = None) -> list[Piece]:
     """What a user typed, as pieces: syllables separated by spaces or apostrophes (``ni hao``, ``xi'an``) or

@@ -13,7 +13,7 @@ from typing import Iterable, Iterator
 from pinyin_hanzi.cli import run
 from pinyin_hanzi.errors import CheckpointError, DataError
 from pinyin_hanzi.shuangpin import LAYOUTS
-from pinyin_hanzi.typed_input import FUZZY_PAIRS
+from pinyin_hanzi.typed_input import FUZZY_PAIRS, split_lines
 
 
 def _open_input(name: str):
@@ -29,15 +29,22 @@ def _open_input(name: str):
 
 
 def _open_lines(name: str) -> Iterator[str]:
-    """Lines of a UTF-8 file (or stdin for '-'), without their line ends. Read as bytes and decoded line by
-    line, so that an invalid line is reported with its number."""
+    """Lines of a UTF-8 file (or stdin for '-'), without their line ends, split as
+    :func:`pinyin_hanzi.typed_input.split_lines` splits (``\\n``, ``\\r\\n``, a lone ``\\r``, U+2028, ...).
+    Read as bytes and decoded a ``\\n``-ended piece at a time, so that an invalid line is reported with its
+    number."""
     stream = _open_input(name)
+    count = 0  # lines yielded so far
     try:
-        for line_number, raw in enumerate(stream, start=1):
+        for raw in stream:
             try:
-                yield raw.decode("utf-8").rstrip("\r\n")
-            except UnicodeDecodeError:
-                raise DataError(f"{name}: line {line_number} is not valid UTF-8") from None
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as error:
+                before = raw[: error.start].decode("utf-8")
+                raise DataError(f"{name}: line {count + len((before + '.').splitlines())} is not valid UTF-8") from None
+            lines = text.splitlines()
+            count += len(lines)
+            yield from lines
     finally:
         if name != "-":
             stream.close()
@@ -318,7 +325,7 @@ def _translate(argv) -> int:
     if args.attention and not args.text:
         parser.error("--attention needs pinyin text to convert")
     if args.text:
-        _convert_and_print(converter, [" ".join(args.text)], args)
+        _convert_and_print(converter, split_lines(" ".join(args.text)), args)
         if args.attention:
             _draw_attention(converter, " ".join(args.text), args)
         return 0
