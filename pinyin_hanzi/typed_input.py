@@ -387,7 +387,8 @@ def parse_pieces(text: str, limit: int = 4, score=fewest_syllables, *, prefixes:
                               for p in found)
                 continue
             letters, tones = _letters_and_tones(run)
-            options, scores = _split_run(letters, tones, limit, score, prefixes)
+            # A run of marks alone (no letter) is no pinyin.
+            options, scores = _split_run(letters, tones, limit, score, prefixes) if letters else ([], [])
             if digit and options:
                 options = [_with_tone(option, digit) for option in options]
             if fuzzy:
