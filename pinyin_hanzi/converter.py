@@ -237,7 +237,8 @@ class Converter:
         characters from any pinyin is copied without the model, so a line costs decoding steps only for
         its pinyin and the context around it. A line holding line ends (``typed_input.split_lines``) is
         converted line by line and its output lines are joined by "\\n": n lines in, n lines out.
-        ``chinese_punctuation``: ASCII , . ? ! right after a hanzi become ，。？！. ``constrained`` None: this converter's own setting."""
+        ``chinese_punctuation``: ASCII , . ? ! right after a hanzi become ，。？！. ``constrained`` None: this
+        converter's own setting."""
         constrained = self.constrained if constrained is None else constrained
         beam = max(beam or self.beam, nbest)
         fused = fusion_for(beam, self.fusion) is not None

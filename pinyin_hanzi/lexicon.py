@@ -77,11 +77,12 @@ class Lexicon:
     def characters(key: str) -> tuple[str, ...]:
         """Characters that may stand for ``key`` (any, not only those in the vocabulary). A toned syllable
         no character has (``ni5``) counts as toneless. A single-letter syllable (a, o, e, n, m) may also
-        be that Latin letter only in a key that says so (``o|=o``, :func:`token_key`); a literal key (``=o``,
-        typed input that is not pinyin) only itself. A prefix or fuzzy key stands for the union of the characters of its
-        syllables (:func:`key_syllables`): each syllable's characters in the reading table's order,
-        syllables in key_syllables' order, then the characters of its literal variants, each character once; a toned prefix whose tone no syllable it
-        begins has counts as toneless. A key that stands for no character at all is its own fallback."""
+        be that Latin letter only in a key that says so (``o|=o``, :func:`token_key`); a literal key
+        (``=o``, typed input that is not pinyin) only itself. A prefix or fuzzy key stands for the union of
+        the characters of its syllables (:func:`key_syllables`): each syllable's characters in the reading
+        table's order, syllables in key_syllables' order, then the characters of its literal variants, each
+        character once; a toned prefix whose tone no syllable it begins has counts as toneless. A key that
+        stands for no character at all is its own fallback."""
         if is_literal_key(key):
             return (key[1],)
         if PREFIX not in key and "|" not in key:

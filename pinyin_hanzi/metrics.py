@@ -74,7 +74,8 @@ def typed(tokens: Sequence[str], hanzi: str, unsegmented: bool = False, abbrevia
         if not unsegmented:
             if previous is not None and not (previous == kind == "latin"):
                 out += " "
-        elif (previous == "syllable" and (token.isdigit() or kind == "latin")) or (previous == "latin" and kind == "syllable"):
+        elif ((previous == "syllable" and (token.isdigit() or kind == "latin"))
+              or (previous == "latin" and kind == "syllable")):
             out += " "
         out += token
         previous = kind

@@ -155,7 +155,8 @@ def key_syllables(key: str) -> tuple[str, ...]:
     (``ni`` -> ("ni",), ``ni3`` -> ("ni3",)); a prefix key every syllable it begins that has the prefix's
     initial (``zho*`` -> ("zhong", "zhou"); toned ``b*3`` -> the toned syllables b... with tone 3 that have
     characters); a fuzzy key its ``|`` variants each read so (``zi|zhi`` -> ("zi", "zhi")). A literal key
-    (``=!``) stands for no syllable: (), also a literal variant of a fuzzy key (``o|=o``). Toned results are keys of ``toned_syllable_table``."""
+    (``=!``) stands for no syllable: (), nor does a literal variant of a fuzzy key (``o|=o``). Toned results
+    are keys of ``toned_syllable_table``."""
     if is_literal_key(key):
         return ()
     found: dict[str, None] = {}
