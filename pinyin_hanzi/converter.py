@@ -26,12 +26,13 @@ from pinyin_hanzi.checkpoint import load_for_inference
 from pinyin_hanzi.config import MAX_NBEST, Config, DecodeConfig, check_range
 from pinyin_hanzi.data import pad
 from pinyin_hanzi.errors import ConfigError
-from pinyin_hanzi.lexicon import PAD_ROW, Lexicon
+from pinyin_hanzi.lexicon import PAD_ROW, Lexicon, token_key
 from pinyin_hanzi.model import Transformer
 from pinyin_hanzi.pinyin import CLAUSE_PUNCTUATION, is_hanzi
 from pinyin_hanzi.shuangpin import layout_named
 from pinyin_hanzi.typed_input import (PREFIX_TOKENS, Piece, alternatives, fewest_syllables, fuzzy_pairs, is_literal_key,
-                                      is_prefix_token, literal_key, parse_pieces)
+                                      is_pass_through, is_prefix_token, literal_key, parse_pieces, pass_through_text,
+                                      split_lines)
 from pinyin_hanzi.search import Constraint, Hypothesis, NgramFusion, beam_search, fusion_for
 from pinyin_hanzi.syllable_lm import SyllableBigrams
 from pinyin_hanzi.vocab import Vocab
@@ -41,6 +42,33 @@ SHIPPED_MODEL = Path(__file__).resolve().parent / "pretrained" / "model.pt"
 CHECKPOINT_VARIABLE = "PINYIN_HANZI_CHECKPOINT"
 CLAUSE_END_MARK = "。"  # what a typed line that ends in a syllable is decoded as ending with (not shown)
 ASCII_TO_CHINESE_PUNCTUATION = {",": "，", ".": "。", "?": "？", "!": "！"}
+# Pass-through characters the model sees as context on each side of pinyin; farther ones are copied to the
+# output without the model, so that text with little or no pinyin costs no decoding steps.
+LITERAL_CONTEXT = 32
+
+
+def _spans(pieces: list[Piece], context: int) -> list[str | list[Piece]]:
+    """A line's pieces as spans in order: runs of pieces to decode (pinyin, the pass-through pieces
+    between pinyin, and up to ``context`` pass-through pieces on each side as context) and pass-through
+    text farther than ``context`` from any pinyin, copied as it is. Pass-through between two pinyin pieces
+    more than 2 x ``context`` apart is context to both and copied in the middle."""
+    typed = [index for index, piece in enumerate(pieces) if not is_pass_through(piece)]
+    if not typed:
+        return [pass_through_text(pieces)] if pieces else []
+    spans: list[str | list[Piece]] = []
+    start = max(0, typed[0] - context)
+    if start:
+        spans.append(pass_through_text(pieces[:start]))
+    for previous, following in zip(typed, typed[1:]):
+        if following - previous - 1 > 2 * context:
+            spans.append(pieces[start : previous + 1 + context])
+            spans.append(pass_through_text(pieces[previous + 1 + context : following - context]))
+            start = following - context
+    end = min(len(pieces), typed[-1] + 1 + context)
+    spans.append(pieces[start:end])
+    if end < len(pieces):
+        spans.append(pass_through_text(pieces[end:]))
+    return spans
 
 
 def _check_call(*, beam: int | None = None, nbest: int = 1, batch_size: int = 1, alternatives_limit: int = 1) -> None:
@@ -86,7 +114,8 @@ class _Plan:
     readings: list[tuple[list[str], list[str]]] = field(default_factory=list)
     priors: list[float] = field(default_factory=list)  # log P(syllables) - split_penalty x extra syllables
     chunks: dict[tuple[int, int], list[int]] = field(default_factory=dict)  # (line, chunk) -> reading indices
-    chunk_counts: list[int] = field(default_factory=list)  # per line
+    # Per line, its output in order: chunk numbers (decoded) and text copied as it is (pass-through, "\n").
+    layouts: list[list[int | str]] = field(default_factory=list)
     open_chunks: set[tuple[int, int]] = field(default_factory=set)  # decoded with a virtual clause end
 
 
@@ -224,8 +253,12 @@ class Converter:
 
         Each alternative reading of ambiguous input (``xian`` = xian / xi'an) is decoded and the scores pick
         among them. Input longer than one window is converted chunk by chunk (cut at punctuation); its
-        n-best list then holds the best conversion only. ``chinese_punctuation``: ASCII , . ? ! right
-        after a hanzi become ，。？！. ``constrained`` None: this converter's own setting."""
+        n-best list then holds the best conversion only. Pass-through text more than :data:`LITERAL_CONTEXT`
+        characters from any pinyin is copied without the model, so a line costs decoding steps only for
+        its pinyin and the context around it. A line holding line ends (``typed_input.split_lines``) is
+        converted line by line and its output lines are joined by "\\n": n lines in, n lines out.
+        ``chinese_punctuation``: ASCII , . ? ! right after a hanzi become ，。？！. ``constrained`` None: this
+        converter's own setting."""
         _check_call(beam=beam, nbest=nbest, batch_size=batch_size, alternatives_limit=alternatives_limit)
         constrained = self.constrained if constrained is None else constrained
         beam = max(beam or self.beam, nbest)
@@ -239,12 +272,14 @@ class Converter:
 
     def convert_tokens(self, token_lists: Sequence[Sequence[str]], *, constrained: bool = True,
                        batch_size: int = 256, beam: int = 1) -> list[str]:
-        """One output per token list (same order; an empty list gives ""). Token lists longer than the
-        window are converted window by window."""
+        """One output per list of corpus tokens (same order; an empty list gives ""), each constrained by
+        :func:`pinyin_hanzi.lexicon.token_key`. Token lists longer than the window are converted window by
+        window."""
         _check_call(beam=beam, batch_size=batch_size)
         pieces = [(i, list(tokens[start : start + self.window]))
                   for i, tokens in enumerate(token_lists) for start in range(0, max(len(tokens), 1), self.window)]
-        found = self._decode([(tokens, tokens) for _, tokens in pieces], beam, constrained, batch_size)
+        found = self._decode([(tokens, [token_key(token) for token in tokens]) for _, tokens in pieces], beam,
+                             constrained, batch_size)
         outputs = [""] * len(token_lists)
         for (i, _), candidates in zip(pieces, found):
             outputs[i] += candidates[0].text
@@ -252,9 +287,10 @@ class Converter:
 
     def search(self, token_lists: Sequence[Sequence[str]], key_lists: Sequence[Sequence[str]] | None = None, *,
                beam: int = 1, constrained: bool = True) -> list[list[Hypothesis]]:
-        """The search's hypotheses for token lists (keys: the lexicon's constraint keys, the tokens unless
-        given): per list, up to ``beam`` (hanzi ids, score), best first. No fallbacks, no chunking."""
-        key_lists = key_lists or token_lists
+        """The search's hypotheses for token lists (keys: the lexicon's constraint keys, unless given those of
+        corpus tokens, :func:`pinyin_hanzi.lexicon.token_key`): per list, up to ``beam`` (hanzi ids, score),
+        best first. No fallbacks, no chunking."""
+        key_lists = key_lists or [[token_key(token) for token in tokens] for tokens in token_lists]
         length = max(len(tokens) for tokens in token_lists)
         source = pad([self.pinyin_vocab.encode(tokens) for tokens in token_lists]).to(self.device)
         rows = torch.tensor([[self.lexicon.row(key) for key in keys] + [PAD_ROW] * (length - len(keys))
@@ -327,25 +363,39 @@ class Converter:
         return chunks
 
     def _plan(self, lines: Sequence[str], alternatives_limit: int, fused: bool, options: dict) -> _Plan:
-        """Each line's chunks and their readings with priors; ``options`` are parse_pieces' keyword options.
-        A line's last chunk, when it ends in a letter (no punctuation typed), is decoded with a virtual
-        clause end (see ``__init__``)."""
+        """Each line's layout: its chunks, with their readings and priors, and the text copied around them
+        (see :func:`_spans`); a line holding line ends is converted line by line (``split_lines``), its
+        lines joined by "\\n". ``options`` are parse_pieces' keyword options. A run of pieces that ends in a
+        letter (no punctuation typed) has its last chunk decoded with a virtual clause end (see
+        ``__init__``)."""
         plan = _Plan()
         score = self.syllable_lm.bigram_log_prob if self.syllable_lm is not None else fewest_syllables
         for line_index, line in enumerate(lines):
-            chunks = self._chunks(parse_pieces(line, alternatives_limit, score, **options))
-            plan.chunk_counts.append(len(chunks))
-            for chunk_index, chunk in enumerate(chunks):
-                ends_open = (self.clause_end and chunk_index == len(chunks) - 1 and bool(chunk)
-                             and not is_literal_key(chunk[-1].options[0][-1][1]))
-                if ends_open:
-                    plan.open_chunks.add((line_index, chunk_index))
-                for tokens, keys, prior in self._readings(chunk, alternatives_limit, fused):
-                    if ends_open:
-                        tokens, keys = tokens + [CLAUSE_END_MARK], keys + [literal_key(CLAUSE_END_MARK)]
-                    plan.chunks.setdefault((line_index, chunk_index), []).append(len(plan.readings))
-                    plan.readings.append((tokens, keys))
-                    plan.priors.append(prior)
+            layout: list[int | str] = []
+            chunk_count = 0
+            for number, text in enumerate(split_lines(line)):
+                if number:
+                    layout.append("\n")
+                for span in _spans(parse_pieces(text, alternatives_limit, score, **options), LITERAL_CONTEXT):
+                    if isinstance(span, str):
+                        layout.append(span)
+                        continue
+                    chunks = self._chunks(span)
+                    for chunk_index, chunk in enumerate(chunks):
+                        key = (line_index, chunk_count)
+                        layout.append(chunk_count)
+                        chunk_count += 1
+                        ends_open = (self.clause_end and chunk_index == len(chunks) - 1
+                                     and not is_literal_key(chunk[-1].options[0][-1][1]))
+                        if ends_open:
+                            plan.open_chunks.add(key)
+                        for tokens, keys, prior in self._readings(chunk, alternatives_limit, fused):
+                            if ends_open:
+                                tokens, keys = tokens + [CLAUSE_END_MARK], keys + [literal_key(CLAUSE_END_MARK)]
+                            plan.chunks.setdefault(key, []).append(len(plan.readings))
+                            plan.readings.append((tokens, keys))
+                            plan.priors.append(prior)
+            plan.layouts.append(layout)
         return plan
 
     def _readings(self, chunk: list[Piece], alternatives_limit: int, fused: bool
@@ -425,25 +475,33 @@ class Converter:
             per_chunk[key] = [replace(c, text=c.text[:-1], syllables=c.syllables[:-1], read_as=c.read_as[:-1])
                               for c in per_chunk[key]]
         outputs = []
-        for line_index, count in enumerate(plan.chunk_counts):
-            ranked = []  # per chunk: distinct texts, best first
-            for chunk_index in range(count):
+        for line_index, layout in enumerate(plan.layouts):
+            ranked = {}  # per chunk: distinct texts, best first
+            for chunk_index in (part for part in layout if isinstance(part, int)):
                 by_text: dict[str, Candidate] = {}
                 for candidate in per_chunk[(line_index, chunk_index)]:
                     if candidate.text not in by_text or candidate.score > by_text[candidate.text].score:
                         by_text[candidate.text] = candidate
-                ranked.append(sorted(by_text.values(), key=lambda c: -c.score))
-            if count == 1:
-                best = ranked[0][:nbest]
+                ranked[chunk_index] = sorted(by_text.values(), key=lambda c: -c.score)
+            if len(ranked) == 1:
+                [(only, candidates)] = ranked.items()
+                best = [_laid_out(layout, {only: candidate}) for candidate in candidates[:nbest]]
             else:
-                parts = [chunk[0] for chunk in ranked]
-                best = [Candidate("".join(p.text for p in parts), sum(p.score for p in parts),
-                                  [t for p in parts for t in p.syllables], [n for p in parts for n in p.notes],
-                                  [s for p in parts for s in p.read_as])]
+                best = [_laid_out(layout, {index: candidates[0] for index, candidates in ranked.items()})]
             if chinese_punctuation:
                 best = [_chinese_punctuation(candidate) for candidate in best]
             outputs.append(best)
         return outputs
+
+
+def _laid_out(layout: list[int | str], chosen: dict[int, Candidate]) -> Candidate:
+    """One line's candidate: its chunks' chosen candidates and its copied text, in layout order; a copied
+    character is its own syllable and reading."""
+    parts = [chosen[part] if isinstance(part, int) else Candidate(part, 0.0, list(part), [], list(part))
+             for part in layout]
+    return Candidate("".join(p.text for p in parts), sum(p.score for p in parts),
+                     [t for p in parts for t in p.syllables], [n for p in parts for n in p.notes],
+                     [s for p in parts for s in p.read_as])
 
 
 def _chinese_punctuation(candidate: Candidate) -> Candidate:

@@ -3,12 +3,18 @@ search (the allowed characters of each position).
 
 A key is a toneless syllable (``ni``), a toned one (``ni3``, neutral tone ``de5``), a syllable prefix
 (``zho*``, toned ``b*3``: any syllable it begins), a fuzzy key (``zi|zhi``: any of its variants) or a
-literal key (``=。``, a character typed to pass through as itself);
+literal key (``=。``, a character typed to pass through as itself); a fuzzy key's variants may include a
+literal one (``o|=o``: the key of a corpus token, see :func:`token_key`);
 :func:`pinyin_hanzi.typed_input.key_syllables` says which syllables a key stands for. With a tone, only
 characters with that toned reading may be chosen; a pass-through character may only become itself. Where
 the vocabulary has no candidate (a syllable whose characters never occurred in training, a symbol never
 seen), the row allows ``<unk>`` and keeps a fallback: the first character of the reading table, or the
 symbol itself.
+
+A syllable key stands for characters with that reading only, also a single-letter one (``a``, ``o``, ``e``,
+``n``, ``m``): what a user types as a syllable always becomes a character read so. A corpus token is
+different: the ``o`` of ``Python`` and the ``o`` of 哦 are the same token, so :func:`token_key` lets a
+single-letter syllable token also be that Latin letter (for the training loss and ``convert_tokens``).
 """
 
 from __future__ import annotations
@@ -19,8 +25,8 @@ import re
 import torch
 from torch.nn.utils.rnn import pad_sequence
 
-from pinyin_hanzi.pinyin import syllable_table, toned_syllable_table
-from pinyin_hanzi.typed_input import is_literal_key, is_syllable_set_key, key_syllables
+from pinyin_hanzi.pinyin import syllable_table, syllables, toned_syllable_table
+from pinyin_hanzi.typed_input import PREFIX, is_literal_key, is_syllable_set_key, key_syllables, literal_key
 from pinyin_hanzi.vocab import PAD_ID, SPECIALS, UNK_ID, Vocab
 
 PAD_ROW = 0  # the row of positions past the end of a sequence: only <pad>, with probability 1
@@ -33,10 +39,17 @@ def _syllable_characters(key: str) -> tuple[str, ...]:
     if key[-1:].isdigit() and key[:-1].isalpha():
         chars = toned_syllable_table().get(key)
         key = key[:-1]
-    chars = chars or syllable_table().get(key)
-    if chars is None:
-        return (key,)
-    return chars + (key,) if len(key) == 1 else chars
+    return chars or syllable_table().get(key) or (key,)
+
+
+def token_key(token: str) -> str:
+    """The constraint key of a corpus token (a model input token of a corpus text, not typed input): a
+    syllable or prefix token is its own key, except that a single-letter syllable (``o``) may also be that
+    Latin letter (``o|=o``), as in the tokens of ``Python``; any other single character is a literal key
+    (``，`` -> ``=，``)."""
+    if token in syllables():
+        return f"{token}|{literal_key(token)}" if len(token) == 1 else token
+    return literal_key(token) if len(token) == 1 else token
 
 
 @functools.lru_cache(maxsize=None)
@@ -64,11 +77,12 @@ class Lexicon:
     def characters(key: str) -> tuple[str, ...]:
         """Characters that may stand for ``key`` (any, not only those in the vocabulary). A toned syllable
         no character has (``ni5``) counts as toneless. A single-letter syllable (a, o, e, n, m) may also
-        be that Latin letter passing through, as in ``P y t h o n``; a literal key (``=o``, typed input that
-        is not pinyin) only itself. A prefix or fuzzy key stands for the union of the characters of its
-        syllables (:func:`key_syllables`): each syllable's characters in the reading table's order,
-        syllables in key_syllables' order, each character once; a toned prefix whose tone no syllable it
-        begins has counts as toneless. A key that stands for no character at all is its own fallback."""
+        be that Latin letter only in a key that says so (``o|=o``, :func:`token_key`); a literal key
+        (``=o``, typed input that is not pinyin) only itself. A prefix or fuzzy key stands for the union of
+        the characters of its syllables (:func:`key_syllables`): each syllable's characters in the reading
+        table's order, syllables in key_syllables' order, then the characters of its literal variants, each
+        character once; a toned prefix whose tone no syllable it begins has counts as toneless. A key that
+        stands for no character at all is its own fallback."""
         if is_literal_key(key):
             return (key[1],)
         if not is_syllable_set_key(key):
@@ -78,9 +92,8 @@ class Lexicon:
             syllables = key_syllables(_TONE.sub("", key))
         found: dict[str, None] = {}
         for syllable in syllables:
-            # Only a syllable typed as itself may be a Latin letter: a prefix stands for syllables.
-            chars = _syllable_characters(syllable)
-            found.update(dict.fromkeys(chars[:-1] if len(_TONE.sub("", syllable)) == 1 else chars))
+            found.update(dict.fromkeys(_syllable_characters(syllable)))
+        found.update((variant[1], None) for variant in key.split("|") if is_literal_key(variant))
         return tuple(found) or (key,)
 
     @staticmethod
@@ -136,7 +149,7 @@ class Lexicon:
         """The candidates of each source id, for the training loss: hanzi ids (pinyin vocab size, c) and
         (pinyin vocab size, c) bool, True at real entries (see :meth:`ids`). Special ids and <unk> have none
         (their raw token is unknown; the loss then counts the reference character alone)."""
-        rows = torch.tensor([PAD_ROW if index < len(SPECIALS) else self.row(token)
+        rows = torch.tensor([PAD_ROW if index < len(SPECIALS) else self.row(token_key(token))
                              for index, token in enumerate(pinyin_vocab.tokens)])
         ids, real = self.ids(rows)
         real[: len(SPECIALS)] = False

@@ -57,7 +57,8 @@ def abbreviated_positions(hanzi: str, tokens: Sequence[str], share: float) -> li
 
 
 def typed(tokens: Sequence[str], hanzi: str, unsegmented: bool = False, abbreviate: float = 0.0) -> str:
-    """How a user types the pinyin of ``hanzi``: tokens separated by spaces, or run together — except where
+    """How a user types the pinyin of ``hanzi``: tokens separated by spaces (a Latin word typed as one word,
+    ``Python``: its letters spaced would read o and n as syllables), or run together — except where
     running together would change the meaning: a digit right after a syllable (``di4`` would be a tone)
     and a Latin word next to a syllable (``zaiTxing``) get a space between them. ``abbreviate``: the share
     of syllables typed as their initial (``b`` for bei, ``zh`` for zhong), chosen by
@@ -67,12 +68,14 @@ def typed(tokens: Sequence[str], hanzi: str, unsegmented: bool = False, abbrevia
         tokens = list(tokens)
         for position in abbreviated_positions(hanzi, tokens, abbreviate):
             tokens[position] = prefix_token(tokens[position])[:-1]
-    if not unsegmented:
-        return " ".join(tokens)
     out, previous = "", None  # previous: "syllable", "latin" or "other"
     for token, char in zip(tokens, hanzi):
         kind = "syllable" if is_hanzi(char) else "latin" if char.isascii() and char.isalpha() else "other"
-        if (previous == "syllable" and (token.isdigit() or kind == "latin")) or (previous == "latin" and kind == "syllable"):
+        if not unsegmented:
+            if previous is not None and not (previous == kind == "latin"):
+                out += " "
+        elif ((previous == "syllable" and (token.isdigit() or kind == "latin"))
+              or (previous == "latin" and kind == "syllable")):
             out += " "
         out += token
         previous = kind

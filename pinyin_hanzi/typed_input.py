@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import functools
 import re
+import unicodedata
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -45,10 +46,24 @@ _MARKED = {"a": ("āáǎà", (1, 2, 3, 4)), "e": ("ēéěè", (1, 2, 3, 4)), "i"
            "o": ("ōóǒò", (1, 2, 3, 4)), "u": ("ūúǔù", (1, 2, 3, 4)), "v": ("ǖǘǚǜ", (1, 2, 3, 4)),
            "n": ("ńňǹ", (2, 3, 4)), "m": ("ḿ", (2,))}
 TONE_MARKS = {mark: (base, tone) for base, (marks, tones) in _MARKED.items() for mark, tone in zip(marks, tones)}
-_LETTER = "A-Za-zÜüV" + "".join(TONE_MARKS) + "".join(TONE_MARKS).upper()
+# The combining tone marks (macron, acute, caron, grave) and diaeresis, as decomposed (NFD) text spells them.
+COMBINING_TONES = {"\u0304": 1, "\u0301": 2, "\u030c": 3, "\u0300": 4}
+_DIAERESIS = "\u0308"
+# Combining marks that may sit on a Latin letter: inside a letter run they are read (a tone, ü) or ignored,
+# so that text typed decomposed (macOS) or with a stray mark reads as the pinyin it spells.
+_COMBINING = "\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f"
+# Latin letters with marks (é, ǘ, ḿ, ị ...) that decompose to an ASCII letter and combining marks.
+_LATIN_MARKED = "".join(
+    char for block in ((0x00C0, 0x0250), (0x1E00, 0x1F00)) for char in map(chr, range(*block))
+    if (len(decomposed := unicodedata.normalize("NFD", char)) > 1 and decomposed[0].isascii()
+        and decomposed[0].isalpha() and all(unicodedata.combining(mark) for mark in decomposed[1:])))
+_LETTER = "A-Za-z" + _LATIN_MARKED + _COMBINING
 _PIECE = re.compile(f"([{_LETTER}]+)([0-5]?)|(.)", re.S)
-# C0 and C1 control characters, DEL, zero-width space and the byte-order mark: never part of what is meant.
-_INVISIBLE = re.compile("[\x00-\x1f\x7f-\x9f\u200b\ufeff]")
+# Characters that separate syllables like an apostrophe (xi'an): the ASCII one and what keyboards, word
+# processors and IMEs put in its place (typographic quotes, full-width, modifier letters, primes, grave and
+# acute accents typed on their own).
+APOSTROPHES = "'\u2018\u2019\u201b\uff07\u02bc\u02bb\u02b9\u02c8\u2032\u2035`\uff40\u00b4\ua78c"
+_SEPARATORS = re.compile(f"[\\s{APOSTROPHES}]+")
 # Interjection syllables a longer letter run is never split into (``fangan`` is not fa-ng-an); typed on
 # their own they count.
 _NOT_INSIDE_RUNS = frozenset({"m", "n", "ng", "hm", "hng"})
@@ -82,7 +97,8 @@ def is_literal_key(key: str) -> bool:
     return len(key) == 2 and key[0] == LITERAL
 
 
-def _literal(char: str) -> Piece:
+@functools.lru_cache(maxsize=4096)
+def _literal(char: str) -> Piece:  # cached: a long line of pass-through text is mostly the same few characters
     return Piece((((char, literal_key(char)),),))
 
 
@@ -115,10 +131,11 @@ def is_prefix_token(token: str) -> bool:
     return token in PREFIX_TOKENS
 
 
-# A key that stands for a set of syllables: a prefix (``zho*``, ``b*3``) or fuzzy variants (``zi|zhi``).
+# A key that stands for a set of syllables: a prefix (``zho*``, ``b*3``), fuzzy variants (``zi|zhi``), or a
+# corpus token that may also be a Latin letter (``o|=o``).
 # Spelled out in full because the vocabulary also holds corpus punctuation such as ``*`` and ``|``, which
 # are literal tokens, not empty prefixes.
-_VARIANT = r"[a-z]+\*?[1-5]?"
+_VARIANT = r"(?:[a-zü]+\*?[1-5]?|=.)"  # a syllable or prefix, toned or not, or a literal (o|=o)
 _SYLLABLE_SET_KEY = re.compile(rf"{_VARIANT}(?:\|{_VARIANT})*")
 
 
@@ -151,13 +168,16 @@ def key_syllables(key: str) -> tuple[str, ...]:
     (``ni`` -> ("ni",), ``ni3`` -> ("ni3",)); a prefix key every syllable it begins that has the prefix's
     initial (``zho*`` -> ("zhong", "zhou"); toned ``b*3`` -> the toned syllables b... with tone 3 that have
     characters); a fuzzy key its ``|`` variants each read so (``zi|zhi`` -> ("zi", "zhi")). A literal key
-    (``=!``) stands for no syllable: (). Toned results are keys of ``toned_syllable_table``."""
+    (``=!``) stands for no syllable: (), nor does a literal variant of a fuzzy key (``o|=o``). Toned results
+    are keys of ``toned_syllable_table``."""
     if is_literal_key(key):
         return ()
     if not is_syllable_set_key(key):
         return (key,)
     found: dict[str, None] = {}
     for variant in key.split("|"):
+        if is_literal_key(variant):
+            continue
         base, tone = _split_key(variant)
         if base.endswith(PREFIX):
             toned = toned_syllable_table()
@@ -317,6 +337,15 @@ def _shuangpin_pieces(run: str, digit: str, layout: str, prefixes: bool) -> list
     return pieces
 
 
+def split_lines(text: str) -> list[str]:
+    """The lines of ``text``, by :meth:`str.splitlines` (``\\n``, ``\\r``, ``\\r\\n``, U+0085, U+2028,
+    U+2029, ``\\v``, ``\\f``, ``\\x1c``-``\\x1e`` each end a line; a final line end starts no new line);
+    at least one line, so that empty text is one empty line. The one rule every path that reads typed
+    lines follows (translate.py's arguments, files and stdin, and
+    :meth:`pinyin_hanzi.converter.Converter.convert_lines`)."""
+    return text.splitlines() or [""]
+
+
 def parse_pieces(text: str, limit: int = 4, score=fewest_syllables, *, prefixes: bool = False,
                  fuzzy: Iterable[str] | str | None = frozenset(), shuangpin: str | None = None) -> list[Piece]:
     """What a user typed, as pieces: syllables separated by spaces or apostrophes (``ni hao``, ``xi'an``) or
@@ -324,8 +353,11 @@ def parse_pieces(text: str, limit: int = 4, score=fewest_syllables, *, prefixes:
     ü, any case, full-width letters. A letter run that is no pinyin (``Python``), punctuation, digits,
     hanzi and emoji pass through one character per piece. Letter runs keep their ``limit`` best
     segmentations by ``score`` (by default the fewest syllables; the Converter passes a syllable bigram
-    model's log-probability). Control characters (NUL, ESC, ...), the byte-order mark and zero-width spaces
-    are dropped and separate like a space: nobody means them, and echoing them could drive a terminal.
+    model's log-probability). The text is first composed (NFC) and invisible characters (control and format
+    characters, variation selectors) are dropped and separate like a space (:func:`clean_typed`). Typographic,
+    full-width and other apostrophe-like characters (:data:`APOSTROPHES`: ’ ‘ ＇ ʼ ′ `) separate syllables
+    like ``'``. Combining marks on letters are read as tones (a decomposed ``ǐ``) or ü, else ignored; one
+    elsewhere passes through only on the pass-through character it follows, never on a converted one.
 
     Options (keyword-only; the defaults read full pinyin only):
 
@@ -348,26 +380,31 @@ def parse_pieces(text: str, limit: int = 4, score=fewest_syllables, *, prefixes:
         piece_pattern = re.compile(f"([A-Za-z{re.escape(extra)}]+)([0-5]?)|(.)", re.S)
     else:
         piece_pattern = _PIECE
-    text = _INVISIBLE.sub(" ", text)
-    text = re.sub(r"(?<=[nlNL])[uU]:", "v", ascii_letters_digits(text))
+    text = re.sub(r"(?<=[nlNL])[uU]:", "v", ascii_letters_digits(clean_typed(text)))
     pieces: list[Piece] = []
-    for chunk in re.split(r"[\s']+", text):
+    for chunk in _SEPARATORS.split(text):
+        chunk_start = len(pieces)
+
+        def add_literal(char: str) -> None:
+            # A combining mark passes through only on the pass-through character before it: anywhere else
+            # it would be drawn on a converted character (or on nothing).
+            if _is_mark(char) and (len(pieces) == chunk_start or not is_pass_through(pieces[-1])):
+                return
+            pieces.append(_literal(char))
+
         for match in piece_pattern.finditer(chunk):
             run, digit, other = match.groups()
             if other is not None:
-                pieces.append(_literal(other))
+                add_literal(other)
                 continue
             if shuangpin is not None:
                 found = _shuangpin_pieces(run, digit, shuangpin, prefixes)
                 pieces.extend(Piece(tuple(_widened(o, fuzzy) for o in p.options), p.scores) if fuzzy else p
                               for p in found)
                 continue
-            letters, tones = [], []
-            for char in run.lower().replace("ü", "v"):
-                base, tone = TONE_MARKS.get(char, (char, None))
-                letters.append(base)
-                tones.append(tone)
-            options, scores = _split_run("".join(letters), tones, limit, score, prefixes)
+            letters, tones = _letters_and_tones(run)
+            # A run of marks alone (no letter) is no pinyin.
+            options, scores = _split_run(letters, tones, limit, score, prefixes) if letters else ([], [])
             if digit and options:
                 options = [_with_tone(option, digit) for option in options]
             if fuzzy:
@@ -375,8 +412,61 @@ def parse_pieces(text: str, limit: int = 4, score=fewest_syllables, *, prefixes:
             if options:
                 pieces.append(Piece(tuple(options), tuple(scores)))
             else:  # not pinyin: every character passes through as typed
-                pieces.extend(_literal(char) for char in run + digit)
+                for char in run + digit:
+                    add_literal(char)
     return pieces
+
+
+def is_pass_through(piece: Piece) -> bool:
+    """Whether ``piece`` is a character typed to pass through as itself (not pinyin)."""
+    return len(piece.options) == 1 and is_literal_key(piece.options[0][-1][1])
+
+
+def pass_through_text(pieces: Iterable[Piece]) -> str:
+    """The characters of pass-through pieces, as typed."""
+    return "".join(piece.options[0][0][0] for piece in pieces)
+
+
+def _letters_and_tones(run: str) -> tuple[str, list[int | None]]:
+    """A letter run as lower-case ASCII letters (ü as v) and each letter's tone from a mark on it, or None.
+    Marks are read from the decomposed letters, so that a precomposed (ǎ) and a decomposed (a + U+030C)
+    tone mark are the same; the diaeresis on u makes it ü; other marks (and marks on no letter) are
+    ignored."""
+    letters: list[str] = []
+    tones: list[int | None] = []
+    for char in unicodedata.normalize("NFD", run.lower()):
+        if not _is_mark(char):
+            letters.append(char)
+            tones.append(None)
+        elif letters and char == _DIAERESIS and letters[-1] == "u":
+            letters[-1] = "v"
+        elif letters and char in COMBINING_TONES:
+            tones[-1] = COMBINING_TONES[char]
+    return "".join(letters), tones
+
+
+@functools.lru_cache(maxsize=4096)
+def _is_invisible(char: str) -> bool:
+    """Control and format characters (categories Cc, Cf: NUL, ESC, zero-width spaces and joiners, soft
+    hyphen, bidirectional overrides, the byte-order mark, tags) and variation selectors."""
+    return (unicodedata.category(char) in ("Cc", "Cf") or "\ufe00" <= char <= "\ufe0f"
+            or "\U000e0100" <= char <= "\U000e01ef")
+
+
+def _is_mark(char: str) -> bool:
+    return unicodedata.category(char).startswith("M")
+
+
+_NOT_PRINTABLE_ASCII = re.compile("[^\x20-\x7e]")
+
+
+def clean_typed(text: str) -> str:
+    """Typed text in one canonical form before it is read: composed (NFC), so that decomposed tone marks
+    (as macOS types them) read like precomposed ones; invisible characters (:func:`_is_invisible`) replaced
+    by a space. Nobody means them, echoing them could drive a terminal or reorder the output, and they
+    separate what they stand between like a space (a soft hyphen or a zero-width space between syllables)."""
+    return _NOT_PRINTABLE_ASCII.sub(lambda match: " " if _is_invisible(match[0]) else match[0],
+                                    unicodedata.normalize("NFC", text))
 
 
 def alternatives(pieces: list[Piece], limit: int = 4) -> list[Option]:

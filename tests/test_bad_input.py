@@ -26,6 +26,15 @@ LONG_LINE = " ".join(["ni hao"] * 5000)  # 10,000 syllables
 EXPORT = "pinyin_hanzi/cli/export.py"  # python -m pinyin_hanzi.cli.export, run as a script like the others
 
 
+def _hanzi_read(*syllables: str) -> Callable[[str], bool]:
+    """A check: one character per syllable, each a hanzi with that reading (toned: that exact reading)."""
+    from pinyin_hanzi.lexicon import Lexicon
+    from pinyin_hanzi.pinyin import is_hanzi
+
+    return lambda output: len(output) == len(syllables) and all(
+        is_hanzi(char) and char in Lexicon.characters(syllable) for char, syllable in zip(output, syllables))
+
+
 def _same_lv_character(output: str) -> bool:
     from pinyin_hanzi.pinyin import readings
 
@@ -65,6 +74,19 @@ CASES = [
     Case("control character inside pinyin", line="ni\x01hao\x1b", stdout="你好"),
     Case("NUL inside pinyin", line="ni\x00hao", stdout="你好"),
     Case("byte-order mark at the start", line="\ufeffni hao", stdout="你好"),
+    Case("invisible format characters", line="ni\u200dhao\u2060\u00ad\u202e\ufe0f\u200c\U000e0041 x\u202ey\u200bz",
+         stdout="你好xyz"),
+    Case("decomposed (NFD) tone marks", line="ni\u030c ha\u030co", stdout="你好"),
+    Case("combining marks that belong to no pass-through character", line="\u0301ni\u0323 ha\u0324o\u093e \u20d7",
+         stdout="你好"),
+    Case("typographic, full-width and other apostrophes", line="ni\u2019hao ni\u2018hao ni\uff07hao ni\u02bchao "
+         "ni\u2032hao ni`hao", stdout="你好" * 6),
+    Case("`a o e` typed apart", line="a o e", stdout=_hanzi_read("a", "o", "e")),
+    Case("single-vowel syllables with tones", line="o1 a4 e2 ai ei ao ou an en ang eng er",
+         stdout=_hanzi_read("o1", "a4", "e2", "ai", "ei", "ao", "ou", "an", "en", "ang", "eng", "er")),
+    Case("200,000 characters of `x` on one line", line="x" * 200_000, stdout="x" * 200_000),
+    Case("pinyin far apart in pass-through text", line="ni hao " + "x" * 100_000 + " ni hao",
+         stdout="你好" + "x" * 100_000 + "你好"),
     Case("tab between syllables", line="ni\thao", stdout="你好"),
     Case("mixed scripts", line="ni hao Python αβγ кот 😀", stdout="你好Pythonαβγкот😀"),
     Case("hanzi already in the input", line="ni hao 世界", stdout="你好世界"),
@@ -83,6 +105,16 @@ CASES = [
     Case("argument that is not UTF-8", argv=("ni \udcff\udcfe",), status=2,
          error=("the pinyin argument is not valid UTF-8",)),
     Case("empty input file", argv=("--input", "{tmp}/empty.txt"), files={"empty.txt": b""}, stdout=None),
+    Case("CR-only line ends", argv=("--input", "{tmp}/cr.txt"), files={"cr.txt": b"ni hao\rni hao\r\rxyz"},
+         stdout="你好\n你好\n\nxyz"),
+    Case("other line ends", argv=("--input", "{tmp}/separators.txt"),
+         files={"separators.txt": "ni hao\r\nni hao\u2028ni hao\x85ni hao\u2029ni hao\n".encode()},
+         stdout="\n".join(["你好"] * 5)),
+    Case("line ends on stdin", argv=("--input", "-"), stdin=b"ni hao\rni hao\r\n", stdout="你好\n你好"),
+    Case("line ends in the argument", argv=("ni hao\rni hao\u2028xyz",), stdout="你好\n你好\nxyz"),
+    Case("input file that is not UTF-8 after CR line ends", argv=("--input", "{tmp}/latin1_cr.txt"),
+         files={"latin1_cr.txt": b"ni hao\rni hao\rni h\xe4o\r"}, status=2,
+         error=("latin1_cr.txt: line 3 is not valid UTF-8",)),
     Case("input file that is not UTF-8", argv=("--input", "{tmp}/latin1.txt"),
          files={"latin1.txt": b"ni hao\nni h\xe4o\n"}, status=2, error=("latin1.txt: line 2 is not valid UTF-8",)),
     Case("stdin that is not UTF-8", argv=("--input", "-"), stdin=b"\xff\xfe\n", status=2,

@@ -293,3 +293,80 @@ def test_the_checkpoints_decode_settings_choose_the_typing_options(shipped, tmp_
     assert converter.prefixes is True and converter.fuzzy == {"z-zh", "an-ang"} and converter.shuangpin == "microsoft"
     assert converter.convert("nihk") == "你好"
     assert converter.convert_lines(["ni hao"], shuangpin="", prefixes=False)[0][0].text == "你好"  # per call
+
+
+# ---- What reaches the model: pass-through text far from pinyin never does; line ends; a o e
+
+
+def _counting_search(converter, monkeypatch):
+    """Record the token lists the model is asked to decode."""
+    seen = []
+    search = converter.search
+
+    def counted(token_lists, *args, **kwargs):
+        seen.extend(list(tokens) for tokens in token_lists)
+        return search(token_lists, *args, **kwargs)
+
+    monkeypatch.setattr(converter, "search", counted)
+    return seen
+
+
+def test_text_with_nothing_to_convert_never_reaches_the_model(monkeypatch):
+    converter = untrained_converter(seed=3)
+    seen = _counting_search(converter, monkeypatch)
+    lines = ["x" * 5000, "，。！ 2024 😀 世界", "", "xyz Python"]
+    assert converter.convert(lines) == ["x" * 5000, "，。！2024😀世界", "", "xyzPython"]
+    assert seen == []
+
+
+def test_the_model_sees_at_most_literal_context_characters_around_pinyin(monkeypatch):
+    from pinyin_hanzi.converter import LITERAL_CONTEXT
+
+    converter = untrained_converter(seed=4)
+    seen = _counting_search(converter, monkeypatch)
+    far = "x" * (10 * LITERAL_CONTEXT)
+    output = converter.convert(f"{far} ni hao {far} wo men {far}")
+    assert output[: len(far)] == far and output[len(far) + 2 : 2 * len(far) + 2] == far
+    assert output.endswith(far) and len(output) == 3 * len(far) + 4
+    decoded = sum(len(tokens) for tokens in seen)
+    assert decoded <= 4 + 4 * LITERAL_CONTEXT + 2  # 4 syllables, context each side, clause ends
+    assert all(set(tokens) <= {"x", "ni", "hao", "wo", "men", "。"} for tokens in seen)
+    near = "x" * LITERAL_CONTEXT  # pass-through between pinyin within reach of both sides is one decoded run
+    seen.clear()
+    converter.convert(f"ni {near}{near} hao")
+    assert sum(len(tokens) - (tokens[-1] == "。") for tokens in seen) == 2 + 2 * LITERAL_CONTEXT
+
+
+def test_n_best_is_kept_around_copied_pass_through_text(monkeypatch):
+    monkeypatch.setattr("pinyin_hanzi.converter.LITERAL_CONTEXT", 4)  # the decoded run fits this model's window
+    converter = untrained_converter(seed=5)
+    tail = "x" * 200
+    candidates = converter.candidates(f"{tail} ni hao {tail}", n=4)
+    assert len(candidates) == 4 and len({c.text for c in candidates}) == 4
+    for candidate in candidates:
+        assert candidate.text.startswith(tail) and candidate.text.endswith(tail)
+        assert len(candidate.read_as) == len(candidate.text) == len(candidate.syllables)
+
+
+def test_line_ends_inside_a_line_give_as_many_output_lines():
+    converter = untrained_converter(seed=6)
+    for text in ("ni hao\rwo men", "ni hao\r\nwo men", "ni hao\u2028wo men", "ni hao\x85wo men", "ni hao\nwo men\n"):
+        [best] = converter.convert_lines([text])[0][:1]
+        first, second = best.text.split("\n")
+        assert len(first) == len(second) == 2 and best.read_as[2] == "\n"
+    assert converter.convert(["ni\r\rhao", ""]) == [converter.convert("ni") + "\n\n" + converter.convert("hao"), ""]
+
+
+def test_typed_single_letter_syllables_are_characters_never_latin_letters():
+    pinyin = ["a", "o", "e", "n", "m", "ni"]
+    hanzi = ["a", "o", "e", "n", "m", "A", "O", "啊", "阿", "哦", "喔", "噢", "饿", "鹅", "嗯", "呒", "你"]
+    for seed in range(4):  # whatever an untrained model prefers, the constraint holds
+        converter = untrained_converter(seed=seed, pinyin=pinyin, hanzi=hanzi)
+        for typed in ("a o e", "a1 o1 e2", "ō é", "n m", "o1", "ni a"):
+            for candidate in converter.candidates(typed, n=5):
+                assert not any(char.isascii() for char in candidate.text), (typed, candidate.text)
+                for char, syllable in zip(candidate.text, candidate.read_as):
+                    assert char in Lexicon.characters(syllable), (typed, candidate)
+        assert converter.convert("o1") in ("喔", "噢")  # the tone is kept
+        # Corpus tokens are different: the o of Python may stay a Latin letter.
+        assert set(converter.convert_tokens([["o"]] * 8)) <= {"o", "哦", "喔", "噢"}

@@ -1,6 +1,6 @@
 import torch
 
-from pinyin_hanzi.lexicon import PAD_ROW, Lexicon
+from pinyin_hanzi.lexicon import PAD_ROW, Lexicon, token_key
 from pinyin_hanzi.pinyin import readings
 from pinyin_hanzi.typed_input import literal_key
 from pinyin_hanzi.vocab import PAD_ID, SPECIALS, UNK_ID, Vocab
@@ -9,8 +9,13 @@ HANZI = Vocab(list(SPECIALS) + list("你好妮号我们门，。"))
 PINYIN = Vocab(list(SPECIALS) + ["ni", "hao", "wo", "zhong", "，"])
 
 
-def test_single_letter_syllables_may_also_be_latin_letters():
-    assert "o" in Lexicon.characters("o") and "哦" in Lexicon.characters("o")
+def test_single_letter_syllables_are_hanzi_only_but_their_corpus_tokens_may_be_latin_letters():
+    for letter in "aoenm":  # typed, a syllable always becomes a character with that reading
+        assert letter not in Lexicon.characters(letter) and Lexicon.characters(letter)
+        assert letter not in Lexicon.characters(letter + "1") and letter.upper() not in Lexicon.characters(letter)
+    assert Lexicon.characters("o1") == ("喔", "噢")  # the tone is kept
+    assert token_key("o") == "o|=o" and token_key("ni") == "ni" and token_key("，") == "=，"
+    assert list(Lexicon.characters(token_key("o"))) == [*Lexicon.characters("o"), "o"]  # the o of Python
     assert "ni" not in Lexicon.characters("ni")
     assert Lexicon.characters(literal_key("o")) == ("o",)  # typed as a literal: only itself
 

@@ -29,6 +29,7 @@ def test_typed_forms():
     assert typed(tokens, "第4个人，西安", unsegmented=True) == "di 4geren，xian"
     tokens = ["zai", "T", "X", "xing", "P", "y", "t", "h", "o", "n", "o"]
     assert typed(tokens, "在TX型Python哦", unsegmented=True) == "zai TX xing Python o"
+    assert typed(tokens, "在TX型Python哦") == "zai TX xing Python o"  # a word, not o and n as syllables
 
 
 SENTENCES = ["我想去北京看看长城", "中国人民决心继承邓小平同志的遗志，",

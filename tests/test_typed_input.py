@@ -292,3 +292,83 @@ def test_shuangpin_runs_are_key_pairs():
     assert parse_pinyin(keys, shuangpin="xiaohe") == sentence
     with pytest.raises(DataError, match="unknown shuangpin layout"):
         parse_pieces("vsgo", shuangpin="qwerty")
+
+
+# ---- What typed text is before it is read: normalisation, invisible characters, apostrophes, line ends
+
+
+def test_decomposed_tone_marks_read_like_precomposed_ones():
+    import unicodedata
+
+    for text in ("nǐ hǎo", "lǚ xíng", "ḿ ǹg", "Nǐ HǍO"):
+        decomposed = unicodedata.normalize("NFD", text)
+        assert decomposed != text
+        assert _readings(decomposed) == _readings(text)
+    assert _readings("n\u0304")[0] == ["n1"]  # a tone mark that composes with nothing still counts
+    assert _readings("lu\u0308e\u0301")[0] == ["lve2"]  # u + diaeresis is ü
+
+
+def _is_mark(char):
+    import unicodedata
+
+    return len(char) == 1 and unicodedata.category(char).startswith("M")
+
+
+def test_a_combining_mark_never_lands_on_a_converted_character():
+    marks = ["\u0301", "\u0323", "\u0308", "\u20d7", "\u093e", "\u0e31", "\u034f"]
+    for mark in marks:
+        for text in ("ni hao", "ni hao xyz", "nihao!", "x ni"):
+            for position in range(len(text) + 1):
+                pieces = parse_pieces(text[:position] + mark + text[position:])
+                tokens = [piece.options[0][0][0] for piece in pieces]
+                for index, piece in enumerate(pieces):
+                    token, key = piece.options[0][0]
+                    if _is_mark(token):  # kept only right after a pass-through character it sits on
+                        assert index > 0 and key == literal_key(token)
+                        previous_token, previous_key = pieces[index - 1].options[0][-1]
+                        assert previous_key == literal_key(previous_token), (text, position, tokens)
+                if mark < "\u0370":  # a mark of the Latin script on a pinyin letter changes nothing
+                    assert "ni" in tokens, (text, position, tokens)
+    assert parse_pinyin("ni\u0323 hao") == ["ni", "hao"]  # a mark on a pinyin letter is ignored
+    assert parse_pinyin("x\u0301yz") == ["x", "\u0301", "y", "z"]  # on a pass-through letter it stays
+
+
+def test_invisible_characters_are_dropped_by_category_and_separate_like_a_space():
+    import sys
+    import unicodedata
+
+    invisible = [chr(code) for code in range(sys.maxunicode + 1)
+                 if not 0xD800 <= code <= 0xDFFF and unicodedata.category(chr(code)) in ("Cc", "Cf")]
+    invisible += ["\ufe0f", "\U000e0100"]  # variation selectors
+    assert len(invisible) > 200
+    text = "ni" + "".join(invisible) + "hao"
+    assert parse_pinyin(text) == ["ni", "hao"]
+    for char in invisible:
+        assert parse_pinyin(f"x{char}y") == ["x", "y"], hex(ord(char))
+
+
+def test_apostrophe_like_characters_separate_syllables_and_are_never_echoed():
+    from pinyin_hanzi.typed_input import APOSTROPHES
+
+    assert {"'", "\u2019", "\u2018", "\uff07", "\u02bc", "\u2032", "`"} <= set(APOSTROPHES)
+    for apostrophe in APOSTROPHES:
+        assert _readings(f"xi{apostrophe}an") == [["xi", "an"]], hex(ord(apostrophe))
+        assert parse_pinyin(f"{apostrophe}ni hao{apostrophe}") == ["ni", "hao"]
+
+
+def test_single_vowel_syllables_are_syllables_with_or_without_tones():
+    for typed in ("a", "o", "e", "ai", "ei", "ao", "ou", "an", "en", "ang", "eng", "er"):
+        for form in (typed, typed + "1", typed + "4"):
+            assert _readings(form)[0] == [form], form
+            assert _readings(form, prefixes=True)[0] == [form]  # the syllable first, before any prefix
+    assert _readings("ō")[0] == ["o1"]
+    assert _readings("a o e") == [["a", "o", "e"]]
+
+
+def test_lines_split_by_str_splitlines_and_empty_text_is_one_line():
+    from pinyin_hanzi.typed_input import split_lines
+
+    assert split_lines("ni\rhao") == ["ni", "hao"]
+    assert split_lines("ni\r\nhao\n") == ["ni", "hao"]
+    assert split_lines("a\u2028b\x85c\u2029d") == ["a", "b", "c", "d"]
+    assert split_lines("") == [""] and split_lines("\n\n") == ["", ""]

@@ -13,7 +13,7 @@ from pinyin_hanzi.cli import check_bounds, check_image_path, max_threads, run, w
 from pinyin_hanzi.config import LIMITS, MAX_NBEST, shown
 from pinyin_hanzi.errors import DataError, OutputError
 from pinyin_hanzi.shuangpin import LAYOUTS
-from pinyin_hanzi.typed_input import FUZZY_PAIRS
+from pinyin_hanzi.typed_input import FUZZY_PAIRS, split_lines
 
 
 def _open_input(name: str):
@@ -29,15 +29,22 @@ def _open_input(name: str):
 
 
 def _open_lines(name: str) -> Iterator[str]:
-    """Lines of a UTF-8 file (or stdin for '-'), without their line ends. Read as bytes and decoded line by
-    line, so that an invalid line is reported with its number."""
+    """Lines of a UTF-8 file (or stdin for '-'), without their line ends, split as
+    :func:`pinyin_hanzi.typed_input.split_lines` splits (``\\n``, ``\\r\\n``, a lone ``\\r``, U+2028, ...).
+    Read as bytes and decoded a ``\\n``-ended piece at a time, so that an invalid line is reported with its
+    number."""
     stream = _open_input(name)
+    count = 0  # lines yielded so far
     try:
-        for line_number, raw in enumerate(stream, start=1):
+        for raw in stream:
             try:
-                yield raw.decode("utf-8").rstrip("\r\n")
-            except UnicodeDecodeError:
-                raise DataError(f"{name}: line {line_number} is not valid UTF-8") from None
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as error:
+                before = raw[: error.start].decode("utf-8")
+                raise DataError(f"{name}: line {count + len((before + '.').splitlines())} is not valid UTF-8") from None
+            lines = text.splitlines()
+            count += len(lines)
+            yield from lines
     finally:
         if name != "-":
             stream.close()
@@ -320,7 +327,7 @@ def _translate(argv) -> int:
     if args.text:
         if args.attention:  # first: a line it cannot draw fails before any output
             _draw_attention(converter, " ".join(args.text), args)
-        _convert_and_print(converter, [" ".join(args.text)], args)
+        _convert_and_print(converter, split_lines(" ".join(args.text)), args)
         return 0
     if args.input is None and sys.stdin.isatty():
         return _interactive(converter, args)
