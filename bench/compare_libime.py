@@ -205,6 +205,10 @@ def main() -> int:
     parser.add_argument("--dump", help="write split, engine, input, reference, hypothesis lines to this TSV")
     parser.add_argument("--abbreviate", type=float, default=0.0, metavar="P",
                         help="type this share (0-1) of syllables as their initial, the same ones for both engines")
+    parser.add_argument("--lm-weight", type=float, help="our character n-gram model's weight (default: the "
+                        "checkpoint's decode.lm_weight)")
+    parser.add_argument("--word-weight", type=float, help="our word model's weight (default: the checkpoint's "
+                        "decode.word_weight)")
     args = parser.parse_args()
     engines = [engine.strip() for engine in args.engines.split(",") if engine.strip()]
     if not engines or any(engine not in ENGINES for engine in engines):
@@ -212,7 +216,9 @@ def main() -> int:
     check_bounds(parser, [("--abbreviate", args.abbreviate, 0, 1), ("--limit", args.limit, 0, 10**9),
                           ("--beam", args.beam, *LIMITS["decode.beam"]),
                           ("--batch-size", args.batch_size, *LIMITS["decode.batch_sentences"]),
-                          ("--threads", args.threads, 1, max_threads())])
+                          ("--threads", args.threads, 1, max_threads()),
+                          ("--lm-weight", args.lm_weight, *LIMITS["decode.lm_weight"]),
+                          ("--word-weight", args.word_weight, *LIMITS["decode.word_weight"])])
     if not args.split or ("libime" in engines and not Path(args.libime).is_file()):
         parser.error(f"needs --split FILE (prepared tokens<TAB>hanzi, e.g. data/prepared/pd1998/test.tsv) and, for "
                      f"libime, its wrapper at --libime (now {args.libime}: bash /work/shared/peers/build.sh /tmp/peers)")
@@ -225,7 +231,8 @@ def main() -> int:
         checkpoint, origin = resolve_checkpoint(args.checkpoint)
         print(f"ours: {origin} {checkpoint}", file=sys.stderr)
         started = time.perf_counter()
-        converter = Converter.from_checkpoint(checkpoint, log=lambda message: print(message, file=sys.stderr))
+        converter = Converter.from_checkpoint(checkpoint, lm_weight=args.lm_weight, word_weight=args.word_weight,
+                                              log=lambda message: print(message, file=sys.stderr))
         ours_load = time.perf_counter() - started
         args.beam = args.beam or converter.beam
     libime_load = libime_startup(args.libime) if "libime" in engines else None
