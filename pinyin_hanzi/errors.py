@@ -19,3 +19,12 @@ class CheckpointError(PinyinHanziError):
 
 class TrainingError(PinyinHanziError):
     """Training cannot go on (for example the loss stopped being finite); the last checkpoint is intact."""
+
+
+class OutputError(PinyinHanziError):
+    """An output folder cannot be written (read-only, missing permission) or another process owns it."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C, with what was kept and how to go on: the command-line tools print it and exit 130. A
+    KeyboardInterrupt, so that whatever lets Ctrl-C through lets this through too."""

@@ -272,7 +272,8 @@ def test_init_from_grows_the_vocabularies_and_keeps_the_known_rows(tmp_path, tin
     data_dir = training.prepare(config.data)
 
     messages = []
-    model, pinyin_vocab, hanzi_vocab = training._setup_model(config, data_dir, None, best, str(best), messages.append)
+    splits = training.Splits.read(data_dir)
+    model, pinyin_vocab, hanzi_vocab = training._setup_model(config, splits, None, best, str(best), messages.append)
     assert pinyin_vocab.tokens[: len(old["pinyin_vocab"])] == old["pinyin_vocab"]
     assert hanzi_vocab.tokens[: len(old["hanzi_vocab"])] == old["hanzi_vocab"]
     assert PREFIX_TOKENS <= set(pinyin_vocab.tokens)
@@ -313,8 +314,8 @@ def test_init_from_an_untied_model_grows_its_output_projection_too(tmp_path, tin
     second["model"]["tie_output"] = False
     second["data"]["abbreviate"] = 1.0
     config = load_config(write_config(tmp_path / "b.yaml", second))
-    model, pinyin_vocab, hanzi_vocab = training._setup_model(config, training.prepare(config.data), None, best,
-                                                             str(best), lambda message: None)
+    splits = training.Splits.read(training.prepare(config.data))
+    model, pinyin_vocab, hanzi_vocab = training._setup_model(config, splits, None, best, str(best), lambda message: None)
     known = old["output.weight"].shape[0]
     assert len(hanzi_vocab) > known and len(pinyin_vocab) >= old["source_embedding.tokens.weight"].shape[0] + 26
     assert torch.equal(model.output.weight[:known], old["output.weight"])
