@@ -490,7 +490,7 @@ def _too_few(config: DataConfig, weights: dict, merged: dict[str, list[Example]]
              skipped: Counter) -> str:
     """Why a corpus cannot be split, and what to do: with no training example the corpus is the problem
     (its lines were skipped, counted by reason), otherwise the held-out shares are too small for it."""
-    counts = ", ".join(f"{split} {len(items)}" for split, items in merged.items())
+    counts = ", ".join(f"{split} {len(merged[split])}" for split in SPLITS)
     corpus = config.corpus if len(weights) == 1 else ", ".join(weights)
     dropped = [f"{count} {reason}" for reason, count in skipped.most_common() if "not dropped" not in reason]
     why = f"; skipped: {', '.join(dropped)}" if dropped else ""
