@@ -531,6 +531,12 @@ class Logs:
         self.progress = tqdm(total=t.max_steps, initial=self.run.step, desc=t.name, unit="step", dynamic_ncols=True,
                              file=sys.stderr, mininterval=1.0, disable=not self.run.process.is_main)
 
+    def say(self, message: str) -> None:
+        """A message for the user (run.log: stderr, like every message; stdout holds only the result), printed
+        above the progress bar rather than through it."""
+        with tqdm.external_write_mode(file=sys.stderr):
+            self.run.log(message)
+
     def restart_window(self) -> None:
         """Tokens/s measure training alone: the clock restarts after an evaluation."""
         self.window_tokens, self.window_start = 0, time.time()
@@ -643,7 +649,7 @@ def _train_loop(run: Run, parts: Parts, logs: Logs) -> None:
                 distributed.barrier()  # the others wait for the evaluation and the checkpoint
                 logs.restart_window()
             if out_of_time:
-                logs.progress.write(f"stopping: train.max_minutes={t.max_minutes} reached at step {run.step}")
+                logs.say(f"stopping: train.max_minutes={t.max_minutes} reached at step {run.step}")
                 break
     finally:
         logs.close()
@@ -689,7 +695,7 @@ def evaluate_and_save(run: Run, parts: Parts, logs: Logs) -> None:
     improved = result["char_accuracy"] > run.best_accuracy
     run.best_accuracy = max(run.best_accuracy, result["char_accuracy"])
     save_checkpoint(run, parts, result["char_accuracy"], elapsed, improved=improved)
-    logs.progress.write(f"step {run.step}: valid loss {result['loss']:.3f}, char accuracy {result['char_accuracy']:.2%}"
+    logs.say(f"step {run.step}: valid loss {result['loss']:.3f}, char accuracy {result['char_accuracy']:.2%}"
                         f"{' (best)' if improved else ''}, {elapsed / 60:.1f} min | {result['samples'][0]}")
 
 

@@ -482,3 +482,15 @@ def test_init_from_a_checkpoint_of_another_model_says_it_cannot_start_from_it(tm
     config = load_config(write_config(tmp_path / "c.yaml", tiny_config_dict(tmp_path, tiny_corpus)), ["model.d_ff=256"])
     with pytest.raises(CheckpointError, match=r"^cannot start from .*best.pt: model\.d_ff is 256 now but 128"):
         train(config, init_from=str(best), log=lambda message: None)
+
+
+def test_a_run_whose_run_folder_another_process_holds_is_refused(tmp_path, tiny_corpus):
+    import os
+
+    from pinyin_hanzi.errors import OutputError
+    from pinyin_hanzi.files import locked
+
+    config = _small_run(tmp_path, tiny_corpus)  # another checkpoint folder, but the same runs/tiny
+    with locked(tmp_path / "runs" / "tiny" / ".lock"), pytest.raises(OutputError) as raised:
+        train(config, log=lambda message: None)
+    assert str(raised.value) == f"run tiny is in use by another process (pid {os.getpid()})"
