@@ -1,8 +1,10 @@
 """The training recipe: plain functions, no framework.
 
     train(config)
-      _setup_run         seed, threads, device, the run's folders (a new run never replaces another's)
-      _setup_data        prepare the splits (rank 0; the other processes wait) and read them
+      _setup_run         seed, threads, device, where the run writes
+      _owned             the run's folders checked writable and locked for the whole run (one process
+                         trains a run); a new run never replaces another's
+      _setup_data        prepare the splits (rank 0; the other processes wait) and read them, under the data's lock
       _setup_model       a new Transformer, the resumed last.pt's, or --init-from's weights
       _setup_language_models  syllable bigrams; the character n-gram model and the word model when their weights > 0
       _setup_optimizer   AdamW with warm-up + cosine decay (lr_at)
