@@ -43,12 +43,12 @@ from tqdm import tqdm
 from pinyin_hanzi import checkpoint, distributed, visualize
 from pinyin_hanzi.char_lm import count_for
 from pinyin_hanzi.config import Config, TrainConfig, save_config
-from pinyin_hanzi.corpus import Example, data_fingerprint, phrase_texts, prepare, prepared_data, read_examples
+from pinyin_hanzi.corpus import Example, data_fingerprint, phrase_texts, prepared_data, read_examples
 from pinyin_hanzi.data import Batch, BatchStream, EncodedExample, encode_examples, hanzi_ids, prefix_ids
 from pinyin_hanzi.converter import Converter
 from pinyin_hanzi.errors import CheckpointError, ConfigError, Interrupted, TrainingError
-from pinyin_hanzi.files import check_writable, locked, os_error_reason
 from pinyin_hanzi.evaluation import evaluate
+from pinyin_hanzi.files import check_writable, locked, os_error_reason
 from pinyin_hanzi.loss import model_loss_sum
 from pinyin_hanzi.model import Transformer
 from pinyin_hanzi.runtime import autocast_for, resolve_precision, select_device, set_threads
@@ -225,6 +225,12 @@ class Run:
             flags += " --overwrite"
         return f"start again with: {self.command}{flags}" if self.command else "start it again"
 
+    def write_failed(self, error: OSError, path) -> TrainingError:
+        """The error that stops a run whose write to ``path`` failed (a full or read-only disk)."""
+        remedy = "free space" if error.errno in (errno.ENOSPC, errno.EDQUOT) else "make it writable"
+        return TrainingError(f"{os_error_reason(error)} while saving {path}: {self.kept()}; {remedy}, then "
+                             f"{self.next_step()}")
+
     def _at_step(self) -> str:
         return f" (step {self.kept_step})" if self.kept_step is not None else ""
 
@@ -300,6 +306,8 @@ def train(config: Config, *, resume: bool = False, init_from: str | None = None,
                 return _train(run, resume=resume)
         except KeyboardInterrupt:
             raise Interrupted(f"interrupted at step {run.step}: {run.kept()}; {run.next_step()}") from None
+        except OSError as error:  # a log or TensorBoard write (checkpoints say so themselves)
+            raise run.write_failed(error, error.filename or run.run_dir) from None
     finally:
         distributed.stop()
 
@@ -724,8 +732,6 @@ def save_checkpoint(run: Run, parts: Parts, accuracy: float, elapsed: float, *, 
         try:
             checkpoint.save_checkpoint(path, state)
         except OSError as error:
-            remedy = "free space" if error.errno in (errno.ENOSPC, errno.EDQUOT) else "make it writable"
-            raise TrainingError(f"{os_error_reason(error)} while saving {path}: {run.kept()}; {remedy}, then "
-                                f"{run.next_step()}") from None
+            raise run.write_failed(error, path) from None
         if path == run.last_path or not run.last_path.exists():  # what --resume would continue from
             run.kept_path, run.kept_step = path, run.step

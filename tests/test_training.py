@@ -10,7 +10,7 @@ from conftest import tiny_config_dict, write_config
 from pinyin_hanzi import checkpoint, loss, training
 from pinyin_hanzi.checkpoint import load_checkpoint
 from pinyin_hanzi.config import TrainConfig, load_config
-from pinyin_hanzi.corpus import read_examples
+from pinyin_hanzi.corpus import prepare, read_examples
 from pinyin_hanzi.errors import CheckpointError, ConfigError, TrainingError
 from pinyin_hanzi.training import lr_at, train
 
@@ -270,7 +270,7 @@ def test_init_from_grows_the_vocabularies_and_keeps_the_known_rows(tmp_path, tin
     config_dict = tiny_config_dict(tmp_path, corpus, **settings)
     config_dict["data"]["abbreviate"] = 0.5
     config = load_config(write_config(tmp_path / "c.yaml", config_dict))
-    data_dir = training.prepare(config.data)
+    data_dir = prepare(config.data)
 
     messages = []
     splits = training.Splits.read(data_dir)
@@ -315,7 +315,7 @@ def test_init_from_an_untied_model_grows_its_output_projection_too(tmp_path, tin
     second["model"]["tie_output"] = False
     second["data"]["abbreviate"] = 1.0
     config = load_config(write_config(tmp_path / "b.yaml", second))
-    splits = training.Splits.read(training.prepare(config.data))
+    splits = training.Splits.read(prepare(config.data))
     model, pinyin_vocab, hanzi_vocab = training._setup_model(config, splits, None, best, str(best), lambda message: None)
     known = old["output.weight"].shape[0]
     assert len(hanzi_vocab) > known and len(pinyin_vocab) >= old["source_embedding.tokens.weight"].shape[0] + 26
@@ -494,3 +494,21 @@ def test_a_run_whose_run_folder_another_process_holds_is_refused(tmp_path, tiny_
     with locked(tmp_path / "runs" / "tiny" / ".lock"), pytest.raises(OutputError) as raised:
         train(config, log=lambda message: None)
     assert str(raised.value) == f"run tiny is in use by another process (pid {os.getpid()})"
+
+
+def test_a_full_disk_while_logging_says_what_was_kept_too(tmp_path, tiny_corpus, monkeypatch):
+    import errno
+
+    config = _small_run(tmp_path, tiny_corpus)
+    real_record, log_path = training.Logs.record_step, tmp_path / "runs" / "tiny" / "train_log.jsonl"
+
+    def full_at_step_8(self, *args, **kwargs):
+        if self.run.step == 8:
+            raise OSError(errno.ENOSPC, "No space left on device", str(log_path))
+        real_record(self, *args, **kwargs)
+
+    monkeypatch.setattr(training.Logs, "record_step", full_at_step_8)
+    with pytest.raises(TrainingError) as raised:
+        train(config, log=lambda message: None, command=_COMMAND)
+    assert str(raised.value) == (f"disk full while saving {log_path}: kept {tmp_path / 'checkpoints' / 'tiny' / 'last.pt'} "
+                                 f"(step 6); free space, then continue with: {_COMMAND} --resume")
