@@ -29,6 +29,7 @@ from pinyin_hanzi.vocab import BOS_ID, Vocab
 from pinyin_hanzi.word_lm import WordLexiconLM
 
 FORMAT_VERSION = 1
+TEMPORARY_SUFFIX = ".tmp"  # a checkpoint being written: PATH.tmp, renamed to PATH when complete
 
 # The entries of a checkpoint. Every writer and reader names them through these constants.
 FORMAT_VERSION_KEY = "format_version"  # int, FORMAT_VERSION
@@ -48,6 +49,7 @@ SCHEDULER_KEY = "scheduler"  # LambdaLR state_dict
 BEST_ACCURACY_KEY = "best_accuracy"  # float: the best validation character accuracy of the run so far
 BATCHES_KEY = "batches"  # BatchStream.state_dict(): the data position
 RNG_KEY = "rng"  # the random generators' states (training.rng_state)
+DATA_FINGERPRINT_KEY = "data_fingerprint"  # str: corpus.data_fingerprint of the prepared data it trained on
 
 REQUIRED_KEYS = (FORMAT_VERSION_KEY, CONFIG_KEY, PINYIN_VOCAB_KEY, HANZI_VOCAB_KEY, MODEL_KEY, STEP_KEY)
 RESUME_KEYS = (OPTIMIZER_KEY, SCHEDULER_KEY, BEST_ACCURACY_KEY, BATCHES_KEY, RNG_KEY)
@@ -59,9 +61,11 @@ EXPORTED_KEYS = (CONFIG_KEY, PINYIN_VOCAB_KEY, HANZI_VOCAB_KEY, STEP_KEY, SYLLAB
 def training_checkpoint(*, config: dict, pinyin_vocab: list[str], hanzi_vocab: list[str], model: dict,
                         optimizer: dict, scheduler: dict, step: int, best_accuracy: float,
                         valid_char_accuracy: float, batches: dict, rng: dict, syllable_lm: dict,
-                        char_lm: dict | None, elapsed_seconds: float, word_lm: dict | None = None) -> dict:
+                        char_lm: dict | None, elapsed_seconds: float, word_lm: dict | None = None,
+                        data_fingerprint: str | None = None) -> dict:
     """The state training writes to ``last.pt`` and ``best.pt``, from plain values and state dicts (see the
-    ``*_KEY`` constants for what each one is); ``char_lm`` or ``word_lm`` None leaves its entry out."""
+    ``*_KEY`` constants for what each one is); ``char_lm``, ``word_lm`` or ``data_fingerprint`` None leaves
+    its entry out."""
     state = {CONFIG_KEY: config, PINYIN_VOCAB_KEY: pinyin_vocab, HANZI_VOCAB_KEY: hanzi_vocab, MODEL_KEY: model,
              OPTIMIZER_KEY: optimizer, SCHEDULER_KEY: scheduler, STEP_KEY: step, BEST_ACCURACY_KEY: best_accuracy,
              VALID_ACCURACY_KEY: valid_char_accuracy, BATCHES_KEY: batches, RNG_KEY: rng,
@@ -70,15 +74,20 @@ def training_checkpoint(*, config: dict, pinyin_vocab: list[str], hanzi_vocab: l
         state[CHAR_LM_KEY] = char_lm
     if word_lm is not None:
         state[WORD_LM_KEY] = word_lm
+    if data_fingerprint is not None:
+        state[DATA_FINGERPRINT_KEY] = data_fingerprint
     state[ELAPSED_KEY] = elapsed_seconds
     return state
 
 
 def save_checkpoint(path: str | Path, state: dict) -> None:
     """Atomically write ``state`` (plain containers and tensors) to ``path``, with the format version: a
-    process killed at any moment leaves either the previous file or the new one, never a mix, and a write
-    that fails leaves no temporary file. CheckpointError (one line) if ``path`` is a directory or cannot be
-    written (a read-only place, a full disk, a parent that is a file)."""
+    process killed at any moment leaves either the previous file or the new one, never a mix.
+
+    A write that fails (OSError: disk full, read-only) or is interrupted (Ctrl-C) removes its temporary
+    file and leaves the previous ``path`` as it was. CheckpointError (one line) if ``path`` is a directory
+    or cannot be written (a read-only place, a full disk, a parent that is a file); for a failed write its
+    ``__cause__`` is the OSError, so that training can say what it kept."""
     path = Path(path)
     if path.is_dir():
         raise CheckpointError(f"cannot write checkpoint {path}: it is a directory (name a file in it, e.g. "
@@ -86,7 +95,7 @@ def save_checkpoint(path: str | Path, state: dict) -> None:
     blocking = next((parent for parent in path.parents if parent.exists() and not parent.is_dir()), None)
     if blocking is not None:
         raise CheckpointError(f"cannot write checkpoint {path}: {blocking} is a file, not a folder")
-    temporary = path.with_name(path.name + ".tmp")
+    temporary = path.with_name(path.name + TEMPORARY_SUFFIX)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)  # a missing folder is made, as training makes its own
         with open(temporary, "wb") as handle:
@@ -95,12 +104,12 @@ def save_checkpoint(path: str | Path, state: dict) -> None:
             os.fsync(handle.fileno())  # the bytes are on disk before the rename makes them the checkpoint
         os.replace(temporary, path)
     except BaseException as error:  # interrupted or failed: no temporary file stays behind
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError):  # a read-only disk may refuse this too: the first error counts
             temporary.unlink(missing_ok=True)
         if not isinstance(error, OSError):
             raise
         where = f" ({error.filename})" if error.filename not in (None, str(path), str(temporary)) else ""
-        raise CheckpointError(f"cannot write checkpoint {path}: {error.strerror or error}{where}") from None
+        raise CheckpointError(f"cannot write checkpoint {path}: {error.strerror or error}{where}") from error
 
 
 def check_checkpoint_path(path: str | Path) -> Path:
@@ -202,7 +211,7 @@ _ENTRY_TYPES = {  # key -> (test, what the error calls the expected type)
     VALID_ACCURACY_KEY: (_is_finite_number, "a finite number"), ELAPSED_KEY: (_is_finite_number, "a finite number"),
     OPTIMIZER_KEY: (_is_dict, "a dict"), SCHEDULER_KEY: (_is_dict, "a dict"),
     BEST_ACCURACY_KEY: (_is_finite_number, "a finite number"), BATCHES_KEY: (_is_dict, "a dict"),
-    RNG_KEY: (_is_dict, "a dict"),
+    RNG_KEY: (_is_dict, "a dict"), DATA_FINGERPRINT_KEY: (lambda value: isinstance(value, str), "a str"),
 }
 _CHAR_LM_TABLE = ("context_keys", "totals", "distinct", "runs", "last_ids", "counts")
 MAX_COUNT = 2**53  # counts beyond this are no counts of text (and lose precision as floats)

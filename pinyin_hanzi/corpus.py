@@ -17,9 +17,13 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import re
+import shutil
 import time
 from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,7 +31,8 @@ from tqdm import tqdm
 
 from pinyin_hanzi import sources as corpus_sources
 from pinyin_hanzi.config import DataConfig
-from pinyin_hanzi.errors import DataError
+from pinyin_hanzi.errors import DataError, OutputError
+from pinyin_hanzi.files import check_writable, locked, os_error_reason
 from pinyin_hanzi.pinyin import (CLAUSE_PUNCTUATION, HANZI_CLASS, hanzi_to_tokens, is_hanzi, normalize_text,
                                  phrase_readings, readings, syllables)
 from pinyin_hanzi.sources import read_text_lines
@@ -242,9 +247,22 @@ def prepared_dir(config: DataConfig) -> Path:
     return Path(config.prepared_dir) / (config.name or "+".join(source_tag(name) for name in config.source_weights()))
 
 
+def _file_hash(path: Path) -> str:
+    """sha256 of a file's bytes: an edit that keeps its size and its mtime's second still changes it."""
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as handle:
+            while block := handle.read(1 << 20):
+                digest.update(block)
+    except OSError as error:
+        raise DataError(f"cannot read corpus file {path}: {os_error_reason(error)}") from None
+    return digest.hexdigest()
+
+
 def _fingerprint(config: DataConfig) -> dict:
-    """What the prepared data depends on; a change rebuilds it. (A single-source config without the newer
-    keys keeps the fingerprint it always had, so existing prepared data stays valid.)"""
+    """What the prepared data depends on; a change rebuilds it: the settings, and the bytes of a user's
+    corpus files. (A single-source config of a built-in corpus without the newer keys keeps the fingerprint
+    it always had, so existing prepared data stays valid; the built-in corpora are fixed downloads.)"""
     fields = {key: getattr(config, key)
               for key in ("corpus", "max_len", "valid_per_mille", "test_per_mille", "min_char_count")}
     if config.sources:
@@ -253,16 +271,26 @@ def _fingerprint(config: DataConfig) -> dict:
         fields["phrase_pinyin"] = True
     if config.abbreviate > 0:  # the pinyin vocabulary holds the prefix tokens (whatever the share)
         fields["prefix_tokens"] = True
-    files = {}
-    for name in config.source_weights():
-        if name not in corpus_sources.SOURCES and Path(name).exists():
-            stat = Path(name).stat()
-            files[name] = (stat.st_size, int(stat.st_mtime))
+    files = {name: _file_hash(Path(name)) for name in config.source_weights()
+             if name not in corpus_sources.SOURCES and Path(name).is_file()}
     if files and not config.sources:
-        fields["corpus_size"], fields["corpus_mtime"] = files[config.corpus]
+        fields["corpus_sha256"] = files[config.corpus]
     elif files:
-        fields["files"] = files
+        fields["files_sha256"] = files
     return {"format_version": DATA_FORMAT_VERSION, **fields}
+
+
+def data_fingerprint(out: str | Path) -> str:
+    """A hash of the prepared data's files (every split and both vocabularies; stats.json aside): what a
+    checkpoint records, so that --resume notices when the data it trained on has changed."""
+    digest = hashlib.sha256()
+    for path in sorted(Path(out).iterdir()):
+        if path.suffix in (".tsv", ".txt") and not path.name.startswith("."):
+            digest.update(f"{path.name}\0{path.stat().st_size}\0".encode())
+            with open(path, "rb") as handle:
+                while block := handle.read(1 << 20):
+                    digest.update(block)
+    return digest.hexdigest()[:16]
 
 
 def read_examples(path: str | Path, trusted: bool = False, skipped: Counter | None = None) -> list[Example]:
@@ -298,28 +326,61 @@ def _per_split(examples_by_split: dict[str, list[Example]]) -> dict:
 
 
 def _write_split(path: Path, examples: list[Example]) -> None:
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text("".join(example.to_line() + "\n" for example in examples), encoding="utf-8")
-    temporary.replace(path)
+    path.write_text("".join(example.to_line() + "\n" for example in examples), encoding="utf-8")
 
 
-def prepare(config: DataConfig, force: bool = False) -> Path:
+def _up_to_date(out: Path, fingerprint: dict) -> bool:
+    """Whether ``out`` holds complete prepared data for ``fingerprint``: its stats.json (written last, and
+    the folder renamed into place only then) has that fingerprint, and its files still hash as they did."""
+    try:
+        stats = json.loads((out / "stats.json").read_text(encoding="utf-8"))
+        if stats.get("fingerprint") != fingerprint:
+            return False
+        return "data_fingerprint" not in stats or stats["data_fingerprint"] == data_fingerprint(out)
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+@contextmanager
+def prepared_data(config: DataConfig, force: bool = False, log: Callable[[str], None] | None = None
+                  ) -> Iterator[Path]:
+    """:func:`prepare` the data, and hold its folder's lock until the block ends: what the block reads is
+    what was prepared, even if another process wants to rebuild it meanwhile (that one waits)."""
+    out = prepared_dir(config)
+    check_writable(out.parent, "prepared-data folder")
+
+    def waiting(pid: str) -> None:
+        if log is not None:
+            log(f"waiting for process {pid}, which is preparing {out}")
+
+    with locked(out.parent / f".{out.name}.lock", wait=waiting):
+        yield _prepare_locked(config, out, force)
+
+
+def prepare(config: DataConfig, force: bool = False, log: Callable[[str], None] | None = None) -> Path:
     """Build (or reuse) ``<prepared_dir>/<name>/``: ``{train,valid,test}.tsv`` (and, with several sources,
     ``valid.<source>.tsv`` / ``test.<source>.tsv`` per source), the vocabularies ``pinyin_vocab.txt`` and
     ``hanzi_vocab.txt`` (from the training split only) and ``stats.json`` (per source: counts, what was
     dropped and why, and how many examples pypinyin-dict's phrase readings changed).
 
+    All or nothing: the data is built in a folder beside it and renamed into place when complete, so an
+    interrupted preparation leaves the previous data (or none), never splits of two configs. One process
+    prepares a folder at a time: another waits for it (``log`` says so) and then finds the data ready.
+
     Raises DataError for a missing, unreadable or non-UTF-8 corpus file, a failed download, or a corpus
-    too small to give every split some examples."""
-    out = prepared_dir(config)
+    too small to give every split some examples; OutputError if the folder cannot be written."""
+    with prepared_data(config, force, log) as out:
+        return out
+
+
+def _prepare_locked(config: DataConfig, out: Path, force: bool) -> Path:
     fingerprint = _fingerprint(config)
-    stats_path = out / "stats.json"
-    if not force and stats_path.exists():
-        try:
-            if json.loads(stats_path.read_text(encoding="utf-8")).get("fingerprint") == fingerprint:
-                return out
-        except (OSError, ValueError):
-            pass
+    leftovers = re.compile(rf"\.{re.escape(out.name)}\.(building|retired)-[0-9]+")
+    for leftover in out.parent.iterdir():  # of a preparation that was killed (the lock says none is running)
+        if leftovers.fullmatch(leftover.name):
+            shutil.rmtree(leftover, ignore_errors=True)
+    if not force and _up_to_date(out, fingerprint):
+        return out
     started = time.time()
     weights = config.source_weights()
     skipped: dict[str, Counter] = {name: Counter() for name in weights}
@@ -366,26 +427,12 @@ def prepare(config: DataConfig, force: bool = False) -> Path:
     merged = {split: [e for name in weights for e in splits[name][split]] for split in ("valid", "test")}
     written = {name: [copies(e.hanzi, weight) for e in splits[name]["train"]] for name, weight in weights.items()}
     merged["train"] = [e for name in weights for e, n in zip(splits[name]["train"], written[name]) for _ in range(n)]
-    if not all(merged.values()):
-        counts = ", ".join(f"{split} {len(items)}" for split, items in merged.items())
-        raise DataError(f"corpus {config.corpus if len(weights) == 1 else ', '.join(weights)!r} gives too few "
-                        f"examples ({counts}): every split needs some; add text or raise data.valid_per_mille / "
-                        f"data.test_per_mille")
-
-    out.mkdir(parents=True, exist_ok=True)
-    for split in SPLITS:
-        _write_split(out / f"{split}.tsv", merged[split])
-    several = len(weights) > 1
-    for name in weights if several else ():
-        for split in ("valid", "test"):
-            if splits[name][split]:
-                _write_split(out / f"{split}.{source_tag(name)}.tsv", splits[name][split])
-    pinyin_vocab, hanzi_vocab = build_vocabs(merged["train"], config.min_char_count,  # from train only
-                                             PREFIX_TOKENS if config.abbreviate > 0 else ())
-    save_vocab(pinyin_vocab, out / "pinyin_vocab.txt")
-    save_vocab(hanzi_vocab, out / "hanzi_vocab.txt")
     total_skipped = sum(skipped.values(), Counter())
+    if not all(merged.values()):
+        raise DataError(_too_few(config, weights, merged, sum(lines.values()), total_skipped))
+
     stats = {"fingerprint": fingerprint}
+    several = len(weights) > 1
     if several:
         stats["sources"] = {
             name: {**corpus_sources.describe(name), "weight": weight, **_per_split(splits[name]),
@@ -398,13 +445,58 @@ def prepare(config: DataConfig, force: bool = False) -> Path:
         (name,) = weights
         stats["source"] = {**corpus_sources.describe(name), "lines": lines[name],
                            **({"converted_to_simplified": converted[name]} if converted[name] else {})}
-    stats.update({
-        **_per_split(merged),
-        "vocab": {"pinyin": len(pinyin_vocab), "hanzi": len(hanzi_vocab)},
-        "hanzi_unknown_in_test": sum(c not in hanzi_vocab for e in merged["test"] for c in e.hanzi),
-        **({"pinyin_changed_by_phrase_table": sum(pinyin_changed.values())} if pinyin_changed else {}),
-        "skipped": dict(total_skipped.most_common()),
-        "seconds": round(time.time() - started, 1),
-    })
-    stats_path.write_text(json.dumps(stats, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
+    building = out.parent / f".{out.name}.building-{os.getpid()}"
+    try:
+        building.mkdir(parents=True)
+        for split in SPLITS:
+            _write_split(building / f"{split}.tsv", merged[split])
+        for name in weights if several else ():
+            for split in ("valid", "test"):
+                if splits[name][split]:
+                    _write_split(building / f"{split}.{source_tag(name)}.tsv", splits[name][split])
+        pinyin_vocab, hanzi_vocab = build_vocabs(merged["train"], config.min_char_count,  # from train only
+                                                 PREFIX_TOKENS if config.abbreviate > 0 else ())
+        save_vocab(pinyin_vocab, building / "pinyin_vocab.txt")
+        save_vocab(hanzi_vocab, building / "hanzi_vocab.txt")
+        stats.update({
+            **_per_split(merged),
+            "vocab": {"pinyin": len(pinyin_vocab), "hanzi": len(hanzi_vocab)},
+            "hanzi_unknown_in_test": sum(c not in hanzi_vocab for e in merged["test"] for c in e.hanzi),
+            **({"pinyin_changed_by_phrase_table": sum(pinyin_changed.values())} if pinyin_changed else {}),
+            "skipped": dict(total_skipped.most_common()),
+            "seconds": round(time.time() - started, 1),
+            "data_fingerprint": data_fingerprint(building),
+        })
+        (building / "stats.json").write_text(json.dumps(stats, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
+        _replace_folder(building, out)
+    except OSError as error:
+        raise OutputError(f"cannot write the prepared data {out}: {os_error_reason(error)}") from None
+    finally:
+        shutil.rmtree(building, ignore_errors=True)  # left only when something failed
     return out
+
+
+def _replace_folder(new: Path, out: Path) -> None:
+    """Put the complete folder ``new`` in the place of ``out``. Two renames: a kill between them leaves no
+    ``out`` (prepared again next time), never a mix of the two."""
+    retired = out.parent / f".{out.name}.retired-{os.getpid()}"
+    if out.exists():
+        os.replace(out, retired)
+    os.replace(new, out)
+    shutil.rmtree(retired, ignore_errors=True)
+
+
+def _too_few(config: DataConfig, weights: dict, merged: dict[str, list[Example]], lines: int,
+             skipped: Counter) -> str:
+    """Why a corpus cannot be split, and what to do: with no training example the corpus is the problem
+    (its lines were skipped, counted by reason), otherwise the held-out shares are too small for it."""
+    counts = ", ".join(f"{split} {len(merged[split])}" for split in SPLITS)
+    corpus = config.corpus if len(weights) == 1 else ", ".join(weights)
+    dropped = [f"{count} {reason}" for reason, count in skipped.most_common() if "not dropped" not in reason]
+    why = f"; skipped: {', '.join(dropped)}" if dropped else ""
+    if not merged["train"]:
+        advice = "add Chinese text: a line is used when it has hanzi with pinyin readings, in simplified script"
+    else:
+        advice = "add text or raise data.valid_per_mille / data.test_per_mille"
+    return (f"corpus {corpus!r} gives too few examples ({counts}) from {lines} lines{why}; every split needs "
+            f"some: {advice}")

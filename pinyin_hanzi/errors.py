@@ -22,4 +22,10 @@ class TrainingError(PinyinHanziError):
 
 
 class OutputError(PinyinHanziError):
-    """The output cannot be written: standard output is closed, the disk is full, the device failed."""
+    """Output cannot be written: standard output is closed, the disk is full, an output folder is read-only
+    or another process owns it."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C, with what was kept and how to go on: the command-line tools print it and exit 130. A
+    KeyboardInterrupt, so that whatever lets Ctrl-C through lets this through too."""

@@ -1,8 +1,10 @@
 """The training recipe: plain functions, no framework.
 
     train(config)
-      _setup_run         seed, threads, device, the run's folders (a new run never replaces another's)
-      _setup_data        prepare the splits (rank 0; the other processes wait) and read them
+      _setup_run         seed, threads, device, where the run writes
+      _owned             the run's folders checked writable and locked for the whole run (one process
+                         trains a run); a new run never replaces another's
+      _setup_data        prepare the splits (rank 0; the other processes wait) and read them, under the data's lock
       _setup_model       a new Transformer, the resumed last.pt's, or --init-from's weights
       _setup_language_models  syllable bigrams; the character n-gram model and the word model when their weights > 0
       _setup_optimizer   AdamW with warm-up + cosine decay (lr_at)
@@ -23,9 +25,11 @@ checkpoints to ``checkpoints/<name>/``; under torchrun only rank 0 writes them.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import math
 import random
+import shlex
 import sys
 import time
 from dataclasses import dataclass
@@ -39,11 +43,12 @@ from tqdm import tqdm
 from pinyin_hanzi import checkpoint, distributed, visualize
 from pinyin_hanzi.char_lm import count_for
 from pinyin_hanzi.config import Config, TrainConfig, save_config
-from pinyin_hanzi.corpus import Example, phrase_texts, prepare, read_examples
+from pinyin_hanzi.corpus import Example, data_fingerprint, phrase_texts, prepared_data, read_examples
 from pinyin_hanzi.data import Batch, BatchStream, EncodedExample, encode_examples, hanzi_ids, prefix_ids
 from pinyin_hanzi.converter import Converter
-from pinyin_hanzi.errors import CheckpointError, ConfigError, TrainingError
+from pinyin_hanzi.errors import CheckpointError, ConfigError, Interrupted, TrainingError
 from pinyin_hanzi.evaluation import evaluate
+from pinyin_hanzi.files import check_writable, locked, os_error_reason
 from pinyin_hanzi.loss import model_loss_sum
 from pinyin_hanzi.model import Transformer
 from pinyin_hanzi.runtime import autocast_for, resolve_precision, select_device, set_threads
@@ -131,16 +136,17 @@ def set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def _check_same(config: Config, saved: dict, section: str, path: Path) -> None:
-    """CheckpointError unless the checkpoint's config ``saved`` agrees with ``config`` on ``section``."""
+def _check_same(config: Config, saved: dict, section: str, path: Path, doing: str = "resume from") -> None:
+    """CheckpointError ("cannot ``doing`` PATH: ...") unless the checkpoint's config ``saved`` agrees with
+    ``config`` on ``section``."""
     saved_section = saved.get(section)
     if not isinstance(saved_section, dict):
-        raise CheckpointError(f"cannot resume from {path}: its config has no {section} section")
+        raise CheckpointError(f"cannot {doing} {path}: its config has no {section} section")
     for key, value in getattr(config, section).__dict__.items():
         if section == "data" and key in ("prepared_dir", "raw_dir"):
             continue
         if saved_section.get(key) != value:
-            raise CheckpointError(f"cannot resume from {path}: {section}.{key} is {value!r} now but "
+            raise CheckpointError(f"cannot {doing} {path}: {section}.{key} is {value!r} now but "
                                   f"{saved_section.get(key)!r} in the checkpoint")
 
 
@@ -179,9 +185,13 @@ class Run:
     log: Callable[[str], None]  # messages for the user (a no-op on every process but rank 0)
     checkpoint_dir: Path
     run_dir: Path  # TensorBoard events, train_log.jsonl, eval_log.jsonl, config.yaml
+    command: str | None = None  # the command line that trains this run, without its mode flags (for messages)
+    init_from: str | None = None  # --init-from's checkpoint
     step: int = 0  # optimizer steps taken
     best_accuracy: float = -1.0  # the best validation character accuracy so far
-    last_saved_step: int | None = None  # the step of the newest last.pt; None before the first
+    kept_path: Path | None = None  # the checkpoint --resume would continue from (last.pt, else best.pt)
+    kept_step: int | None = None  # its step, once known
+    data_fingerprint: str | None = None  # corpus.data_fingerprint of the prepared data this run reads
     elapsed_before: float = 0.0  # seconds trained before this process started (by the run it resumes)
     started: float = 0.0  # time.time() at this process's first step
 
@@ -198,9 +208,31 @@ class Run:
         return time.time() - self.started + self.elapsed_before
 
     def last_good(self) -> str:
-        if self.last_saved_step is None:
+        if self.kept_path is None:
             return "no checkpoint was written yet"
-        return f"the last good checkpoint is {self.last_path} (step {self.last_saved_step})"
+        return f"the last good checkpoint is {self.kept_path}{self._at_step()}"
+
+    def kept(self) -> str:
+        """What a stopped run leaves to continue from, for the user."""
+        return "no checkpoint was written yet" if self.kept_path is None else f"kept {self.kept_path}{self._at_step()}"
+
+    def next_step(self) -> str:
+        """The command that goes on from what was kept: --resume, or the same run started again."""
+        if self.kept_path is not None:
+            return f"continue with: {self.command} --resume" if self.command else "continue it with --resume"
+        flags = f" --init-from {shlex.quote(self.init_from)}" if self.init_from else ""
+        if self.last_path.exists() or self.best_path.exists():  # an older run's, which a new one replaces
+            flags += " --overwrite"
+        return f"start again with: {self.command}{flags}" if self.command else "start it again"
+
+    def write_failed(self, error: OSError, path) -> TrainingError:
+        """The error that stops a run whose write to ``path`` failed (a full or read-only disk)."""
+        remedy = "free space" if error.errno in (errno.ENOSPC, errno.EDQUOT) else "make it writable"
+        return TrainingError(f"{os_error_reason(error)} while saving {path}: {self.kept()}; {remedy}, then "
+                             f"{self.next_step()}")
+
+    def _at_step(self) -> str:
+        return f" (step {self.kept_step})" if self.kept_step is not None else ""
 
 
 @dataclass
@@ -210,6 +242,15 @@ class Splits:
     data_dir: Path
     train_examples: list[Example]
     valid_examples: list[Example]
+    pinyin_vocab: Vocab  # the prepared data's vocabularies (a new run's; --init-from grows its own by them)
+    hanzi_vocab: Vocab
+
+    @classmethod
+    def read(cls, data_dir: Path) -> Splits:
+        """The splits and vocabularies of prepared data (see corpus.prepare)."""
+        return cls(data_dir, read_examples(data_dir / "train.tsv", trusted=True),
+                   read_examples(data_dir / "valid.tsv", trusted=True),
+                   load_vocab(data_dir / "pinyin_vocab.txt"), load_vocab(data_dir / "hanzi_vocab.txt"))
 
 
 @dataclass
@@ -234,36 +275,48 @@ class Parts:
 
 
 def train(config: Config, *, resume: bool = False, init_from: str | None = None, overwrite: bool = False,
-          log=print) -> Path:
+          log=print, command: str | None = None) -> Path:
     """Train as configured; returns the path of the best checkpoint.
 
     resume: continue ``checkpoints/<name>/last.pt`` exactly (weights, optimizer, scheduler, data position,
     RNG); init_from: start a new run from another checkpoint's weights (its vocabularies keep their ids and
-    grow by the new data's tokens).
+    grow by the new data's tokens). command: the command line that trains this run without its mode
+    flags (``python train.py --config X``), which messages name as the way to go on.
     Launched by torchrun, each process trains on its share of every global batch (see distributed.py).
 
-    Raises TrainingError if a new run would replace an existing run's checkpoints (unless ``overwrite``) or
-    the loss or gradient is not finite for ``train.max_bad_steps`` batches in a row; CheckpointError,
-    ConfigError, DataError for unusable checkpoints, settings or data."""
+    One process at a time owns a run: its checkpoint and run folders are locked for the whole run.
+
+    Raises TrainingError if a new run would replace an existing run's checkpoints (unless ``overwrite``),
+    the loss or gradient is not finite for ``train.max_bad_steps`` batches in a row, or a checkpoint cannot
+    be written (a full disk); OutputError if an output folder is not writable or another process trains
+    the run; CheckpointError, ConfigError, DataError for unusable checkpoints, settings or data;
+    errors.Interrupted (a KeyboardInterrupt) on Ctrl-C, saying what was kept and how to go on."""
     process = distributed.from_environment()
     t = config.train
+    if resume and overwrite:
+        raise ConfigError("resume and overwrite exclude each other: --resume continues a run, --overwrite replaces it")
     if t.grad_accum_steps % process.world_size:
         raise ConfigError(f"train.grad_accum_steps={t.grad_accum_steps} must be a multiple of the number of "
                           f"processes ({process.world_size}): it counts the batches of one optimizer step over all")
     try:
-        return _train(config, process, resume=resume, init_from=init_from, overwrite=overwrite,
-                      log=log if process.is_main else lambda message: None)
+        run = _setup_run(config, process, init_from=init_from, command=command,
+                         log=log if process.is_main else lambda message: None)
+        try:
+            with _owned(run, resume=resume, overwrite=overwrite):
+                return _train(run, resume=resume)
+        except KeyboardInterrupt:
+            raise Interrupted(f"interrupted at step {run.step}: {run.kept()}; {run.next_step()}") from None
+        except OSError as error:  # a log or TensorBoard write (checkpoints say so themselves)
+            raise run.write_failed(error, error.filename or run.run_dir) from None
     finally:
         distributed.stop()
 
 
-def _train(config: Config, process: distributed.Process, *, resume: bool, init_from: str | None, overwrite: bool,
-           log) -> Path:
-    t = config.train
-    run = _setup_run(config, process, resume=resume, overwrite=overwrite, log=log)
-    splits = _setup_data(config, process)
-    saved = _load_resumable(run) if resume else None
-    model, pinyin_vocab, hanzi_vocab = _setup_model(config, splits.data_dir, saved, run.last_path, init_from, log)
+def _train(run: Run, *, resume: bool) -> Path:
+    config, t, log = run.config, run.config.train, run.log
+    splits = _setup_data(run)
+    saved = _load_resumable(run, splits) if resume else None
+    model, pinyin_vocab, hanzi_vocab = _setup_model(config, splits, saved, run.kept_path, run.init_from, log)
     model.to(run.device)
     syllable_lm, char_lm_state, word_lm_state = _setup_language_models(config, splits.train_examples, hanzi_vocab, log)
     train_encoded = encode_examples(splits.train_examples, pinyin_vocab, hanzi_vocab)
@@ -277,7 +330,7 @@ def _train(config: Config, process: distributed.Process, *, resume: bool, init_f
         _restore(run, saved, optimizer, scheduler, stream)
     if run.step >= t.max_steps:
         log(f"nothing to do: step {run.step} >= train.max_steps={t.max_steps}")
-        return run.best_path
+        return run.best_path if run.best_path.is_file() else run.kept_path
 
     logs = _setup_logging(run, resume)
     converter = Converter(model, pinyin_vocab, hanzi_vocab, run.device)
@@ -292,62 +345,104 @@ def _train(config: Config, process: distributed.Process, *, resume: bool, init_f
     return run.best_path
 
 
-def _setup_run(config: Config, process: distributed.Process, *, resume: bool, overwrite: bool, log) -> Run:
-    """Seed, threads and device; the run's folders. TrainingError if a new run would replace another's
-    checkpoints; CheckpointError if there is nothing to resume."""
+def _setup_run(config: Config, process: distributed.Process, *, init_from: str | None, command: str | None,
+               log) -> Run:
+    """Seed, threads and device; where the run writes."""
     t = config.train
     random.seed(t.seed)
     torch.manual_seed(t.seed)  # the same on every process: rank 0's saved RNG state then resumes them all
     set_threads(t.threads)
     device = distributed.start(process, select_device(t.device))
-    run = Run(config, process, device, log, checkpoint_dir=Path(t.checkpoint_dir) / t.name,
-              run_dir=Path(t.runs_dir) / t.name)
-    if not resume and not overwrite and (run.last_path.exists() or run.best_path.exists()):
-        raise TrainingError(f"{run.checkpoint_dir} already holds a run named {t.name!r}: continue it with --resume, "
-                            f"name a new one with train.name=..., or replace it with --overwrite")
-    if resume and not run.last_path.is_file():  # before the data: say it at once
-        raise CheckpointError(f"checkpoint not found: {run.last_path} (nothing to resume: start without --resume)")
-    return run
+    return Run(config, process, device, log, checkpoint_dir=Path(t.checkpoint_dir) / t.name,
+               run_dir=Path(t.runs_dir) / t.name, command=command, init_from=init_from)
 
 
-def _setup_data(config: Config, process: distributed.Process) -> Splits:
+@contextlib.contextmanager
+def _owned(run: Run, *, resume: bool, overwrite: bool):
+    """Hold the run for the block: its output folders are checked writable (so that a read-only or missing
+    disk is found now, not at the first checkpoint) and locked, so that no other process trains the same
+    run meanwhile (OutputError names the one that does). Then TrainingError if a new run would replace
+    another's checkpoints; CheckpointError if there is nothing to resume. Rank 0 alone writes, and locks."""
+    t = run.config.train
+    with contextlib.ExitStack() as held:
+        if run.process.is_main:
+            check_writable(run.checkpoint_dir, "checkpoint folder")
+            check_writable(run.run_dir, "run folder (TensorBoard and logs)")
+            check_writable(Path(run.config.data.prepared_dir), "prepared-data folder")
+            for folder in (run.checkpoint_dir, run.run_dir):
+                held.enter_context(locked(folder / ".lock", busy=lambda pid: f"run {t.name} is in use by another "
+                                                                             f"process (pid {pid})"))
+            for leftover in run.checkpoint_dir.glob(f"*.pt{checkpoint.TEMPORARY_SUFFIX}"):
+                leftover.unlink()  # a save that was killed (kill -9: nothing could clean up then)
+        if overwrite and run.process.is_main:  # the old run goes now: none of it may pass for this one's
+            run.last_path.unlink(missing_ok=True)
+            run.best_path.unlink(missing_ok=True)
+        if not resume and not overwrite and (run.last_path.exists() or run.best_path.exists()):
+            raise TrainingError(f"{run.checkpoint_dir} already holds a run named {t.name!r}: continue it with "
+                                f"--resume, name a new one with train.name=..., or replace it with --overwrite")
+        if resume:  # before the data: say it at once
+            # last.pt, or best.pt alone when a kill at the first evaluation came between the two writes
+            run.kept_path = next((path for path in (run.last_path, run.best_path) if path.is_file()), None)
+            if run.kept_path is None:
+                raise CheckpointError(f"checkpoint not found: {run.last_path} (nothing to resume: start without "
+                                      f"--resume)")
+        yield
+
+
+def _setup_data(run: Run) -> Splits:
     """Prepare the splits (rank 0 prepares, the other processes wait and then find them ready) and read
-    the training and validation examples."""
+    the training and validation examples and the vocabularies, holding the data's lock meanwhile so that
+    they belong together."""
+    process = run.process
     if not process.is_main:
         distributed.barrier()
-    data_dir = prepare(config.data)
+    with prepared_data(run.config.data, log=run.log) as data_dir:
+        splits = Splits.read(data_dir)
+        run.data_fingerprint = data_fingerprint(data_dir)
     if process.is_main:
         distributed.barrier()
-    return Splits(data_dir, read_examples(data_dir / "train.tsv", trusted=True),
-                  read_examples(data_dir / "valid.tsv", trusted=True))
+    return splits
 
 
-def _load_resumable(run: Run) -> dict:
-    """The state of ``last.pt`` for --resume; CheckpointError unless it holds the training state and was
-    trained on the same data with the same model settings."""
-    saved = checkpoint.load_checkpoint(run.last_path)
-    checkpoint.require_resumable(saved, str(run.last_path))
+def _load_resumable(run: Run, splits: Splits) -> dict:
+    """The state of the checkpoint to resume (last.pt); CheckpointError unless it holds the training state
+    and was trained with the same model and data settings on the same prepared data (a checkpoint written
+    before checkpoints recorded their data is taken with a note)."""
+    path = run.kept_path
+    saved = checkpoint.load_checkpoint(path)
+    checkpoint.require_resumable(saved, str(path))
     for section in ("data", "model"):
-        _check_same(run.config, saved[checkpoint.CONFIG_KEY], section, run.last_path)
+        _check_same(run.config, saved[checkpoint.CONFIG_KEY], section, path)
+    recorded = saved.get(checkpoint.DATA_FINGERPRINT_KEY)
+    if recorded is None:
+        run.log(f"note: {path} does not record which prepared data it trained on (an older checkpoint): "
+                f"resuming on {splits.data_dir} unchecked")
+    elif recorded != run.data_fingerprint:
+        raise CheckpointError(f"cannot resume from {path}: the prepared data {splits.data_dir} changed since it "
+                              f"was written (data fingerprint {run.data_fingerprint}, the checkpoint's {recorded}); "
+                              f"train a new run on it (train.name=..., or --init-from {path})")
+    if path != run.last_path:
+        run.log(f"note: {run.last_path} is missing (a run stopped while writing its first checkpoints): "
+                f"resuming from {path}")
     return saved
 
 
-def _setup_model(config: Config, data_dir: Path, saved: dict | None, saved_path: Path, init_from: str | None,
-                 log) -> tuple[Transformer, Vocab, Vocab]:
+def _setup_model(config: Config, splits: Splits, saved: dict | None, saved_path: Path | None,
+                 init_from: str | None, log) -> tuple[Transformer, Vocab, Vocab]:
     """(model on the CPU, pinyin vocabulary, hanzi vocabulary): those of the resumed checkpoint ``saved``,
     the weights of ``init_from`` over its vocabularies grown by the data's new tokens (:func:`_init_from`),
     or a new model over the prepared data's vocabularies."""
     if saved is not None:
         model, pinyin_vocab, hanzi_vocab, _ = checkpoint.model_from_checkpoint(saved, str(saved_path))
     elif init_from:
-        return _init_from(config, data_dir, init_from, log)
+        return _init_from(config, splits, init_from, log)
     else:
-        pinyin_vocab, hanzi_vocab = load_vocab(data_dir / "pinyin_vocab.txt"), load_vocab(data_dir / "hanzi_vocab.txt")
+        pinyin_vocab, hanzi_vocab = splits.pinyin_vocab, splits.hanzi_vocab
         model = Transformer(config.model, source_vocab_size=len(pinyin_vocab), target_vocab_size=len(hanzi_vocab))
     return model, pinyin_vocab, hanzi_vocab
 
 
-def _init_from(config: Config, data_dir: Path, path: str, log) -> tuple[Transformer, Vocab, Vocab]:
+def _init_from(config: Config, splits: Splits, path: str, log) -> tuple[Transformer, Vocab, Vocab]:
     """--init-from: the checkpoint's weights over vocabularies grown by the prepared data's new tokens.
 
     Each vocabulary is the checkpoint's, in its order (so a known token keeps its id and its rows), then
@@ -356,9 +451,9 @@ def _init_from(config: Config, data_dir: Path, path: str, log) -> tuple[Transfor
     output projection start as a fresh model's do. CheckpointError unless the model settings agree."""
     source = checkpoint.load_checkpoint(path)
     old_model, old_pinyin, old_hanzi, _ = checkpoint.model_from_checkpoint(source, path)
-    _check_same(config, source[checkpoint.CONFIG_KEY], "model", Path(path))
-    pinyin_vocab = grown(old_pinyin, load_vocab(data_dir / "pinyin_vocab.txt").tokens)
-    hanzi_vocab = grown(old_hanzi, load_vocab(data_dir / "hanzi_vocab.txt").tokens)
+    _check_same(config, source[checkpoint.CONFIG_KEY], "model", Path(path), doing="start from")
+    pinyin_vocab = grown(old_pinyin, splits.pinyin_vocab.tokens)
+    hanzi_vocab = grown(old_hanzi, splits.hanzi_vocab.tokens)
     model = Transformer(config.model, source_vocab_size=len(pinyin_vocab), target_vocab_size=len(hanzi_vocab))
     state = model.state_dict()
     for name, old in old_model.state_dict().items():
@@ -423,9 +518,10 @@ def _restore(run: Run, saved: dict, optimizer, scheduler, stream: BatchStream) -
             raise CheckpointError(f"cannot resume from {run.last_path}: its {key} state does not fit this run "
                                   f"({type(error).__name__}: {str(error)[:100]})".replace("\n", " ")) from None
     run.step, run.best_accuracy = int(saved[checkpoint.STEP_KEY]), float(saved[checkpoint.BEST_ACCURACY_KEY])
-    run.last_saved_step = run.step
+    run.kept_step = run.step
     run.elapsed_before = float(saved.get(checkpoint.ELAPSED_KEY, 0.0))
-    run.log(f"resumed {run.last_path} at step {run.step}")
+    set_rng_state(saved[checkpoint.RNG_KEY])
+    run.log(f"resumed {run.kept_path} at step {run.step}")
 
 
 def _wrap_for_training(model: Transformer, run: Run) -> torch.nn.Module:
@@ -451,6 +547,12 @@ class Logs:
         t = self.run.config.train
         self.progress = tqdm(total=t.max_steps, initial=self.run.step, desc=t.name, unit="step", dynamic_ncols=True,
                              file=sys.stderr, mininterval=1.0, disable=not self.run.process.is_main)
+
+    def say(self, message: str) -> None:
+        """A message for the user (run.log: stderr, like every message; stdout holds only the result), printed
+        above the progress bar rather than through it."""
+        with tqdm.external_write_mode(file=sys.stderr):
+            self.run.log(message)
 
     def restart_window(self) -> None:
         """Tokens/s measure training alone: the clock restarts after an evaluation."""
@@ -499,7 +601,8 @@ class Logs:
 
 def _setup_logging(run: Run, resume: bool) -> Logs:
     """Rank 0's run folder: the logs a resumed run repeats are cut back to its checkpoint's step, a new run
-    starts new ones; the resolved config is written next to them."""
+    starts new ones (TensorBoard's event files included, or old and new curves would merge); the resolved
+    config is written next to them."""
     if not run.process.is_main:
         return Logs(run, None, None)
     run.run_dir.mkdir(parents=True, exist_ok=True)
@@ -508,6 +611,9 @@ def _setup_logging(run: Run, resume: bool) -> Logs:
             _truncate_log(run.run_dir / name, run.step)
         else:  # a new run starts new curves
             (run.run_dir / name).unlink(missing_ok=True)
+    if not resume:
+        for events in run.run_dir.glob("events.out.tfevents.*"):
+            events.unlink()
     save_config(run.config, run.run_dir / "config.yaml")
     writer = SummaryWriter(str(run.run_dir), purge_step=run.step + 1 if resume else None)
     train_log = open(run.run_dir / "train_log.jsonl", "a", encoding="utf-8")  # noqa: SIM115 (Logs.close)
@@ -560,11 +666,8 @@ def _train_loop(run: Run, parts: Parts, logs: Logs) -> None:
                 distributed.barrier()  # the others wait for the evaluation and the checkpoint
                 logs.restart_window()
             if out_of_time:
-                logs.progress.write(f"stopping: train.max_minutes={t.max_minutes} reached at step {run.step}")
+                logs.say(f"stopping: train.max_minutes={t.max_minutes} reached at step {run.step}")
                 break
-    except KeyboardInterrupt:
-        logs.progress.write(f"interrupted at step {run.step}; the last checkpoint is {run.last_path}")
-        raise
     finally:
         logs.close()
 
@@ -609,26 +712,35 @@ def evaluate_and_save(run: Run, parts: Parts, logs: Logs) -> None:
     improved = result["char_accuracy"] > run.best_accuracy
     run.best_accuracy = max(run.best_accuracy, result["char_accuracy"])
     save_checkpoint(run, parts, result["char_accuracy"], elapsed, improved=improved)
-    logs.progress.write(f"step {run.step}: valid loss {result['loss']:.3f}, char accuracy {result['char_accuracy']:.2%}"
+    logs.say(f"step {run.step}: valid loss {result['loss']:.3f}, char accuracy {result['char_accuracy']:.2%}"
                         f"{' (best)' if improved else ''}, {elapsed / 60:.1f} min | {result['samples'][0]}")
 
 
 def save_checkpoint(run: Run, parts: Parts, accuracy: float, elapsed: float, *, improved: bool) -> None:
     """Write ``best.pt`` when ``improved``, then ``last.pt``: the whole training state (see
     :func:`pinyin_hanzi.checkpoint.training_checkpoint`) at ``run.step``, with this evaluation's
-    ``accuracy`` and ``elapsed`` training seconds.
+    ``accuracy`` and ``elapsed`` training seconds, and the prepared data's fingerprint.
 
     best.pt first: last.pt records the best score, and a resumed run rewrites best.pt only when it beats
     that score. Were last.pt written first, a kill between the two writes would leave a best.pt that no
     later evaluation replaces; this way a kill leaves the previous last.pt, and the resumed run repeats
-    this evaluation and writes both again."""
+    this evaluation and writes both again (at the first evaluation there is no last.pt yet: --resume then
+    continues from best.pt, the same state).
+
+    TrainingError if a write fails (a full or read-only disk): the file it was writing stays as it was and
+    no temporary file is left; the message says what was kept and how to go on."""
     state = checkpoint.training_checkpoint(
         config=run.config.to_dict(), pinyin_vocab=parts.pinyin_vocab.tokens, hanzi_vocab=parts.hanzi_vocab.tokens,
         model=parts.model.state_dict(), optimizer=parts.optimizer.state_dict(), scheduler=parts.scheduler.state_dict(),
         step=run.step, best_accuracy=run.best_accuracy, valid_char_accuracy=accuracy, batches=parts.stream.state_dict(),
         rng=rng_state(), syllable_lm=parts.syllable_lm.state_dict(), char_lm=parts.char_lm_state,
-        word_lm=parts.word_lm_state, elapsed_seconds=elapsed)
-    if improved:
-        checkpoint.save_checkpoint(run.best_path, state)
-    checkpoint.save_checkpoint(run.last_path, state)
-    run.last_saved_step = run.step
+        word_lm=parts.word_lm_state, elapsed_seconds=elapsed, data_fingerprint=run.data_fingerprint)
+    for path in (run.best_path, run.last_path) if improved else (run.last_path,):
+        try:
+            checkpoint.save_checkpoint(path, state)
+        except CheckpointError as error:
+            if not isinstance(error.__cause__, OSError):
+                raise
+            raise run.write_failed(error.__cause__, path) from None
+        if path == run.last_path or not run.last_path.exists():  # what --resume would continue from
+            run.kept_path, run.kept_step = path, run.step

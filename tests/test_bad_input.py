@@ -22,6 +22,8 @@ import pytest
 import torch
 from conftest import ROOT, tiny_config_dict, write_config
 
+from pinyin_hanzi.files import locked
+
 LONG_LINE = " ".join(["ni hao"] * 5000)  # 10,000 syllables
 EXPORT = "pinyin_hanzi/cli/export.py"  # python -m pinyin_hanzi.cli.export, run as a script like the others
 
@@ -242,9 +244,32 @@ CASES = [
          files={"gbk.txt": "你好，世界。\n".encode("gbk")}, status=2, error=("is not UTF-8 (byte",)),
     Case("train: corpus without Chinese", "train.py",
          ("--config", "{config}", "data.corpus={tmp}/english.txt", "--prepare-only"),
-         files={"english.txt": b"hello world\nanother line\n"}, status=2, error=("gives too few examples",)),
+         files={"english.txt": b"hello world\nanother line\n"}, status=2,
+         error=("gives too few examples (train 0, valid 0, test 0) from 2 lines; skipped: 2 clause without hanzi",
+                "add Chinese text")),
     Case("train: --resume with no checkpoint", "train.py", ("--config", "{config}", "--resume"), status=2,
          error=("checkpoint not found:", "last.pt")),
+    # ---- train.py: runs and their folders (see docs/training.md, "Interrupted runs")
+    Case("train: --resume with --overwrite", "train.py", ("--config", "{config}", "--resume", "--overwrite"),
+         status=2, usage=True, error=("--resume and --overwrite exclude each other",)),
+    Case("train: run in use by another process", "train.py", ("--config", "{config}", "train.name=busy"), status=2,
+         error=("error: run busy is in use by another process (pid ",)),
+    Case("train: checkpoint folder that cannot be written", "train.py",
+         ("--config", "{config}", "train.name=unwritable", "train.checkpoint_dir={tmp}/a_file/checkpoints"),
+         files={"a_file": b""}, status=2,
+         error=("error: cannot write to the checkpoint folder ", "a_file/checkpoints/unwritable: not a directory")),
+    Case("train: prepared-data folder that cannot be written", "train.py",
+         ("--config", "{config}", "--prepare-only", "data.prepared_dir={tmp}/a_file/prepared"),
+         files={"a_file": b""}, status=2,
+         error=("error: cannot write to the prepared-data folder ", "a_file/prepared: not a directory")),
+    Case("train: --resume after the prepared data changed", "train.py",
+         ("--config", "{config}", "--resume", "train.name=changed", "data.prepared_dir={tmp}/prepared_changed"),
+         status=2, error=("cannot resume from ", "changed/last.pt: the prepared data ",
+                          "changed since it was written (data fingerprint ", "the checkpoint's 0000000000000000)")),
+    Case("train: --init-from a checkpoint of another model", "train.py",
+         ("--config", "{config}", "--init-from", "{ckpt}", "model.d_ff=256", "train.name=other_model",
+          "data.prepared_dir={tmp}/prepared_other_model"),
+         status=2, error=("error: cannot start from ", "model.d_ff is 256 now but 128 in the checkpoint")),
     Case("train: learning rate so high the loss overflows", "train.py",
          ("--config", "{config}", "train.lr=1e30", "train.warmup_steps=0", "train.name=overflow"), status=2,
          training_log=True, note="warning: skipped a batch at step 2: loss nan",
@@ -277,6 +302,8 @@ def _write_checkpoints(tmp: Path, best: Path) -> None:
     torch.save({**state, "syllable_lm": {"unigrams": [1, 2], "bigrams": {}}}, tmp / "bad_syllables.pt")
     torch.save({**state, "word_lm": {"vocab_size": len(state["hanzi_vocab"]), "window": 10**9}}, tmp / "bad_words.pt")
     torch.save({**state, "code": _RunsCode(tmp / "pickled_code_ran")}, tmp / "code.pt")
+    (tmp / "checkpoints" / "changed").mkdir(parents=True)  # trained on other prepared data than there is now
+    torch.save({**state, "data_fingerprint": "0" * 16}, tmp / "checkpoints" / "changed" / "last.pt")
 
 
 class _RunsCode:
@@ -330,7 +357,8 @@ def results(trained, tiny_corpus, tmp_path_factory) -> dict[str, tuple[int, str,
             if case.script == "translate.py" and case.name != "no --checkpoint" and "--checkpoint" not in argv:
                 argv = ["--checkpoint", str(best), *argv]
             jobs[case.name] = (case.script, argv, case.stdin, case.stdout_to)
-    with concurrent.futures.ThreadPoolExecutor(max_workers=3) as pool:
+    busy = locked(tmp / "checkpoints" / "busy" / ".lock")  # as a training process holds its run
+    with busy, concurrent.futures.ThreadPoolExecutor(max_workers=3) as pool:
         futures = {name: pool.submit(_run, script, argv, stdin, workdir, stdout_to)
                    for name, (script, argv, stdin, stdout_to) in jobs.items()}
         done = {name: future.result() for name, future in futures.items()}

@@ -93,6 +93,26 @@ def test_a_crash_while_writing_leaves_the_previous_checkpoint(tmp_path, monkeypa
         save_checkpoint(path, {"step": 2, "weights": torch.zeros(3)})
     assert path.read_bytes() == before
     assert torch.load(path, weights_only=True)["step"] == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.pt"]  # Ctrl-C leaves no temporary file either
+
+
+def test_a_full_disk_while_writing_leaves_the_previous_checkpoint_and_no_temporary_file(tmp_path, monkeypatch):
+    import errno
+
+    path = tmp_path / "last.pt"
+    save_checkpoint(path, {"step": 1, "weights": torch.ones(3)})
+    before = path.read_bytes()
+
+    def disk_fills_up(obj, handle):
+        handle.write(b"PK\x03\x04 the first blocks")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(torch, "save", disk_fills_up)
+    with pytest.raises(CheckpointError, match=f"cannot write checkpoint {path}: No space left") as raised:
+        save_checkpoint(path, {"step": 2, "weights": torch.zeros(3)})  # the checkpoint named, not its .tmp
+    assert raised.value.__cause__.errno == errno.ENOSPC  # what training reads to say what it kept
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.pt"]
 
 
 def test_a_failed_write_is_one_line_and_leaves_no_temporary_file(tmp_path, monkeypatch):

@@ -318,3 +318,102 @@ def test_translate_ime_bad_option_values_are_usage_errors():
         lines = usage.stderr.strip().splitlines()
         assert usage.returncode == 2 and "Traceback" not in usage.stderr and usage.stdout == ""
         assert lines[0].startswith("usage: ") and lines[-1].startswith("translate.py: error: ") and message in lines[-1]
+
+
+# ---- runs that meet another process, Ctrl-C or a full or read-only disk
+
+
+def test_a_run_another_process_trains_is_refused_with_its_pid(tmp_path, tiny_corpus):
+    import os
+
+    from pinyin_hanzi.files import locked
+
+    config = write_config(tmp_path / "c.yaml", tiny_config_dict(tmp_path, tiny_corpus))
+    with locked(tmp_path / "checkpoints" / "tiny" / ".lock"):  # held as a training process holds it
+        _one_line_error(run(ROOT / "train.py", "--config", config),
+                        f"run tiny is in use by another process (pid {os.getpid()})")
+    assert not (tmp_path / "runs" / "tiny" / "train_log.jsonl").exists()  # and it wrote nothing
+
+
+def test_preparing_data_another_process_prepares_waits_for_it(tmp_path, tiny_corpus):
+    import os
+
+    from pinyin_hanzi.files import locked
+
+    config = write_config(tmp_path / "c.yaml", tiny_config_dict(tmp_path, tiny_corpus))
+    with locked(tmp_path / "prepared" / ".tiny.lock"):
+        process = subprocess.Popen([sys.executable, str(ROOT / "train.py"), "--config", str(config), "--prepare-only"],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                   env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"})
+        waiting = process.stderr.readline()
+        assert waiting.startswith(f"waiting for process {os.getpid()}, which is preparing "), waiting
+        assert process.poll() is None and not (tmp_path / "prepared" / "tiny").exists()
+    stdout, stderr = process.communicate(timeout=120)
+    assert process.returncode == 0, stderr
+    assert json.loads(stdout)["examples"]["train"] > 0
+
+
+def test_ctrl_c_is_one_line_on_stderr_with_what_was_kept_and_the_resume_command(tmp_path, tiny_corpus):
+    import re
+    import signal
+    import time
+
+    settings = {"max_steps": 1000, "eval_every": 5, "batch_tokens": 64, "attention_sentences": 0}
+    config = write_config(tmp_path / "c.yaml", tiny_config_dict(tmp_path, tiny_corpus, **settings))
+    process = subprocess.Popen([sys.executable, str(ROOT / "train.py"), "--config", str(config), "train.seed=8"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"})
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and process.poll() is None:
+            logged = _train_log(tmp_path / "runs" / "tiny")
+            if logged and logged[-1]["step"] >= 7:
+                break
+            time.sleep(0.01)
+        process.send_signal(signal.SIGINT)
+        stdout, stderr = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 130 and stdout == "" and "Traceback" not in stderr, stderr
+    last_line = stderr.strip().splitlines()[-1]
+    folder = tmp_path / "checkpoints" / "tiny"
+    command = f"python train.py --config {config} train.seed=8"
+    match = re.fullmatch(rf"interrupted at step (\d+): kept {folder / 'last.pt'} \(step (\d+)\); continue with: "
+                         rf"{re.escape(command)} --resume", last_line)
+    assert match, last_line
+    from pinyin_hanzi.checkpoint import load_checkpoint
+
+    assert load_checkpoint(folder / "last.pt")["step"] == int(match[2]) <= int(match[1])
+    assert sorted(path.name for path in folder.iterdir()) == [".lock", "best.pt", "last.pt"]  # no temporary file
+
+
+def _mount_tmpfs(folder, options):
+    """A small tmpfs at ``folder`` (root only; the test is skipped where mounting is not allowed)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    result = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(folder)], capture_output=True)
+    if result.returncode != 0:
+        import pytest
+
+        pytest.skip(f"cannot mount a tmpfs here: {result.stderr.decode(errors='replace').strip()}")
+
+
+def test_a_real_full_disk_and_a_read_only_one(tmp_path, tiny_corpus):
+    small, read_only = tmp_path / "small", tmp_path / "read_only"
+    _mount_tmpfs(small, "size=96k")
+    try:
+        _mount_tmpfs(read_only, "ro,size=64k")
+        try:
+            config = write_config(tmp_path / "c.yaml", tiny_config_dict(tmp_path, tiny_corpus, max_steps=2,
+                                                                         eval_every=2, attention_sentences=0))
+            _one_line_error(run(ROOT / "train.py", "--config", config, f"train.checkpoint_dir={read_only}"),
+                            f"cannot write to the checkpoint folder {read_only / 'tiny'}: read-only file system")
+            full = run(ROOT / "train.py", "--config", config, f"train.checkpoint_dir={small}")
+            assert full.returncode == 2 and "Traceback" not in full.stderr, full.stderr
+            assert full.stderr.strip().splitlines()[-1] == (
+                f"error: disk full while saving {small / 'tiny' / 'best.pt'}: no checkpoint was written yet; free "
+                f"space, then start again with: python train.py --config {config} train.checkpoint_dir={small}")
+            assert sorted(path.name for path in (small / "tiny").iterdir()) == [".lock"]  # no temporary file
+        finally:
+            subprocess.run(["umount", str(read_only)], check=False)
+    finally:
+        subprocess.run(["umount", str(small)], check=False)

@@ -100,3 +100,73 @@ def test_every_kind_of_unusable_line_is_skipped_and_counted(tmp_path):
     assert stats["skipped"]["hanzi without a pinyin reading"] == 1
     assert stats["skipped"]["clause longer than max_len=16 (cut, not dropped)"] == 1
     assert stats["source"]["lines"] == len(usable) + len(unusable)
+
+
+def test_an_edit_that_keeps_the_size_and_mtime_of_the_corpus_prepares_it_again(tmp_path):
+    import os
+
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("\n".join(f"我们在第{i}个城市见面，你好吗？" for i in range(40)), encoding="utf-8")
+    out = prepare(_config(tmp_path, corpus, max_len=16))
+    stat = corpus.stat()
+    corpus.write_bytes(corpus.read_bytes().replace("你好".encode(), "您好".encode()))  # the same number of bytes
+    os.utime(corpus, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    prepare(_config(tmp_path, corpus, max_len=16))
+    assert "您" in (out / "hanzi_vocab.txt").read_text(encoding="utf-8")
+
+
+def test_preparation_is_all_or_nothing(tmp_path, monkeypatch):
+    from pinyin_hanzi import corpus as corpus_module
+
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("\n".join(f"我们在第{i}个城市见面，你好吗？" for i in range(40)), encoding="utf-8")
+    out = prepare(_config(tmp_path, corpus, max_len=16))
+    before = {path.name: path.read_bytes() for path in out.iterdir()}
+
+    class Killed(BaseException):
+        pass
+
+    def killed(*args):  # the splits are written, the vocabularies and stats.json not yet
+        raise Killed
+
+    monkeypatch.setattr(corpus_module, "save_vocab", killed)
+    with pytest.raises(Killed):
+        prepare(_config(tmp_path, corpus, max_len=8))  # another config: everything is rebuilt
+    assert {path.name: path.read_bytes() for path in out.iterdir()} == before  # the previous data, whole
+    monkeypatch.undo()
+    (tmp_path / "prepared" / ".c.building-12345").mkdir()  # what a kill -9 would leave beside it
+    prepare(_config(tmp_path, corpus, max_len=8))
+    assert sorted(path.name for path in (tmp_path / "prepared").iterdir()) == [".c.lock", "c"]
+    assert max(len(example.hanzi) for example in read_examples(out / "train.tsv")) <= 8
+
+
+def test_preparing_data_another_process_prepares_waits_for_it(tmp_path):
+    import threading
+
+    from pinyin_hanzi.files import locked
+
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("\n".join(f"我们在第{i}个城市见面，你好吗？" for i in range(40)), encoding="utf-8")
+    config = _config(tmp_path, corpus, max_len=16)
+    messages, released = [], threading.Event()
+    with locked(tmp_path / "prepared" / ".c.lock"):  # held as another process would hold it
+        worker = threading.Thread(target=lambda: prepare(config, log=messages.append))
+        worker.start()
+        worker.join(timeout=1.0)
+        assert worker.is_alive() and not (tmp_path / "prepared" / "c").exists()  # waiting, not building
+        released.set()
+    worker.join(timeout=60)
+    assert not worker.is_alive() and (tmp_path / "prepared" / "c" / "stats.json").is_file()
+    assert messages and messages[0].startswith("waiting for process ") and "preparing" in messages[0]
+
+
+def test_a_corpus_with_no_usable_line_says_why(tmp_path):
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("hello world\n\n兙兙。\n", encoding="utf-8")
+    with pytest.raises(DataError) as raised:
+        prepare(_config(tmp_path, corpus))
+    message = str(raised.value)
+    assert "(train 0, valid 0, test 0) from 3 lines; skipped: " in message
+    assert "1 clause without hanzi" in message and "1 empty line" in message
+    assert "1 hanzi without a pinyin reading" in message
+    assert "add Chinese text" in message and "valid_per_mille" not in message

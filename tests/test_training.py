@@ -1,5 +1,6 @@
 import json
 import math
+import re
 import shutil
 
 import pytest
@@ -9,8 +10,8 @@ from conftest import tiny_config_dict, write_config
 from pinyin_hanzi import checkpoint, loss, training
 from pinyin_hanzi.checkpoint import load_checkpoint
 from pinyin_hanzi.config import TrainConfig, load_config
-from pinyin_hanzi.corpus import read_examples
-from pinyin_hanzi.errors import CheckpointError, TrainingError
+from pinyin_hanzi.corpus import prepare, read_examples
+from pinyin_hanzi.errors import CheckpointError, ConfigError, TrainingError
 from pinyin_hanzi.training import lr_at, train
 
 
@@ -269,10 +270,11 @@ def test_init_from_grows_the_vocabularies_and_keeps_the_known_rows(tmp_path, tin
     config_dict = tiny_config_dict(tmp_path, corpus, **settings)
     config_dict["data"]["abbreviate"] = 0.5
     config = load_config(write_config(tmp_path / "c.yaml", config_dict))
-    data_dir = training.prepare(config.data)
+    data_dir = prepare(config.data)
 
     messages = []
-    model, pinyin_vocab, hanzi_vocab = training._setup_model(config, data_dir, None, best, str(best), messages.append)
+    splits = training.Splits.read(data_dir)
+    model, pinyin_vocab, hanzi_vocab = training._setup_model(config, splits, None, best, str(best), messages.append)
     assert pinyin_vocab.tokens[: len(old["pinyin_vocab"])] == old["pinyin_vocab"]
     assert hanzi_vocab.tokens[: len(old["hanzi_vocab"])] == old["hanzi_vocab"]
     assert PREFIX_TOKENS <= set(pinyin_vocab.tokens)
@@ -313,11 +315,200 @@ def test_init_from_an_untied_model_grows_its_output_projection_too(tmp_path, tin
     second["model"]["tie_output"] = False
     second["data"]["abbreviate"] = 1.0
     config = load_config(write_config(tmp_path / "b.yaml", second))
-    model, pinyin_vocab, hanzi_vocab = training._setup_model(config, training.prepare(config.data), None, best,
-                                                             str(best), lambda message: None)
+    splits = training.Splits.read(prepare(config.data))
+    model, pinyin_vocab, hanzi_vocab = training._setup_model(config, splits, None, best, str(best), lambda message: None)
     known = old["output.weight"].shape[0]
     assert len(hanzi_vocab) > known and len(pinyin_vocab) >= old["source_embedding.tokens.weight"].shape[0] + 26
     assert torch.equal(model.output.weight[:known], old["output.weight"])
     assert not torch.equal(model.output.weight[known:], model.target_embedding.tokens.weight[known:] * 0)
     assert model.output.weight.data_ptr() != model.target_embedding.tokens.weight.data_ptr()
     train(config, init_from=str(best), log=lambda message: None)
+
+
+# ---- interrupted runs: a kill, Ctrl-C or a full disk at any moment keeps a consistent run and says how to go on
+
+_COMMAND = "python train.py --config c.yaml"
+
+
+def _small_run(tmp_path, tiny_corpus, **settings):
+    torch.set_num_threads(1)
+    values = dict(max_steps=12, eval_every=6, batch_tokens=64, attention_sentences=0)  # no figures: faster
+    values.update(settings)
+    return load_config(write_config(tmp_path / "c.yaml", tiny_config_dict(tmp_path, tiny_corpus, **values)))
+
+
+def _files(folder):
+    return sorted(path.name for path in folder.iterdir() if path.name != ".lock")
+
+
+def test_a_kill_between_the_two_writes_of_the_first_evaluation_resumes_from_best(tmp_path, tiny_corpus, monkeypatch):
+    config = _small_run(tmp_path, tiny_corpus, max_steps=4, eval_every=2)
+    folder = tmp_path / "checkpoints" / "tiny"
+    real_save = checkpoint.save_checkpoint
+
+    def killed_after_best(path, state):
+        real_save(path, state)
+        if path.name == "best.pt":
+            raise _Killed
+
+    monkeypatch.setattr(checkpoint, "save_checkpoint", killed_after_best)
+    with pytest.raises(_Killed):
+        train(config, log=lambda message: None)
+    monkeypatch.setattr(checkpoint, "save_checkpoint", real_save)
+    assert _files(folder) == ["best.pt"]
+    with pytest.raises(TrainingError, match="already holds a run.*--resume"):  # a new run must not replace it...
+        train(config, log=lambda message: None)
+    messages = []
+    train(config, resume=True, log=messages.append)  # ... and --resume continues from it
+    assert any("last.pt is missing" in m and "resuming from" in m for m in messages)
+    assert any(m == f"resumed {folder / 'best.pt'} at step 2" for m in messages)
+    best_state, last_state = load_checkpoint(folder / "best.pt"), load_checkpoint(folder / "last.pt")
+    assert last_state["step"] == 4 and best_state["valid_char_accuracy"] == last_state["best_accuracy"]
+
+
+def _interrupt_at_call(monkeypatch, call):
+    real_step, calls = training.train_step, [0]
+
+    def train_step(*args, **kwargs):
+        calls[0] += 1
+        if calls[0] == call:
+            raise KeyboardInterrupt
+        return real_step(*args, **kwargs)
+
+    monkeypatch.setattr(training, "train_step", train_step)
+
+
+def test_ctrl_c_says_what_was_kept_and_the_command_that_goes_on(tmp_path, tiny_corpus, monkeypatch):
+    from pinyin_hanzi.errors import Interrupted
+
+    config = _small_run(tmp_path, tiny_corpus)
+    last = tmp_path / "checkpoints" / "tiny" / "last.pt"
+    _interrupt_at_call(monkeypatch, 3)
+    with pytest.raises(Interrupted) as raised:
+        train(config, log=lambda message: None, command=_COMMAND)
+    assert str(raised.value) == f"interrupted at step 2: no checkpoint was written yet; start again with: {_COMMAND}"
+    assert not last.exists()
+    _interrupt_at_call(monkeypatch, 9)
+    with pytest.raises(Interrupted) as raised:
+        train(config, log=lambda message: None, command=_COMMAND)
+    assert str(raised.value) == (f"interrupted at step 8: kept {last} (step 6); continue with: {_COMMAND} --resume")
+    assert isinstance(raised.value, KeyboardInterrupt)  # whatever lets Ctrl-C through lets it through
+
+
+def test_ctrl_c_during_the_first_save_names_no_checkpoint_and_leaves_no_temporary_file(tmp_path, tiny_corpus,
+                                                                                       monkeypatch):
+    from pinyin_hanzi.errors import Interrupted
+
+    config = _small_run(tmp_path, tiny_corpus)
+    real_torch_save = torch.save
+
+    def interrupted_half_way(obj, handle):
+        handle.write(b"PK\x03\x04 half a checkpoint")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(torch, "save", interrupted_half_way)
+    with pytest.raises(Interrupted, match="^interrupted at step 6: no checkpoint was written yet; start again"):
+        train(config, log=lambda message: None, command=_COMMAND)
+    monkeypatch.setattr(torch, "save", real_torch_save)
+    assert _files(tmp_path / "checkpoints" / "tiny") == []
+
+
+def test_a_full_disk_at_a_save_keeps_the_previous_checkpoint_and_says_how_to_go_on(tmp_path, tiny_corpus,
+                                                                                     monkeypatch):
+    import errno
+
+    config = _small_run(tmp_path, tiny_corpus)
+    folder = tmp_path / "checkpoints" / "tiny"
+    real_torch_save = torch.save
+
+    def full_at_step_12(obj, handle):
+        if obj["step"] == 12:
+            handle.write(b"PK\x03\x04 the first blocks")
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_torch_save(obj, handle)
+
+    monkeypatch.setattr(torch, "save", full_at_step_12)
+    with pytest.raises(TrainingError) as raised:
+        train(config, log=lambda message: None, command=_COMMAND)
+    monkeypatch.setattr(torch, "save", real_torch_save)
+    message = str(raised.value)
+    assert re.fullmatch(rf"disk full while saving {folder}/(best|last)\.pt: kept {folder / 'last.pt'} \(step 6\); "
+                        rf"free space, then continue with: {_COMMAND} --resume", message), message
+    assert _files(folder) == ["best.pt", "last.pt"] and load_checkpoint(folder / "last.pt")["step"] == 6
+    train(config, resume=True, log=lambda message: None)
+    assert load_checkpoint(folder / "last.pt")["step"] == 12
+
+
+def test_resume_refuses_prepared_data_that_changed_since_the_checkpoint(tmp_path, tiny_corpus):
+    import os
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_bytes(tiny_corpus.read_bytes())
+    config = _small_run(tmp_path, corpus, max_steps=2, eval_every=2)
+    last = tmp_path / "checkpoints" / "tiny" / "last.pt"
+    train(config, log=lambda message: None)
+    # A checkpoint of an older version records no data: resumed, with a note.
+    state = load_checkpoint(last)
+    del state[checkpoint.DATA_FINGERPRINT_KEY]
+    checkpoint.save_checkpoint(last, state)
+    messages = []
+    train(_small_run(tmp_path, corpus, max_steps=4, eval_every=2), resume=True, log=messages.append)
+    assert any(m.startswith(f"note: {last} does not record which prepared data") for m in messages)
+    assert checkpoint.DATA_FINGERPRINT_KEY in load_checkpoint(last)
+    # An edit that keeps the corpus's size and mtime: the data is prepared again, and --resume refuses it.
+    stat = corpus.stat()
+    corpus.write_bytes(corpus.read_bytes().replace("你好".encode(), "您好".encode()))
+    os.utime(corpus, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert corpus.stat().st_size == stat.st_size
+    with pytest.raises(CheckpointError, match=r"cannot resume from .*last.pt: the prepared data .* changed since "
+                                              r"it was written \(data fingerprint \w+, the checkpoint's \w+\)"):
+        train(_small_run(tmp_path, corpus, max_steps=6, eval_every=2), resume=True, log=lambda message: None)
+
+
+def test_overwrite_starts_new_curves_and_removes_the_old_checkpoints(tmp_path, tiny_corpus):
+    config = _small_run(tmp_path, tiny_corpus, max_steps=2, eval_every=2)
+    run_dir = tmp_path / "runs" / "tiny"
+    train(config, log=lambda message: None)
+    (run_dir / "events.out.tfevents.0.old-host").write_bytes(b"")  # another run's curves, whatever their name
+    train(config, overwrite=True, log=lambda message: None)
+    assert len(list(run_dir.glob("events.out.tfevents.*"))) == 1
+    assert [json.loads(line)["step"] for line in (run_dir / "eval_log.jsonl").read_text().splitlines()] == [2]
+    with pytest.raises(ConfigError, match="exclude each other"):
+        train(config, resume=True, overwrite=True, log=lambda message: None)
+
+
+def test_init_from_a_checkpoint_of_another_model_says_it_cannot_start_from_it(tmp_path, tiny_corpus, trained):
+    _, _, best = trained
+    config = load_config(write_config(tmp_path / "c.yaml", tiny_config_dict(tmp_path, tiny_corpus)), ["model.d_ff=256"])
+    with pytest.raises(CheckpointError, match=r"^cannot start from .*best.pt: model\.d_ff is 256 now but 128"):
+        train(config, init_from=str(best), log=lambda message: None)
+
+
+def test_a_run_whose_run_folder_another_process_holds_is_refused(tmp_path, tiny_corpus):
+    import os
+
+    from pinyin_hanzi.errors import OutputError
+    from pinyin_hanzi.files import locked
+
+    config = _small_run(tmp_path, tiny_corpus)  # another checkpoint folder, but the same runs/tiny
+    with locked(tmp_path / "runs" / "tiny" / ".lock"), pytest.raises(OutputError) as raised:
+        train(config, log=lambda message: None)
+    assert str(raised.value) == f"run tiny is in use by another process (pid {os.getpid()})"
+
+
+def test_a_full_disk_while_logging_says_what_was_kept_too(tmp_path, tiny_corpus, monkeypatch):
+    import errno
+
+    config = _small_run(tmp_path, tiny_corpus)
+    real_record, log_path = training.Logs.record_step, tmp_path / "runs" / "tiny" / "train_log.jsonl"
+
+    def full_at_step_8(self, *args, **kwargs):
+        if self.run.step == 8:
+            raise OSError(errno.ENOSPC, "No space left on device", str(log_path))
+        real_record(self, *args, **kwargs)
+
+    monkeypatch.setattr(training.Logs, "record_step", full_at_step_8)
+    with pytest.raises(TrainingError) as raised:
+        train(config, log=lambda message: None, command=_COMMAND)
+    assert str(raised.value) == (f"disk full while saving {log_path}: kept {tmp_path / 'checkpoints' / 'tiny' / 'last.pt'} "
+                                 f"(step 6); free space, then continue with: {_COMMAND} --resume")

@@ -10,7 +10,8 @@
     python -m pinyin_hanzi.cli.config_reference                   the config reference (docs/config.md)
 
 Library modules never print usage or exit: they raise the project's errors (errors.py), which :func:`run`
-turns into one line on stderr and exit status 2.
+turns into one line on stderr and exit status 2 (an OSError too: a full or read-only disk); Ctrl-C is one
+line and exit status 130.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import os
 import sys
 
 from pinyin_hanzi.errors import OutputError, PinyinHanziError
+from pinyin_hanzi.files import os_error_reason
 
 EXIT_USER_ERROR = 2
 
@@ -87,12 +89,16 @@ def run(main, argv=None) -> int:
         if isinstance(error, OutputError) and sys.stdout is not None:
             _discard_output()  # else the interpreter's own flush at exit fails again, with a traceback-like note
         return EXIT_USER_ERROR
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+    except KeyboardInterrupt as interrupt:  # errors.Interrupted says what was kept and how to go on
+        print(str(interrupt) or "interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:  # output piped into `head` and the like
         _discard_output()
         return 0
+    except OSError as error:  # a file the tool writes: disk full, read-only, no permission
+        where = f": {error.filename}" if error.filename else ""
+        print(f"error: {os_error_reason(error)}{where}", file=sys.stderr)
+        return EXIT_USER_ERROR
 
 
 def _discard_output() -> None:

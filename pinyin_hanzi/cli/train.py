@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 
 from pinyin_hanzi.cli import run
@@ -22,19 +23,27 @@ def _train(argv) -> int:
     parser.add_argument("--overwrite", action="store_true",
                         help="start afresh even if checkpoints/<train.name>/ already holds a run")
     args = parser.parse_args(argv)
+    if args.resume and args.overwrite:
+        parser.error("--resume and --overwrite exclude each other: --resume continues the run, --overwrite "
+                     "replaces it")
 
     from pinyin_hanzi.config import load_config
     from pinyin_hanzi.corpus import prepare
 
+    def log(message: str) -> None:
+        print(message, file=sys.stderr)
+
     config = load_config(args.config, args.overrides)
     if args.prepare_only:
-        out = prepare(config.data)
+        out = prepare(config.data, log=log)
         print((out / "stats.json").read_text(encoding="utf-8"), end="")
         return 0
     from pinyin_hanzi.training import train
 
-    best = train(config, resume=args.resume, init_from=args.init_from, overwrite=args.overwrite,
-                 log=lambda message: print(message, file=sys.stderr))
+    # What messages name as the way to go on (--resume, or the same command again).
+    command = shlex.join(["python", "train.py", "--config", args.config, *args.overrides])
+    best = train(config, resume=args.resume, init_from=args.init_from, overwrite=args.overwrite, log=log,
+                 command=command)
     if os.environ.get("RANK", "0") == "0":  # under torchrun, rank 0 speaks for all
         print(best)
     return 0
