@@ -18,7 +18,7 @@ from pinyin_hanzi.cli import translate
 from pinyin_hanzi.errors import PinyinHanziError
 from pinyin_hanzi.pinyin import syllables
 from pinyin_hanzi.shuangpin import LAYOUTS
-from pinyin_hanzi.typed_input import FUZZY_PAIRS
+from pinyin_hanzi.typed_input import FUZZY_PAIRS, split_lines
 
 SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -63,10 +63,11 @@ def test_the_converter_gives_one_conversion_per_line_or_a_documented_error(conve
         assert "\n" not in str(error)
         return
     assert len(found) == len(lines)
-    for candidates in found:
+    for line, candidates in zip(lines, found):
         assert 1 <= len(candidates) <= (nbest or 1)
-        for candidate in candidates:
-            assert isinstance(candidate.text, str) and "\n" not in candidate.text and "\r" not in candidate.text
+        for candidate in candidates:  # a line holding line ends converts line by line: n lines in, n out
+            assert isinstance(candidate.text, str) and "\r" not in candidate.text
+            assert len(candidate.text.split("\n")) == max(1, len(split_lines(line)))
             assert math.isfinite(candidate.score) or candidate.text == ""
 
 
@@ -89,8 +90,8 @@ def test_converter_settings_are_checked_when_it_is_made(converter, lm_weight, wo
 @given(lines=st.lists(TYPED, min_size=1, max_size=3), nbest=st.integers(1, 3), as_json=st.booleans())
 def test_translate_prints_one_line_per_input_line(converter, lines, nbest, as_json):
     """translate.py's output path (formatting, --nbest, --json) over any text: one line per input line.
-    Its input lines never hold a line break (it reads line by line), so neither do these."""
-    lines = [line.replace("\n", " ").replace("\r", " ") for line in lines]
+    Its input lines never hold a line end (it splits its input by typed_input.split_lines), so neither do these."""
+    lines = [" ".join(split_lines(line)) for line in lines]
     args = argparse.Namespace(beam=3, nbest=nbest, constrained=True, batch_size=256, chinese_punctuation=False,
                               verbose=False, json=as_json)
     output = io.StringIO()
