@@ -358,7 +358,7 @@ def test_ctrl_c_is_one_line_on_stderr_with_what_was_kept_and_the_resume_command(
     import signal
     import time
 
-    settings = {"max_steps": 1000, "eval_every": 5, "batch_tokens": 64, "attention_sentences": 0}
+    settings = {"max_steps": 100_000, "eval_every": 5, "batch_tokens": 64, "attention_sentences": 0}
     config = write_config(tmp_path / "c.yaml", tiny_config_dict(tmp_path, tiny_corpus, **settings))
     process = subprocess.Popen([sys.executable, str(ROOT / "train.py"), "--config", str(config), "train.seed=8"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

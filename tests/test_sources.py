@@ -114,7 +114,7 @@ def test_config_sources(tmp_path):
     assert load_config(None).data.source_weights() == {"pd1998": 1.0}
     with pytest.raises(ConfigError, match="unknown source 'wiki'"):
         load_config(None, ["data.sources={wiki: 1}"])
-    with pytest.raises(ConfigError, match="weight >= 0"):
+    with pytest.raises(ConfigError, match="expected a weight: a finite number in"):
         load_config(None, ["data.sources={novels: -1}"])
     with pytest.raises(ConfigError, match="mapping of name: weight"):
         load_config(None, ["data.sources=novels"])
