@@ -362,7 +362,10 @@ def test_ctrl_c_is_one_line_on_stderr_with_what_was_kept_and_the_resume_command(
     config = write_config(tmp_path / "c.yaml", tiny_config_dict(tmp_path, tiny_corpus, **settings))
     process = subprocess.Popen([sys.executable, str(ROOT / "train.py"), "--config", str(config), "train.seed=8"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"})
+                               env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"},
+                               # A suite started in the background (`pytest &`) ignores SIGINT, and children
+                               # inherit that: Python then installs no KeyboardInterrupt handler.
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.time() + 120
         while time.time() < deadline and process.poll() is None:
