@@ -215,9 +215,20 @@ def _train_log(run_dir):
     return records
 
 
+def _wait_for_step(process, run_dir, step: int, timeout: float = 120) -> None:
+    """Until ``process`` has logged a training step >= ``step`` in ``run_dir``, has ended, or ``timeout`` s passed."""
+    import time
+
+    deadline = time.time() + timeout
+    while time.time() < deadline and process.poll() is None:
+        logged = _train_log(run_dir)
+        if logged and logged[-1]["step"] >= step:
+            return
+        time.sleep(0.01)
+
+
 def test_kill_9_then_resume_reproduces_the_uninterrupted_losses(tmp_path, tiny_corpus):
     import signal
-    import time
 
     from pinyin_hanzi.checkpoint import load_checkpoint
 
@@ -231,12 +242,7 @@ def test_kill_9_then_resume_reproduces_the_uninterrupted_losses(tmp_path, tiny_c
     victim = subprocess.Popen([sys.executable, str(ROOT / "train.py"), "--config", str(killed)], env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:  # kill it mid-way: after the step-20 checkpoint, with steps since then that will be lost
-        deadline = time.time() + 120
-        while time.time() < deadline and victim.poll() is None:
-            logged = _train_log(killed_dir / "runs" / "tiny")
-            if logged and logged[-1]["step"] >= 30:
-                break
-            time.sleep(0.01)
+        _wait_for_step(victim, killed_dir / "runs" / "tiny", 30)
         victim.send_signal(signal.SIGKILL)
         assert victim.wait(timeout=60) == -signal.SIGKILL
     finally:
@@ -356,7 +362,6 @@ def test_preparing_data_another_process_prepares_waits_for_it(tmp_path, tiny_cor
 def test_ctrl_c_is_one_line_on_stderr_with_what_was_kept_and_the_resume_command(tmp_path, tiny_corpus):
     import re
     import signal
-    import time
 
     settings = {"max_steps": 100_000, "eval_every": 5, "batch_tokens": 64, "attention_sentences": 0}
     config = write_config(tmp_path / "c.yaml", tiny_config_dict(tmp_path, tiny_corpus, **settings))
@@ -367,12 +372,7 @@ def test_ctrl_c_is_one_line_on_stderr_with_what_was_kept_and_the_resume_command(
                                # inherit that: Python then installs no KeyboardInterrupt handler.
                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
-        deadline = time.time() + 120
-        while time.time() < deadline and process.poll() is None:
-            logged = _train_log(tmp_path / "runs" / "tiny")
-            if logged and logged[-1]["step"] >= 7:
-                break
-            time.sleep(0.01)
+        _wait_for_step(process, tmp_path / "runs" / "tiny", 7)
         process.send_signal(signal.SIGINT)
         stdout, stderr = process.communicate(timeout=60)
     finally:
