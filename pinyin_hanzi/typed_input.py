@@ -364,8 +364,10 @@ def parse_pieces(text: str, limit: int = 4, score=fewest_syllables, *, prefixes:
     - ``prefixes``: letters that begin a syllable stand for any syllable they begin, spaced
       (``wo xiang q b j``), run together (``wxqbj``, ``zhongg``) or mixed; full syllables win wherever the
       run reads as full syllables (see ``_split_run``). A tone digit or tone mark on a prefix is kept in
-      its key (``b3`` -> key ``b*3``: syllables b... in tone 3). Off by default because a Latin word
-      (``Python``) would read as prefixes instead of passing through.
+      its key (``b3`` -> key ``b*3``: syllables b... in tone 3). A run with a capital letter (``Python``,
+      unless the whole text is upper case) reads as full syllables only, and a word spelled in separate
+      letters with a capital or an i/u/v among them (``A t t i l a``) passes through. Off by default
+      because a lower-case Latin word (``python``) would still read as prefixes.
     - ``fuzzy``: names of :data:`FUZZY_PAIRS` (``{"z-zh", "an-ang"}``): each syllable's key widens to its
       fuzzy variants after segmentation, so a variant never changes how a run is split; tokens stay as
       typed. Raises :class:`DataError` for an unknown name.
@@ -382,6 +384,7 @@ def parse_pieces(text: str, limit: int = 4, score=fewest_syllables, *, prefixes:
         piece_pattern = _PIECE
     text = re.sub(r"(?<=[nlNL])[uU]:", "v", ascii_letters_digits(clean_typed(text)))
     pieces: list[Piece] = []
+    single_letters: list[tuple[int, str]] = []  # (piece index, letter) of each letter typed on its own
     for chunk in _SEPARATORS.split(text):
         chunk_start = len(pieces)
 
@@ -403,8 +406,12 @@ def parse_pieces(text: str, limit: int = 4, score=fewest_syllables, *, prefixes:
                               for p in found)
                 continue
             letters, tones = _letters_and_tones(run)
-            # A run of marks alone (no letter) is no pinyin.
-            options, scores = _split_run(letters, tones, limit, score, prefixes) if letters else ([], [])
+            if len(letters) == 1 and not digit:
+                single_letters.append((len(pieces), run))
+            # A run of marks alone (no letter) is no pinyin; a capital letter is typed for a word, not an
+            # abbreviation (IMEs take Shift+letter as English), so only full syllables read such a run.
+            options, scores = (_split_run(letters, tones, limit, score, prefixes and not _capital(run, text))
+                               if letters else ([], []))
             if digit and options:
                 options = [_with_tone(option, digit) for option in options]
             if fuzzy:
@@ -414,7 +421,34 @@ def parse_pieces(text: str, limit: int = 4, score=fewest_syllables, *, prefixes:
             else:  # not pinyin: every character passes through as typed
                 for char in run + digit:
                     add_literal(char)
+    if prefixes:
+        _spell_out(pieces, single_letters, {index for index, letter in single_letters
+                                            if letter.lower() not in _beginnings() or _capital(letter, text)})
     return pieces
+
+
+def _capital(run: str, text: str) -> bool:
+    """Whether ``run`` has a capital letter that means one: typed with Shift, in text that also has lower
+    case (with Caps Lock on, ``WO XIANG Q B J``, case says nothing)."""
+    return not run.islower() and any(char.islower() for char in text)
+
+
+def _spell_out(pieces: list[Piece], single_letters: list[tuple[int, str]], marked: set[int]) -> None:
+    """Pass through, in place, each word spelled as separate letters (``A t t i l a``, ``n i n``): a stretch
+    of consecutive pieces that are letters typed on their own, with a ``marked`` one among them (a capital,
+    or a letter that begins no syllable: i, u, v). Abbreviations are typed from syllable initials
+    (``w x q b j``), so such a stretch is a word (the form corpus text gives Latin words) that prefixes
+    would otherwise misread."""
+    stretches: list[list[tuple[int, str]]] = []
+    for index, letter in single_letters:
+        if stretches and stretches[-1][-1][0] == index - 1:
+            stretches[-1].append((index, letter))
+        else:
+            stretches.append([(index, letter)])
+    for stretch in stretches:
+        if any(index in marked for index, _ in stretch):
+            for index, letter in stretch:
+                pieces[index] = _literal(letter)
 
 
 def is_pass_through(piece: Piece) -> bool:

@@ -96,7 +96,21 @@ def test_prefixes_spaced_run_together_mixed_and_with_apostrophes():
 def test_prefixes_are_off_by_default_so_latin_words_pass_through():
     assert parse_pinyin("wxqbj") == list("wxqbj")
     assert parse_pinyin("Python") == list("Python")
-    assert parse_pinyin("Python", prefixes=True) == ["p*", "y*", "t*", "h*"]
+    assert parse_pinyin("python", prefixes=True) == ["p*", "y*", "t*", "h*"]
+
+
+def test_with_prefixes_capitalised_and_spelled_words_pass_through_but_caps_lock_abbreviates():
+    assert parse_pinyin("Python", prefixes=True) == list("Python")  # Shift+letter types English
+    assert parse_pinyin("wo ai Beijing", prefixes=True) == ["wo", "ai", "bei", "jing"]  # full syllables still read
+    # Letters typed one by one form a word when a capital or a letter that begins no syllable is among them.
+    assert parse_pinyin("bu zhang A t t i l a dai biao", prefixes=True) == ["bu", "zhang", *"Attila", "dai", "biao"]
+    assert parse_pinyin("n i n hui wu", prefixes=True) == [*"nin", "hui", "wu"]
+    assert parse_pinyin("ta shi B", prefixes=True) == ["ta", "shi", "B"]
+    # Lower-case initials stay abbreviations, also beside a spelled word or with Caps Lock on.
+    assert parse_pinyin("w x q b j", prefixes=True) == ["w*", "x*", "q*", "b*", "j*"]
+    assert parse_pinyin("q b j , M i k e", prefixes=True) == ["q*", "b*", "j*", ",", *"Mike"]
+    assert parse_pinyin("WO XIANG Q B J", prefixes=True) == ["wo", "xiang", "q*", "b*", "j*"]
+    assert parse_pinyin("n i n hui wu") == ["n", "i", "n", "hui", "wu"]  # without prefixes: as before
 
 
 def test_full_syllables_win_xian_is_never_prefixes():
