@@ -226,13 +226,11 @@ def main() -> int:
 
     converter, ours_load, checkpoint = None, None, None
     if "ours" in engines:
-        from pinyin_hanzi.converter import Converter, resolve_checkpoint
+        from pinyin_hanzi.cli import load_converter
 
-        checkpoint, origin = resolve_checkpoint(args.checkpoint)
-        print(f"ours: {origin} {checkpoint}", file=sys.stderr)
         started = time.perf_counter()
-        converter = Converter.from_checkpoint(checkpoint, lm_weight=args.lm_weight, word_weight=args.word_weight,
-                                              log=lambda message: print(message, file=sys.stderr))
+        converter = load_converter(args.checkpoint, lm_weight=args.lm_weight, word_weight=args.word_weight)
+        checkpoint = converter.checkpoint
         ours_load = time.perf_counter() - started
         args.beam = args.beam or converter.beam
     libime_load = libime_startup(args.libime) if "libime" in engines else None

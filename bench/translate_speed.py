@@ -34,9 +34,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pinyin_hanzi.cli import check_bounds, max_threads
+from pinyin_hanzi.cli import check_bounds, load_converter, max_threads
 from pinyin_hanzi.config import LIMITS
-from pinyin_hanzi.converter import Converter, resolve_checkpoint
 from pinyin_hanzi.pinyin import hanzi_to_tokens, syllables
 
 SENTENCES = """\
@@ -128,13 +127,11 @@ def main() -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     batch_threads = torch.get_num_threads()
-    checkpoint, origin = resolve_checkpoint(args.checkpoint)
-    print(f"using {origin}: {checkpoint}", flush=True)
-    converters = {"model": Converter.from_checkpoint(checkpoint, lm_weight=args.lm_weight,
-                                                     word_weight=args.word_weight, log=print)}
+    converters = {"model": load_converter(args.checkpoint, lm_weight=args.lm_weight, word_weight=args.word_weight)}
+    checkpoint = converters["model"].checkpoint
     if args.baseline:
         print(f"baseline: {args.baseline}", flush=True)
-        converters["baseline"] = Converter.from_checkpoint(args.baseline, log=print)
+        converters["baseline"] = load_converter(args.baseline)
     converter = converters["model"]
     decode = converter.config.decode
     lm = f"{decode.lm_order}-gram model at weight {decode.lm_weight}" if converter.char_lm else "none"

@@ -26,7 +26,7 @@ import torch
 from torch.nn.utils.rnn import pad_sequence
 
 from pinyin_hanzi.pinyin import syllable_table, syllables, toned_syllable_table
-from pinyin_hanzi.typed_input import PREFIX, is_literal_key, is_syllable_set_key, key_syllables, literal_key
+from pinyin_hanzi.typed_input import is_literal_key, is_syllable_set_key, key_syllables, literal_key
 from pinyin_hanzi.vocab import PAD_ID, SPECIALS, UNK_ID, Vocab
 
 PAD_ROW = 0  # the row of positions past the end of a sequence: only <pad>, with probability 1

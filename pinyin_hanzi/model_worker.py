@@ -15,7 +15,6 @@ from __future__ import annotations
 import multiprocessing
 import pickle
 import signal
-import sys
 import time
 from typing import Any, Sequence
 
@@ -204,12 +203,11 @@ def _worker(conn, checkpoint: str | None, device: str, threads: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     import torch
 
-    from pinyin_hanzi import Converter
+    from pinyin_hanzi.cli import load_converter
 
     torch.set_num_threads(threads)
     try:
-        converter = Converter.from_checkpoint(checkpoint, device=device,
-                                              log=lambda note: print(note, file=sys.stderr, flush=True))
+        converter = load_converter(checkpoint, device=device)
         message = ("ready", describe(converter))
     except PinyinHanziError as error:
         converter, message = None, ("failed", str(error))

@@ -76,6 +76,22 @@ def write_output(text: str) -> None:
         raise OutputError(f"cannot write output: {error.strerror or error}") from None
 
 
+def load_converter(checkpoint: str | None = None, *, device: str = "cpu", lm_weight: float | None = None,
+                   word_weight: float | None = None):
+    """The Converter every tool converts with: ``checkpoint``, else the one $PINYIN_HANZI_CHECKPOINT names,
+    else the shipped model (see :func:`pinyin_hanzi.converter.resolve_checkpoint`). A default model is named
+    on stderr, and so are notes about decoding (a weight given for a model the checkpoint lacks), so that
+    standard output holds only results. CheckpointError or ConfigError (one line) as
+    :meth:`~pinyin_hanzi.converter.Converter.from_checkpoint` raises them."""
+    from pinyin_hanzi.converter import Converter, resolve_checkpoint
+
+    path, origin = resolve_checkpoint(checkpoint)
+    if checkpoint is None:
+        print(f"using {origin}: {path}", file=sys.stderr, flush=True)
+    return Converter.from_checkpoint(path, device=device, lm_weight=lm_weight, word_weight=word_weight,
+                                     log=lambda note: print(note, file=sys.stderr, flush=True))
+
+
 def run(main, argv=None) -> int:
     """Run ``main(argv)``; user errors become one line on stderr and exit status 2, never a traceback."""
     try:

@@ -10,7 +10,7 @@ import signal
 import sys
 from typing import Sequence
 
-from pinyin_hanzi.cli import check_bounds, max_threads, run
+from pinyin_hanzi.cli import check_bounds, load_converter, max_threads, run
 from pinyin_hanzi.errors import PinyinHanziError
 
 
@@ -42,13 +42,6 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
     parser.add_argument("--access-log", action="store_true", help="log every request (costs time under load)")
     return parser
-
-
-def load_converter(checkpoint: str | None, device: str = "cpu"):
-    """The Converter to serve: ``checkpoint``, else $PINYIN_HANZI_CHECKPOINT, else the shipped model."""
-    from pinyin_hanzi import Converter
-
-    return Converter.from_checkpoint(checkpoint, device=device, log=lambda note: print(note, file=sys.stderr))
 
 
 def _main(argv: Sequence[str] | None = None) -> int:
@@ -90,7 +83,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
             import torch
 
             torch.set_num_threads(args.threads)
-            model = load_converter(args.checkpoint, args.device)
+            model = load_converter(args.checkpoint, device=args.device)
             checkpoint = getattr(model, "checkpoint", None)
         import uvicorn
 

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from pinyin_hanzi.cli import check_bounds, check_image_path, max_threads, run, write_output
+from pinyin_hanzi.cli import check_bounds, check_image_path, load_converter, max_threads, run, write_output
 from pinyin_hanzi.config import LIMITS, MAX_NBEST, shown
 from pinyin_hanzi.errors import DataError, OutputError
 from pinyin_hanzi.shuangpin import LAYOUTS
@@ -67,18 +67,6 @@ def _chunks(lines: Iterable[str], size: int) -> Iterator[list[str]]:
             chunk = []
     if chunk:
         yield chunk
-
-
-def _load_converter(args):
-    """The Converter for ``--checkpoint``, else for the default model (named on stderr: see
-    ``converter.resolve_checkpoint``)."""
-    from pinyin_hanzi.converter import Converter, resolve_checkpoint
-
-    path, origin = resolve_checkpoint(args.checkpoint)
-    if args.checkpoint is None:
-        print(f"using {origin}: {path}", file=sys.stderr)
-    return Converter.from_checkpoint(path, device=args.device, lm_weight=args.lm_weight, word_weight=args.word_weight,
-                                     log=lambda message: print(message, file=sys.stderr))
 
 
 def _read_pairs(name: str):
@@ -316,7 +304,8 @@ def _translate(argv) -> int:
     user_pairs = None
     if args.evaluate is not None and not _is_prepared_split(args.evaluate):
         user_pairs = _read_pairs(args.evaluate)  # before loading the model: a bad file fails at once
-    converter = _load_converter(args)
+    converter = load_converter(args.checkpoint, device=args.device, lm_weight=args.lm_weight,
+                               word_weight=args.word_weight)
     _set_typing_options(converter, args)
     args.constrained = converter.constrained and not args.unconstrained
     args.beam = args.beam or converter.beam
