@@ -105,10 +105,12 @@ def hanzi_ids(hanzi_vocab: Vocab) -> torch.Tensor:
                          for index, token in enumerate(hanzi_vocab.tokens)])
 
 
-def abbreviated_positions(length: int, abbreviate: float, seed: int, epoch: int, index: int) -> list[int]:
+def training_abbreviations(length: int, abbreviate: float, seed: int, epoch: int, index: int) -> list[int]:
     """The positions of example ``index`` (of ``length`` tokens) typed abbreviated in ``epoch``: none unless
     the example is chosen (probability ``abbreviate``), then each with a rate drawn from (0, 1]. Depends on
-    (seed, epoch, index) only."""
+    (seed, epoch, index) only, so a resumed run abbreviates as the uninterrupted one; new in every epoch, so
+    the network sees each example typed several ways. (Test input is abbreviated by the text alone, the same
+    for every engine: :func:`pinyin_hanzi.metrics.abbreviated_positions`.)"""
     generator = random.Random(f"abbreviate {seed} {epoch} {index}")
     if generator.random() >= abbreviate:
         return []
@@ -122,7 +124,7 @@ class BatchStream:
 
     With ``abbreviate`` > 0, ``prefix_of`` (:func:`prefix_ids` of the pinyin vocabulary) and ``hanzi_target``
     (:func:`hanzi_ids` of the hanzi vocabulary), that share of the examples of each batch is typed
-    abbreviated (see the module docstring and :func:`abbreviated_positions`)."""
+    abbreviated (see the module docstring and :func:`training_abbreviations`)."""
 
     def __init__(self, examples: Sequence[EncodedExample], batch_tokens: int, seed: int, *,
                  abbreviate: float = 0.0, prefix_of: torch.Tensor | None = None,
@@ -163,7 +165,7 @@ class BatchStream:
             return batch
         rows, columns = [], []
         for row, index in enumerate(indices):
-            positions = abbreviated_positions(self.lengths[index], self.abbreviate, self.seed, epoch, index)
+            positions = training_abbreviations(self.lengths[index], self.abbreviate, self.seed, epoch, index)
             rows += [row] * len(positions)
             columns += positions
         if rows:

@@ -351,25 +351,25 @@ class Transformer(nn.Module):
         picks its columns (see ``dense_rows``): the same values."""
         if candidates is None:
             return self.output(hidden)
-        vocab_size = self.output.weight.shape[0]
-        if candidates.shape[:-1].numel() <= self.chunk:  # a few positions (decoding): one gather or product
-            if candidates.numel() > self.dense_rows * vocab_size:  # long lists: see dense_rows
-                return self.output(hidden).gather(-1, candidates)  # (b, t, v) -> (b, t, c)
-            rows = F.embedding(candidates, self.output.weight)  # (b, t, c, d)
-            return (rows @ hidden[..., None]).squeeze(-1)  # (b, t, c, d) @ (b, t, d, 1) -> (b, t, c)
+        if candidates.shape[:-1].numel() <= self.chunk:  # a few positions (decoding): all at once
+            return self._candidate_logits(hidden, candidates)
         flat_hidden, flat_ids = hidden.flatten(0, -2), candidates.flatten(0, -2)  # (n, d), (n, c)
         lengths = (flat_ids != PAD_ID).sum(dim=-1)  # (n,)
         order = lengths.argsort()
         pieces = []
         for chunk in order.split(self.chunk):
             ids = flat_ids[chunk, : int(lengths[chunk].max())]  # (m, c')
-            if ids.numel() > self.dense_rows * vocab_size:  # long lists (prefix tokens): one product, gathered
-                chunk_logits = (flat_hidden[chunk] @ self.output.weight.T).gather(-1, ids)  # (m, v) -> (m, c')
-            else:
-                rows = F.embedding(ids, self.output.weight)  # (m, c', d)
-                chunk_logits = (rows @ flat_hidden[chunk, :, None]).squeeze(-1)  # (m, c', d) @ (m, d, 1) -> (m, c')
-            pieces.append(F.pad(chunk_logits, (0, flat_ids.shape[1] - ids.shape[1])))
+            pieces.append(F.pad(self._candidate_logits(flat_hidden[chunk], ids), (0, flat_ids.shape[1] - ids.shape[1])))
         return torch.cat(pieces)[order.argsort()].view(candidates.shape)  # back to position order
+
+    def _candidate_logits(self, hidden: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        """hidden (..., d), ids (..., c) -> (..., c): the logits of ``ids``, from their gathered output rows,
+        or, where that would gather more than ``dense_rows`` x v rows (long lists: prefix tokens), from the
+        full (d x v) product with their columns picked: the same values."""
+        if ids.numel() > self.dense_rows * self.output.weight.shape[0]:
+            return self.output(hidden).gather(-1, ids)  # (..., v) -> (..., c)
+        rows = F.embedding(ids, self.output.weight)  # (..., c, d)
+        return (rows @ hidden[..., None]).squeeze(-1)  # (..., c, d) @ (..., d, 1) -> (..., c)
 
     def new_cache(self) -> DecoderCache:
         """An empty cache for incremental :meth:`decode`, one per batch of inputs."""

@@ -1,7 +1,7 @@
 import pytest
 
 from pinyin_hanzi.corpus import Example
-from pinyin_hanzi.data import (BatchStream, abbreviated_positions, collate, encode_examples, hanzi_ids, prefix_ids,
+from pinyin_hanzi.data import (BatchStream, collate, encode_examples, hanzi_ids, prefix_ids, training_abbreviations,
                                token_budget_batches)
 from pinyin_hanzi.vocab import BOS_ID, EOS_ID, PAD_ID, SPECIALS, UNK_ID, Vocab, build_vocabs, load_vocab, save_vocab
 
@@ -124,7 +124,7 @@ def test_abbreviation_replaces_only_syllables_by_their_prefix_tokens():
 
 def test_abbreviation_depends_on_seed_epoch_and_index_only():
     def drawn(seed):
-        return [abbreviated_positions(12, 0.5, seed=seed, epoch=epoch, index=index)
+        return [training_abbreviations(12, 0.5, seed=seed, epoch=epoch, index=index)
                 for epoch in range(3) for index in range(50)]
 
     first = drawn(1)
@@ -144,7 +144,7 @@ def test_abbreviation_depends_on_seed_epoch_and_index_only():
 
 def test_the_share_of_abbreviated_examples_and_their_rates_follow_the_setting():
     for share in (0.0, 0.3, 1.0):
-        chosen = [abbreviated_positions(30, share, seed=0, epoch=0, index=index) for index in range(4000)]
+        chosen = [training_abbreviations(30, share, seed=0, epoch=0, index=index) for index in range(4000)]
         abbreviated = [positions for positions in chosen if positions]
         # a chosen example keeps all 30 positions with probability 1/31 (the integral of (1 - rate)^30)
         assert len(abbreviated) / len(chosen) == pytest.approx(share * 30 / 31, abs=0.02)
