@@ -3,8 +3,9 @@ with its documented output and exit status, and never a traceback.
 
 The cases are data: one ``Case`` per table row. Cases that convert a line (exit status 0) are fed to one
 translate.py process as the lines of an ``--input`` file, which checks them all with one model load; every
-other case is its own process. The processes run a few at a time, once per test session, and each case is
-then checked as its own test.
+other case is its own process, forked from one that has already imported torch (``forkrun``), or started
+fresh where it needs a standard stream closed at start-up. The processes run a few at a time, once per test
+session, and each case is then checked as its own test.
 """
 
 from __future__ import annotations
@@ -21,9 +22,11 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import ROOT, tiny_config_dict, write_config
+from forkrun import run_scripts
 
 from pinyin_hanzi.files import locked
 
+ENV = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}  # what every run sees
 LONG_LINE = " ".join(["ni hao"] * 5000)  # 10,000 syllables
 EXPORT = "pinyin_hanzi/cli/export.py"  # python -m pinyin_hanzi.cli.export, run as a script like the others
 
@@ -327,7 +330,7 @@ def _run(script: str, argv: list[str], stdin: bytes | None, cwd: Path,
         return subprocess.run([sys.executable, str(ROOT / script), *argv], input=stdin or b"", stdout=stdout,
                               stderr=subprocess.PIPE, cwd=cwd, timeout=300, check=False,
                               preexec_fn=(lambda: os.close(1)) if stdout_to == "closed" else None,
-                              env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"})
+                              env=ENV)
 
 
 @pytest.fixture(scope="module")
@@ -358,10 +361,15 @@ def results(trained, tiny_corpus, tmp_path_factory) -> dict[str, tuple[int, str,
                 argv = ["--checkpoint", str(best), *argv]
             jobs[case.name] = (case.script, argv, case.stdin, case.stdout_to)
     busy = locked(tmp / "checkpoints" / "busy" / ".lock")  # as a training process holds its run
-    with busy, concurrent.futures.ThreadPoolExecutor(max_workers=3) as pool:
+    forked = {name: (ROOT / script, argv, stdin, workdir) for name, (script, argv, stdin, stdout_to) in jobs.items()
+              if stdout_to is None}
+    with busy, concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
         futures = {name: pool.submit(_run, script, argv, stdin, workdir, stdout_to)
-                   for name, (script, argv, stdin, stdout_to) in jobs.items()}
+                   for name, (script, argv, stdin, stdout_to) in jobs.items() if name not in forked}
+        finished = run_scripts(forked, tmp / "forkrun", ENV, parallel=3)
         done = {name: future.result() for name, future in futures.items()}
+    done.update({name: subprocess.CompletedProcess([], status, stdout, stderr)
+                 for name, (status, stdout, stderr) in finished.items()})
 
     out = {}
     batch = done.pop("<lines>")
