@@ -45,9 +45,47 @@ def run_scripts(jobs: dict[str, tuple[Path, list[str], bytes | None, Path]], wor
             for job in spec}
 
 
+class Server:
+    """One long-lived forking process for runs one after another (``run`` blocks until its child exits):
+    for tests that run a script several times in sequence. Stop it with :meth:`close`."""
+
+    def __init__(self, env: dict[str, str], workdir: Path, timeout: int = 300):
+        self.env, self.workdir, self.timeout, self.count = env, workdir, timeout, 0
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.process = subprocess.Popen([sys.executable, __file__, "--serve"], env=env, stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, text=True)
+
+    def run(self, args: list[str], stdin: str | None = None, cwd: Path | None = None,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+        """What ``subprocess.run([python, *args], text=True, capture_output=True)`` returns; ``args`` is a
+        script path and its arguments, or ``-m``, a module name and its arguments; ``env`` is added to the
+        server's environment."""
+        self.count += 1
+        job = {"name": str(self.count), "argv": [str(arg) for arg in args[1:]], "cwd": str(cwd or os.getcwd()),
+               "env": env or {}, **({"module": str(args[1])} if args[0] == "-m" else {"script": str(args[0])})}
+        if "module" in job:
+            job["argv"] = job["argv"][1:]
+        for stream in ("stdin", "stdout", "stderr"):
+            job[stream] = str(self.workdir / f"{self.count}.{stream}")
+        Path(job["stdin"]).write_text(stdin or "", encoding="utf-8")
+        self.process.stdin.write(json.dumps({**job, "timeout": self.timeout}) + "\n")
+        self.process.stdin.flush()
+        reply = self.process.stdout.readline()
+        if not reply:
+            raise RuntimeError("the forkrun server died")
+        return subprocess.CompletedProcess(args, json.loads(reply)["status"],
+                                           Path(job["stdout"]).read_text(encoding="utf-8", errors="replace"),
+                                           Path(job["stderr"]).read_text(encoding="utf-8", errors="replace"))
+
+    def close(self) -> None:
+        self.process.stdin.close()
+        self.process.wait(timeout=30)
+
+
 def _child(job: dict, timeout: int) -> None:
-    """Become ``python SCRIPT ARGV`` and never return."""
+    """Become ``python SCRIPT ARGV`` (or ``python -m MODULE ARGV``) and never return."""
     import atexit
+    import io
     import runpy
     import signal
     import traceback
@@ -58,12 +96,21 @@ def _child(job: dict, timeout: int) -> None:
         opened = os.open(path, flags, 0o644)
         os.dup2(opened, fd)
         os.close(opened)
+    # The server read its jobs through sys.stdin: the script gets a fresh reader of its own standard input.
+    sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)),
+                                 encoding=sys.stdin.encoding, errors=sys.stdin.errors)
     os.chdir(job["cwd"])
-    sys.argv = [job["script"], *job["argv"]]
-    sys.path[0] = os.path.dirname(job["script"])
+    os.environ.update(job.get("env", {}))
     status = 0
     try:
-        runpy.run_path(job["script"], run_name="__main__")
+        if "module" in job:
+            sys.argv = [job["module"], *job["argv"]]
+            sys.path[0] = job["cwd"]
+            runpy.run_module(job["module"], run_name="__main__", alter_sys=True)
+        else:
+            sys.argv = [job["script"], *job["argv"]]
+            sys.path[0] = os.path.dirname(job["script"])
+            runpy.run_path(job["script"], run_name="__main__")
     except SystemExit as exit_:
         code = exit_.code
         if code is None or isinstance(code, int):
@@ -84,14 +131,32 @@ def _child(job: dict, timeout: int) -> None:
     os._exit(status)
 
 
-def _serve(spec_path: str) -> None:
+def _preload() -> None:
     import importlib
 
-    spec = json.loads(Path(spec_path).read_text(encoding="utf-8"))
     for module in PRELOAD:
         importlib.import_module(module)
     sys.stdout.flush()
     sys.stderr.flush()
+
+
+def _serve_one_at_a_time() -> None:
+    _preload()
+    for line in sys.stdin:
+        job = json.loads(line)
+        pid = os.fork()
+        if pid == 0:
+            try:
+                _child(job, job["timeout"])
+            finally:
+                os._exit(70)
+        _, wait_status = os.waitpid(pid, 0)
+        print(json.dumps({"status": os.waitstatus_to_exitcode(wait_status)}), flush=True)
+
+
+def _serve(spec_path: str) -> None:
+    spec = json.loads(Path(spec_path).read_text(encoding="utf-8"))
+    _preload()
     statuses: dict[str, int] = {}
     running: dict[int, str] = {}
     pending = list(spec["jobs"])
@@ -111,4 +176,7 @@ def _serve(spec_path: str) -> None:
 
 
 if __name__ == "__main__":
-    _serve(sys.argv[1])
+    if sys.argv[1] == "--serve":
+        _serve_one_at_a_time()
+    else:
+        _serve(sys.argv[1])

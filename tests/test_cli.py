@@ -1,16 +1,29 @@
 """End-to-end: the real train.py and translate.py scripts, run as a user would."""
 
+import atexit
 import json
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
+import forkrun
 import torch
 from conftest import ROOT, tiny_config_dict, write_config
 
 
+ENV = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+_server = None
+
+
 def run(*args, stdin=None, cwd=ROOT, env=None):
-    return subprocess.run([sys.executable, *map(str, args)], input=stdin, capture_output=True, text=True, cwd=cwd,
-                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **(env or {})})
+    """``python ARGS`` to its end, as a fresh process would run it, forked from one that has imported torch
+    (see forkrun): the many short runs of this file need not each pay the interpreter's start-up."""
+    global _server
+    if _server is None:
+        _server = forkrun.Server(ENV, Path(tempfile.mkdtemp(prefix="forkrun-")))
+        atexit.register(_server.close)
+    return _server.run(list(args), stdin=stdin, cwd=cwd, env=env)
 
 
 def _one_line_error(result, *fragments):
