@@ -160,6 +160,8 @@ CASES = [
     Case("--shuangpin microsoft", argv=("--shuangpin", "microsoft", "nihkbq"),
          stdout="你好bq"),
     Case("abbreviations without prefixes", line="ni h", stdout="你h"),
+    Case("Latin words with prefixes on", argv=("--prefixes", "on", "wo xue Python he n i n"),
+         stdout=lambda output: len(output) == 12 and output[2:8] == "Python" and output[9:] == "nin"),
     Case("--abbreviate 1.5", argv=("--abbreviate", "1.5", "--evaluate", "test"), status=2, usage=True,
          error=("--abbreviate must be a finite number between 0 and 1",)),
     Case("--abbreviate 0.3", argv=("--abbreviate", "0.3", "ni"), status=2, usage=True,
