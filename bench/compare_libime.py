@@ -226,11 +226,13 @@ def main() -> int:
 
     converter, ours_load, checkpoint = None, None, None
     if "ours" in engines:
-        from pinyin_hanzi.cli import load_converter
+        from pinyin_hanzi import Converter
 
         started = time.perf_counter()
-        converter = load_converter(args.checkpoint, lm_weight=args.lm_weight, word_weight=args.word_weight)
+        converter = Converter.from_checkpoint(args.checkpoint, lm_weight=args.lm_weight, word_weight=args.word_weight,
+                                              log=lambda note: print(note, file=sys.stderr))
         checkpoint = converter.checkpoint
+        print(f"ours: {checkpoint}", file=sys.stderr)
         ours_load = time.perf_counter() - started
         args.beam = args.beam or converter.beam
     libime_load = libime_startup(args.libime) if "libime" in engines else None

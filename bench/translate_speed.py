@@ -34,7 +34,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pinyin_hanzi.cli import check_bounds, load_converter, max_threads
+from pinyin_hanzi import Converter
+from pinyin_hanzi.cli import check_bounds, max_threads
 from pinyin_hanzi.config import LIMITS
 from pinyin_hanzi.pinyin import hanzi_to_tokens, syllables
 
@@ -127,11 +128,13 @@ def main() -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     batch_threads = torch.get_num_threads()
-    converters = {"model": load_converter(args.checkpoint, lm_weight=args.lm_weight, word_weight=args.word_weight)}
+    converters = {"model": Converter.from_checkpoint(args.checkpoint, lm_weight=args.lm_weight,
+                                                     word_weight=args.word_weight, log=print)}
     checkpoint = converters["model"].checkpoint
+    print(f"model: {checkpoint}", flush=True)
     if args.baseline:
         print(f"baseline: {args.baseline}", flush=True)
-        converters["baseline"] = load_converter(args.baseline)
+        converters["baseline"] = Converter.from_checkpoint(args.baseline, log=print)
     converter = converters["model"]
     decode = converter.config.decode
     lm = f"{decode.lm_order}-gram model at weight {decode.lm_weight}" if converter.char_lm else "none"

@@ -15,6 +15,7 @@ from __future__ import annotations
 import multiprocessing
 import pickle
 import signal
+import sys
 import time
 from typing import Any, Sequence
 
@@ -203,11 +204,12 @@ def _worker(conn, checkpoint: str | None, device: str, threads: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     import torch
 
-    from pinyin_hanzi.cli import load_converter
+    from pinyin_hanzi import Converter
 
     torch.set_num_threads(threads)
     try:
-        converter = load_converter(checkpoint, device=device)
+        converter = Converter.from_checkpoint(checkpoint, device=device,
+                                              log=lambda note: print(note, file=sys.stderr, flush=True))
         message = ("ready", describe(converter))
     except PinyinHanziError as error:
         converter, message = None, ("failed", str(error))
