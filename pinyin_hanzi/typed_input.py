@@ -384,7 +384,11 @@ def parse_pieces(text: str, limit: int = 4, score=fewest_syllables, *, prefixes:
         piece_pattern = _PIECE
     text = re.sub(r"(?<=[nlNL])[uU]:", "v", ascii_letters_digits(clean_typed(text)))
     pieces: list[Piece] = []
-    single_letters: list[tuple[int, str]] = []  # (piece index, letter) of each letter typed on its own
+    # (piece index, letter, whether it marks a spelled word: a capital, or a letter that begins no syllable)
+    single_letters: list[tuple[int, str, bool]] = []
+    # A capital means Shift+letter (typed for a word, as in IMEs) only in text that also has lower case: with
+    # Caps Lock on (WO XIANG Q B J) case says nothing.
+    shifted = any(char.islower() for char in text)
     for chunk in _SEPARATORS.split(text):
         chunk_start = len(pieces)
 
@@ -406,11 +410,12 @@ def parse_pieces(text: str, limit: int = 4, score=fewest_syllables, *, prefixes:
                               for p in found)
                 continue
             letters, tones = _letters_and_tones(run)
+            capital = shifted and not run.islower()
             if len(letters) == 1 and not digit:
-                single_letters.append((len(pieces), run))
-            # A run of marks alone (no letter) is no pinyin; a capital letter is typed for a word, not an
-            # abbreviation (IMEs take Shift+letter as English), so only full syllables read such a run.
-            options, scores = (_split_run(letters, tones, limit, score, prefixes and not _capital(run, text))
+                single_letters.append((len(pieces), run, capital or run.lower() not in _beginnings()))
+            # A run of marks alone (no letter) is no pinyin; a capital is typed for a word, not an
+            # abbreviation, so only full syllables read such a run.
+            options, scores = (_split_run(letters, tones, limit, score, prefixes and not capital)
                                if letters else ([], []))
             if digit and options:
                 options = [_with_tone(option, digit) for option in options]
@@ -422,32 +427,25 @@ def parse_pieces(text: str, limit: int = 4, score=fewest_syllables, *, prefixes:
                 for char in run + digit:
                     add_literal(char)
     if prefixes:
-        _spell_out(pieces, single_letters, {index for index, letter in single_letters
-                                            if letter.lower() not in _beginnings() or _capital(letter, text)})
+        _spell_out(pieces, single_letters)
     return pieces
 
 
-def _capital(run: str, text: str) -> bool:
-    """Whether ``run`` has a capital letter that means one: typed with Shift, in text that also has lower
-    case (with Caps Lock on, ``WO XIANG Q B J``, case says nothing)."""
-    return not run.islower() and any(char.islower() for char in text)
-
-
-def _spell_out(pieces: list[Piece], single_letters: list[tuple[int, str]], marked: set[int]) -> None:
+def _spell_out(pieces: list[Piece], single_letters: list[tuple[int, str, bool]]) -> None:
     """Pass through, in place, each word spelled as separate letters (``A t t i l a``, ``n i n``): a stretch
-    of consecutive pieces that are letters typed on their own, with a ``marked`` one among them (a capital,
-    or a letter that begins no syllable: i, u, v). Abbreviations are typed from syllable initials
-    (``w x q b j``), so such a stretch is a word (the form corpus text gives Latin words) that prefixes
-    would otherwise misread."""
-    stretches: list[list[tuple[int, str]]] = []
-    for index, letter in single_letters:
-        if stretches and stretches[-1][-1][0] == index - 1:
-            stretches[-1].append((index, letter))
+    of consecutive pieces that are letters typed on their own (``single_letters``: piece index, letter,
+    marked), with a marked one among them (a capital, or a letter that begins no syllable: i, u, v).
+    Abbreviations are typed from syllable initials (``w x q b j``), so such a stretch is a word (the form
+    corpus text gives Latin words) that prefixes would otherwise misread."""
+    stretches: list[list[tuple[int, str, bool]]] = []
+    for entry in single_letters:
+        if stretches and stretches[-1][-1][0] == entry[0] - 1:
+            stretches[-1].append(entry)
         else:
-            stretches.append([(index, letter)])
+            stretches.append([entry])
     for stretch in stretches:
-        if any(index in marked for index, _ in stretch):
-            for index, letter in stretch:
+        if any(marked for _, _, marked in stretch):
+            for index, letter, _ in stretch:
                 pieces[index] = _literal(letter)
 
 
