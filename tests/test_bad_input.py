@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import ROOT, tiny_config_dict, write_config
-from forkrun import run_scripts
+from forkrun import run_all
 
 from pinyin_hanzi.files import locked
 
@@ -363,15 +363,13 @@ def results(trained, tiny_corpus, tmp_path_factory) -> dict[str, tuple[int, str,
                 argv = ["--checkpoint", str(best), *argv]
             jobs[case.name] = (case.script, argv, case.stdin, case.stdout_to)
     busy = locked(tmp / "checkpoints" / "busy" / ".lock")  # as a training process holds its run
-    forked = {name: (ROOT / script, argv, stdin, workdir) for name, (script, argv, stdin, stdout_to) in jobs.items()
+    forked = {name: ([ROOT / script, *argv], stdin, workdir) for name, (script, argv, stdin, stdout_to) in jobs.items()
               if stdout_to is None}
     with busy, concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
         futures = {name: pool.submit(_run, script, argv, stdin, workdir, stdout_to)
                    for name, (script, argv, stdin, stdout_to) in jobs.items() if name not in forked}
-        finished = run_scripts(forked, tmp / "forkrun", ENV, parallel=3)
-        done = {name: future.result() for name, future in futures.items()}
-    done.update({name: subprocess.CompletedProcess([], status, stdout, stderr)
-                 for name, (status, stdout, stderr) in finished.items()})
+        done = run_all(forked, ENV, tmp / "forkrun", parallel=3)
+        done.update({name: future.result() for name, future in futures.items()})
 
     out = {}
     batch = done.pop("<lines>")
