@@ -211,3 +211,19 @@ def add_to_checkpoint(checkpoint, out, *, table: str = "wordfreq-zh", min_freque
     state[CONFIG_KEY], state[WORD_LM_KEY] = config.to_dict(), lm.state_dict()
     save_checkpoint(out, state)
     return lm
+
+
+def remove_from_checkpoint(checkpoint, out) -> bool:
+    """Write a copy of ``checkpoint`` to ``out`` without a word model and with decode.word_weight 0: a model
+    that decodes best without one ships without its megabytes. Returns whether there was one to remove.
+    Raises CheckpointError for an unreadable checkpoint."""
+    from pinyin_hanzi.checkpoint import CONFIG_KEY, WORD_LM_KEY, load_checkpoint, save_checkpoint
+    from pinyin_hanzi.config import config_from_dict
+
+    state = load_checkpoint(checkpoint)
+    config = config_from_dict(state[CONFIG_KEY], str(checkpoint))
+    config.decode.word_weight = 0.0
+    state[CONFIG_KEY] = config.to_dict()
+    had = state.pop(WORD_LM_KEY, None) is not None
+    save_checkpoint(out, state)
+    return had

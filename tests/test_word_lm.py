@@ -105,3 +105,23 @@ def test_a_checkpoint_carries_its_word_model_into_the_converter(trained, tmp_pat
     save_checkpoint(tmp_path / "bad.pt", state)
     with pytest.raises(CheckpointError, match="word model counts 7 characters"):
         load_checkpoint(tmp_path / "bad.pt")
+
+
+def test_the_cli_removes_a_word_model_and_its_weight(trained, tmp_path, capsys):
+    from pinyin_hanzi.checkpoint import WORD_LM_KEY, load_checkpoint, load_for_inference, save_checkpoint
+    from pinyin_hanzi.cli.word_lm import main
+    from pinyin_hanzi.converter import Converter
+
+    _, _, best = trained
+    state = load_checkpoint(best)
+    hanzi_vocab = Vocab(state["hanzi_vocab"])
+    words = [token for token in hanzi_vocab.tokens if len(token) == 1 and "\u4e00" <= token <= "\u9fff"]
+    state[WORD_LM_KEY] = WordLexiconLM.from_frequencies({words[0] + words[1]: 5.0}, hanzi_vocab).state_dict()
+    state["config"]["decode"]["word_weight"] = 0.4
+    save_checkpoint(tmp_path / "words.pt", state)
+    assert main([str(tmp_path / "words.pt"), str(tmp_path / "plain.pt"), "--remove"]) == 0
+    assert "word model removed" in capsys.readouterr().out
+    assert load_for_inference(tmp_path / "plain.pt").word_lm is None
+    assert Converter.from_checkpoint(tmp_path / "plain.pt").word_weight == 0.0
+    assert main([str(tmp_path / "plain.pt"), str(tmp_path / "again.pt"), "--remove"]) == 0
+    assert "had no word model" in capsys.readouterr().out

@@ -1,5 +1,6 @@
 """``python -m pinyin_hanzi.cli.word_lm CHECKPOINT OUT [--table wordfreq-zh] [--min-frequency 1e-7] [--weight W]``:
-a copy of a checkpoint with a word model (word_lm.py) built from a word-frequency table (sources.py)."""
+a copy of a checkpoint with a word model (word_lm.py) built from a word-frequency table (sources.py);
+``--remove`` writes a copy without one."""
 
 from __future__ import annotations
 
@@ -11,18 +12,24 @@ from pinyin_hanzi.config import LIMITS
 
 
 def _main(argv) -> int:
-    from pinyin_hanzi.word_lm import add_to_checkpoint
+    from pinyin_hanzi.word_lm import add_to_checkpoint, remove_from_checkpoint
     from pinyin_hanzi.sources import WORD_TABLES
 
     parser = argparse.ArgumentParser(prog="python -m pinyin_hanzi.cli.word_lm",
                                      description="Add a word model, built from a word-frequency table, to a copy "
-                                                 "of a checkpoint.")
+                                                 "of a checkpoint (or remove it).")
     parser.add_argument("checkpoint")
     parser.add_argument("out")
     parser.add_argument("--table", default="wordfreq-zh", choices=sorted(WORD_TABLES), help="decode.word_table")
     parser.add_argument("--min-frequency", type=float, default=1e-7, help="decode.word_min_frequency")
     parser.add_argument("--weight", type=float, default=0.5, help="decode.word_weight stored with it (default 0.5)")
+    parser.add_argument("--remove", action="store_true",
+                        help="write a copy without a word model (decode.word_weight 0) instead")
     args = parser.parse_args(argv)
+    if args.remove:
+        had = remove_from_checkpoint(args.checkpoint, args.out)
+        print(f"{args.out}: {'word model removed' if had else 'had no word model'}, decode.word_weight=0")
+        return 0
     check_bounds(parser, [("--weight", args.weight, *LIMITS["decode.word_weight"])])
     if not 0 <= args.min_frequency < 1:  # (also rejects nan)
         parser.error("--min-frequency must lie in [0, 1)")
