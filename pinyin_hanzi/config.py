@@ -92,6 +92,8 @@ PREFIX_MODES = ("auto", "on", "off")  # decode.prefixes
 class DecodeConfig:
     constrained: bool = True  # only characters whose reading matches the syllable may be chosen
     beam: int = 5  # translate.py's beam size unless --beam is given (1: greedy)
+    prefix_beam: int = 10  # beam search widens to this for a reading with abbreviated syllables (b j), whose
+    # places allow the characters of every syllable they may begin; greedy decoding (beam 1) stays greedy
     batch_sentences: int = 256  # sentences decoded together when evaluating
     split_penalty: float = 3.0  # score cost of each syllable beyond the fewest-syllable reading of a run
     clause_end: bool = True  # a line typed without final punctuation is decoded as a whole clause (virtual 。)
@@ -146,7 +148,7 @@ LIMITS: dict[str, tuple[float, float]] = {
     "train.min_lr_ratio": (0, 1), "train.weight_decay": (0, 1000), "train.beta1": (0, 1), "train.beta2": (0, 1),
     "train.label_smoothing": (0, 1), "train.grad_clip": (0, 10**6), "train.log_every": (1, 10**9),
     "train.eval_every": (1, 10**9), "train.eval_sentences": (1, 10**6), "train.attention_sentences": (0, 100),
-    "decode.beam": (1, 64), "decode.batch_sentences": (1, 65536), "decode.split_penalty": (0, 1000),
+    "decode.beam": (1, 64), "decode.prefix_beam": (1, 64), "decode.batch_sentences": (1, 65536), "decode.split_penalty": (0, 1000),
     "decode.lm_weight": (0, 100), "decode.lm_order": (1, 4), "decode.lm_min_count": (1, 10**9),
     "decode.lm_phrases": (0, 1000), "decode.word_weight": (0, 100), "decode.word_min_frequency": (0, 1),
     "decode.reading_margin": (0, 1000),

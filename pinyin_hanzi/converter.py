@@ -31,8 +31,8 @@ from pinyin_hanzi.model import Transformer
 from pinyin_hanzi.pinyin import CLAUSE_PUNCTUATION, is_hanzi
 from pinyin_hanzi.shuangpin import layout_named
 from pinyin_hanzi.typed_input import (PREFIX_TOKENS, Piece, alternatives, fewest_syllables, fuzzy_pairs, is_literal_key,
-                                      is_pass_through, is_prefix_token, literal_key, parse_pieces, pass_through_text,
-                                      split_lines)
+                                      is_pass_through, is_prefix_key, is_prefix_token, literal_key, parse_pieces,
+                                      pass_through_text, split_lines)
 from pinyin_hanzi.search import Constraint, Hypothesis, NgramFusion, beam_search, fusion_for
 from pinyin_hanzi.syllable_lm import SyllableBigrams
 from pinyin_hanzi.vocab import Vocab
@@ -160,8 +160,10 @@ class Converter:
                  beam: int = DecodeConfig.beam, constrained: bool = True, config: Config | None = None,
                  checkpoint: Path | None = None, prefixes: bool | None = None,
                  fuzzy: Iterable[str] = frozenset(), shuangpin: str | None = None,
-                 word_lm: WordLexiconLM | None = None, word_weight: float = 0.0):
-        for key, value, label in (("decode.beam", beam, "beam"), ("decode.lm_weight", lm_weight, "lm_weight"),
+                 word_lm: WordLexiconLM | None = None, word_weight: float = 0.0,
+                 prefix_beam: int = DecodeConfig.prefix_beam):
+        for key, value, label in (("decode.beam", beam, "beam"), ("decode.prefix_beam", prefix_beam, "prefix_beam"),
+                                  ("decode.lm_weight", lm_weight, "lm_weight"),
                                   ("decode.word_weight", word_weight, "word_weight"),
                                   ("decode.split_penalty", split_penalty, "split_penalty"),
                                   ("decode.reading_margin", reading_margin, "reading_margin")):
@@ -178,6 +180,7 @@ class Converter:
         fused = [(lm, weight) for lm, weight in ((self.char_lm, lm_weight), (self.word_lm, word_weight)) if lm is not None]
         self.fusion = NgramFusion(fused) if fused else None
         self.beam, self.constrained, self.config, self.checkpoint = beam, constrained, config, checkpoint
+        self.prefix_beam = prefix_beam
         self.trained_with_prefixes = any(token in pinyin_vocab.ids for token in PREFIX_TOKENS)
         self.prefixes = self.trained_with_prefixes if prefixes is None else prefixes
         self.fuzzy = fuzzy_pairs(fuzzy)
@@ -219,7 +222,8 @@ class Converter:
                    char_lm=parts.char_lm, lm_weight=decode.lm_weight, reading_margin=decode.reading_margin,
                    beam=decode.beam, constrained=decode.constrained, config=config, checkpoint=path,
                    prefixes={"on": True, "off": False}.get(decode.prefixes), fuzzy=decode.fuzzy,
-                   shuangpin=decode.shuangpin or None, word_lm=parts.word_lm, word_weight=decode.word_weight)
+                   shuangpin=decode.shuangpin or None, word_lm=parts.word_lm, word_weight=decode.word_weight,
+                   prefix_beam=decode.prefix_beam)
 
     @classmethod
     def from_pretrained(cls, *, device: str = "cpu", lm_weight: float | None = None, word_weight: float | None = None,
@@ -302,18 +306,24 @@ class Converter:
 
     def _decode(self, readings: list[tuple[list[str], list[str]]], beam: int, constrained: bool,
                 batch_size: int) -> list[list[Candidate]]:
-        """Candidates (best first) of each (tokens, keys) reading, decoded in batches of similar length."""
+        """Candidates (best first) of each (tokens, keys) reading, decoded in batches of similar length. A
+        beam search of a reading with abbreviated syllables uses at least ``self.prefix_beam``: each of
+        its abbreviated places allows the characters of every syllable it may begin, and a beam of the
+        usual width loses the right one among them."""
         results: list[list[Candidate]] = [[] for _ in readings]
-        order = sorted(range(len(readings)), key=lambda i: len(readings[i][0]))
-        for begin in range(0, len(order), batch_size):
-            indices = [i for i in order[begin : begin + batch_size] if readings[i][0]]
-            for i in order[begin : begin + batch_size]:
+        widened = max(beam, self.prefix_beam) if beam > 1 else beam
+        beam_of = [widened if any(is_prefix_key(key) for key in keys) else beam for _, keys in readings]
+        order = sorted(range(len(readings)), key=lambda i: (beam_of[i], len(readings[i][0])))
+        batches = [order[begin : begin + batch_size] for begin in range(0, len(order), batch_size)]
+        for batch in (part for batch in batches for part in _runs(batch, beam_of)):
+            indices = [i for i in batch if readings[i][0]]
+            for i in batch:
                 if not readings[i][0]:
                     results[i] = [Candidate("", 0.0)]
             if not indices:
                 continue
             found = self.search([readings[i][0] for i in indices], [readings[i][1] for i in indices],
-                                beam=beam, constrained=constrained)
+                                beam=beam_of[indices[0]], constrained=constrained)
             for i, hypotheses in zip(indices, found):
                 for ids, score in hypotheses:
                     chars, notes = self._text(ids, readings[i][1], constrained)
@@ -492,6 +502,16 @@ class Converter:
                 best = [_chinese_punctuation(candidate) for candidate in best]
             outputs.append(best)
         return outputs
+
+
+def _runs(indices: list[int], beam_of: list[int]) -> list[list[int]]:
+    """``indices`` (sorted by beam) cut where the beam changes: one search per beam size."""
+    runs: list[list[int]] = []
+    for i in indices:
+        if not runs or beam_of[runs[-1][-1]] != beam_of[i]:
+            runs.append([])
+        runs[-1].append(i)
+    return runs
 
 
 def _laid_out(layout: list[int | str], chosen: dict[int, Candidate]) -> Candidate:

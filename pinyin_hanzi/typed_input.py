@@ -139,6 +139,11 @@ _VARIANT = r"(?:[a-zü]+\*?[1-5]?|=.)"  # a syllable or prefix, toned or not, or
 _SYLLABLE_SET_KEY = re.compile(rf"{_VARIANT}(?:\|{_VARIANT})*")
 
 
+def is_prefix_key(key: str) -> bool:
+    """Whether ``key`` is the constraint key of an abbreviated syllable (``b*``, ``zho*``, ``b*3``)."""
+    return PREFIX in key and is_syllable_set_key(key)
+
+
 def is_syllable_set_key(key: str) -> bool:
     """Whether ``key`` is a prefix or fuzzy constraint key (see :func:`key_syllables`)."""
     return (PREFIX in key or "|" in key) and _SYLLABLE_SET_KEY.fullmatch(key) is not None

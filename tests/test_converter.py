@@ -3,7 +3,7 @@ import torch
 from conftest import UNTRAINED_HANZI, UNTRAINED_PINYIN, untrained_converter
 
 from pinyin_hanzi.converter import CHECKPOINT_VARIABLE, SHIPPED_MODEL, Candidate, Converter, resolve_checkpoint
-from pinyin_hanzi.errors import DataError
+from pinyin_hanzi.errors import ConfigError, DataError
 from pinyin_hanzi.lexicon import Lexicon
 from pinyin_hanzi.pinyin import readings
 from pinyin_hanzi.typed_input import alternatives, fewest_syllables, key_syllables, parse_pieces
@@ -246,6 +246,26 @@ def test_prefixes_are_off_for_a_model_trained_without_abbreviations_and_on_for_o
     best = abbreviations.convert_lines(["b j"], beam=1)[0][0]
     assert best.syllables == ["b*", "j*"] and best.text in {"北京", "八京", "吧京", "北经", "八经", "吧经"}
     _each_character_has_the_syllable_it_was_read_as(best)
+
+
+def test_a_reading_with_abbreviations_is_searched_with_the_wider_prefix_beam():
+    converter = untrained_converter(pinyin=UNTRAINED_PINYIN + ["b*", "j*"], prefix_beam=7)
+    searched = []
+    search = converter.search
+
+    def recording(token_lists, key_lists=None, *, beam=1, constrained=True):
+        searched.append((beam, [" ".join(tokens) for tokens in token_lists]))
+        return search(token_lists, key_lists, beam=beam, constrained=constrained)
+
+    converter.search = recording
+    converter.convert_lines(["b j", "ni hao", "wo men"], beam=3)
+    assert sorted(searched) == [(3, ["ni hao 。", "wo men 。"]), (7, ["b* j* 。"])]  # one search per beam size
+    for beam, expected in ((1, {1}), (12, {12})):  # greedy stays greedy; a wider beam is never narrowed
+        searched.clear()
+        converter.convert_lines(["b j", "ni hao"], beam=beam)
+        assert {used for used, _ in searched} == expected
+    with pytest.raises(ConfigError, match="prefix_beam"):
+        untrained_converter(prefix_beam=0)
 
 
 def test_with_prefixes_on_the_constraint_alone_reads_abbreviations_with_the_shipped_model(shipped):
