@@ -238,8 +238,12 @@ def _each_character_has_the_syllable_it_was_read_as(candidate):
 
 
 def test_prefixes_are_off_for_a_model_trained_without_abbreviations_and_on_for_one_trained_with_them(shipped):
-    assert not shipped.trained_with_prefixes and shipped.prefixes is False
-    assert shipped.convert_lines(["bei j"])[0][0].text.endswith("j")  # j passes through
+    plain = untrained_converter()
+    assert not plain.trained_with_prefixes and plain.prefixes is False
+    assert plain.convert_lines(["ni j"])[0][0].text.endswith("j")  # j passes through
+    assert shipped.trained_with_prefixes and shipped.prefixes is True  # the shipped model learnt abbreviations
+    assert shipped.convert_lines(["bei j"])[0][0].text == "北京"
+    assert shipped.convert_lines(["bei j"], prefixes=False)[0][0].text.endswith("j")
     abbreviations = untrained_converter(pinyin=UNTRAINED_PINYIN + ["b*", "j*"])
     assert abbreviations.trained_with_prefixes and abbreviations.prefixes is True
     assert untrained_converter(pinyin=UNTRAINED_PINYIN + ["b*", "j*"], prefixes=False).prefixes is False
