@@ -290,7 +290,8 @@ def _char_lm_problem(state: dict, hanzi_vocab_size: int) -> str | None:
         last_ids = table["last_ids"].long()
         if len(last_ids) and (int(last_ids.min()) < 0 or int(last_ids.max()) >= v):
             return f"order {k}'s last_ids lie outside the vocabulary"
-        if any(len(table[name]) and int(table[name].min()) < 1 for name in ("totals", "distinct", "counts")):
+        # .long(): a table counted past int16 is stored as uint16, which has no min()
+        if any(len(table[name]) and int(table[name].long().min()) < 1 for name in ("totals", "distinct", "counts")):
             return f"order {k}'s totals, distinct or counts are not positive"
     return None
 

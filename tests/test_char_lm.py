@@ -80,6 +80,9 @@ def test_counts_past_int16_are_stored_as_uint16_and_read_back_exactly():
     again = CharNgramLM.from_state_dict(state)
     contexts, candidates = torch.tensor([[4], [BOS_ID], [11]]), torch.arange(V).expand(3, -1)
     assert torch.equal(lm.log_prob(contexts, candidates), again.log_prob(contexts, candidates))
+    from pinyin_hanzi.checkpoint import _char_lm_problem  # what every checkpoint load runs on it
+
+    assert _char_lm_problem(state, V) is None
 
 
 def test_phrase_table_entries_are_counted_into_the_model_and_unknown_characters_left_out():
