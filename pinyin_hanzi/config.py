@@ -9,6 +9,7 @@ message that names the key and the file.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import typing
 from dataclasses import dataclass, field
@@ -172,12 +173,19 @@ def range_problem(key: str, value) -> str | None:
     return None if ok else f"a finite number in [{low:g}, {high:g}]"
 
 
+@functools.cache
+def _type_hints(cls: type) -> dict:
+    """A config section's field types. Cached: with string annotations each call evaluates them again
+    (about 0.7 ms), and every conversion call checks its arguments' ranges."""
+    return typing.get_type_hints(cls)
+
+
 def check_range(key: str, value, label: str) -> None:
     """ConfigError (one line: ``label``, the value and the range) unless ``value`` has the type of the config
     key ``key`` and lies in the range LIMITS gives it: for settings of the same meaning outside a config file
     (the Converter's arguments, ``beam=100000``)."""
     section, name = key.split(".")
-    integer = typing.get_type_hints(SECTIONS[section]).get(name) is int
+    integer = _type_hints(SECTIONS[section]).get(name) is int
     if integer and not (isinstance(value, int) and not isinstance(value, bool)):
         raise ConfigError(f"{label}={shown(value)} has the wrong type: expected an integer")
     if not integer and isinstance(value, int) and not isinstance(value, bool):
@@ -194,7 +202,7 @@ def _validate(config: Config, where: str) -> None:
             raise ConfigError(f"{where}: {key}={shown(value)} is invalid: expected {expected}")
 
     for section, values in config.to_dict().items():
-        hints = typing.get_type_hints(type(getattr(config, section)))
+        hints = _type_hints(type(getattr(config, section)))
         for name, value in values.items():
             key = f"{section}.{name}"
             if hints[name] in (int, float) and (problem := range_problem(key, value)):
@@ -282,7 +290,7 @@ def _apply(config: Config, section: str, key: str, value, where: str) -> None:
     if section not in sections:
         raise ConfigError(f"{where}: unknown section {shown(section)} (expected one of {', '.join(sorted(sections))})")
     target = getattr(config, section)
-    hints = typing.get_type_hints(type(target))
+    hints = _type_hints(type(target))
     if key not in hints:
         name = " ".join(f"{section}.{key}".split())[:80]  # a key from a file: one line, not too long
         raise ConfigError(f"{where}: unknown key {name} (expected one of {', '.join(hints)})")
@@ -331,7 +339,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
             value = yaml.safe_load(text_value) if text_value.strip() else ""
         except yaml.YAMLError:
             value = text_value
-        hints = typing.get_type_hints(type(getattr(config, section, Config())))
+        hints = _type_hints(type(getattr(config, section, Config())))
         if hints.get(key) is str and not isinstance(value, str):
             value = text_value  # "name=123" is still a name
         _apply(config, section, key, value, "command line")
