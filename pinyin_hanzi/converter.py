@@ -14,6 +14,7 @@ environment variable ``PINYIN_HANZI_CHECKPOINT`` names, else the shipped model.
 
 from __future__ import annotations
 
+import itertools
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -314,8 +315,9 @@ class Converter:
         widened = max(beam, self.prefix_beam) if beam > 1 else beam
         beam_of = [widened if any(is_prefix_key(key) for key in keys) else beam for _, keys in readings]
         order = sorted(range(len(readings)), key=lambda i: (beam_of[i], len(readings[i][0])))
-        batches = [order[begin : begin + batch_size] for begin in range(0, len(order), batch_size)]
-        for batch in (part for batch in batches for part in _runs(batch, beam_of)):
+        groups = [list(group) for _, group in itertools.groupby(order, key=beam_of.__getitem__)]  # one per beam
+        batches = [group[begin : begin + batch_size] for group in groups for begin in range(0, len(group), batch_size)]
+        for batch in batches:
             indices = [i for i in batch if readings[i][0]]
             for i in batch:
                 if not readings[i][0]:
@@ -502,16 +504,6 @@ class Converter:
                 best = [_chinese_punctuation(candidate) for candidate in best]
             outputs.append(best)
         return outputs
-
-
-def _runs(indices: list[int], beam_of: list[int]) -> list[list[int]]:
-    """``indices`` (sorted by beam) cut where the beam changes: one search per beam size."""
-    runs: list[list[int]] = []
-    for i in indices:
-        if not runs or beam_of[runs[-1][-1]] != beam_of[i]:
-            runs.append([])
-        runs[-1].append(i)
-    return runs
 
 
 def _laid_out(layout: list[int | str], chosen: dict[int, Candidate]) -> Candidate:
