@@ -325,8 +325,8 @@ class Transformer(nn.Module):
         With ``cache`` (from :meth:`new_cache`), ``target_input`` (b, 1) is the next position alone (at
         ``cache.length``): keys/values of earlier positions and of the memory come from the cache instead of
         being recomputed, and the cache grows by one position. With ``candidates`` (b, t, c) hanzi ids, the
-        logits of those ids only, (b, t, c). ValueError past max_positions, or for several positions with a
-        cache."""
+        logits of those ids only, (b, t, c), or candidates (b / g, t, c) shared by g consecutive rows (see
+        :meth:`logits`). ValueError past max_positions, or for several positions with a cache."""
         if cache is None:
             x = self.target_embedding(target_input)
             for layer in self.decoder_layers:
@@ -348,9 +348,15 @@ class Transformer(nn.Module):
         order of their list's length, ``chunk`` at a time, each chunk gathering only as many output rows as
         its longest list (~20 on average, up to ~100). A chunk whose longest list is long (a prefix token's:
         all characters of an initial, up to ~1,500) takes the full product for its positions instead and
-        picks its columns (see ``dense_rows``): the same values."""
+        picks its columns (see ``dense_rows``): the same values.
+
+        Candidates (n, t, c) for hidden (g n, t, d) are shared by each g consecutive rows, as a beam search's
+        hypotheses of one input share their syllable's list: each list's output rows are gathered once and
+        multiplied with its g rows in one small matrix product, instead of gathered g times."""
         if candidates is None:
             return self.output(hidden)
+        if candidates.shape[0] != hidden.shape[0]:
+            return self._shared_candidate_logits(hidden, candidates)
         if candidates.shape[:-1].numel() <= self.chunk:  # a few positions (decoding): all at once
             return self._candidate_logits(hidden, candidates)
         flat_hidden, flat_ids = hidden.flatten(0, -2), candidates.flatten(0, -2)  # (n, d), (n, c)
@@ -370,6 +376,19 @@ class Transformer(nn.Module):
             return self.output(hidden).gather(-1, ids)  # (..., v) -> (..., c)
         rows = F.embedding(ids, self.output.weight)  # (..., c, d)
         return (rows @ hidden[..., None]).squeeze(-1)  # (..., c, d) @ (..., d, 1) -> (..., c)
+
+    def _shared_candidate_logits(self, hidden: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        """hidden (g n, t, d), ids (n, t, c), each list shared by g consecutive rows -> (g n, t, c)."""
+        n, t, c = ids.shape
+        group = hidden.shape[0] // n
+        if group * n != hidden.shape[0]:
+            raise ValueError(f"{n} candidate lists cannot be shared by {hidden.shape[0]} rows")
+        if ids.numel() > self.dense_rows * self.output.weight.shape[0]:  # rows gathered once; long lists: see logits
+            return self._candidate_logits(hidden, ids.repeat_interleave(group, dim=0))
+        rows = F.embedding(ids, self.output.weight)  # (n, t, c, d): each list's rows, once
+        grouped = hidden.view(n, group, t, -1).transpose(1, 2)  # (n, t, g, d)
+        logits = grouped @ rows.transpose(-2, -1)  # (n, t, g, d) @ (n, t, d, c) -> (n, t, g, c)
+        return logits.transpose(1, 2).reshape(n * group, t, c)
 
     def new_cache(self) -> DecoderCache:
         """An empty cache for incremental :meth:`decode`, one per batch of inputs."""

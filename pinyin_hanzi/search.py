@@ -34,14 +34,6 @@ class Constraint:
         self.lexicon, self.rows = lexicon, rows
         self.lists = lexicon.ids(rows) if constrained else None  # (n, s, c) ids, (n, s, c) bool
 
-    def repeat(self, times: int) -> Constraint:
-        """The same constraint for each input repeated ``times`` times in a row (its beams)."""
-        repeated = Constraint.__new__(Constraint)
-        repeated.lexicon, repeated.rows = self.lexicon, self.rows.repeat_interleave(times, dim=0)
-        repeated.lists = None if self.lists is None else tuple(part.repeat_interleave(times, dim=0)
-                                                               for part in self.lists)
-        return repeated
-
     def at(self, position: int) -> tuple[torch.Tensor, torch.Tensor, bool]:
         """The allowed characters at ``position``: hanzi ids (n, c), (n, c) bool True at real entries, and
         whether ids are lists to compute the logits of (else they are the whole vocabulary, c = v)."""
@@ -126,7 +118,6 @@ def beam_search(model: Transformer, source: torch.Tensor, constraint: Constraint
     if beam > 1:
         memory = memory.repeat_interleave(beam, dim=0)  # (b k, s, d)
         cross_mask = None if cross_mask is None else cross_mask.repeat_interleave(beam, dim=0)
-        constraint = constraint.repeat(beam)
     cache = model.new_cache()
     scores = torch.full((batch, beam), float("-inf"))
     scores[:, 0] = 0.0  # one live beam to start from
@@ -135,23 +126,25 @@ def beam_search(model: Transformer, source: torch.Tensor, constraint: Constraint
     context = fusion.start(batch * beam) if fusion is not None else None
     for position in range(length):
         if position == length - 1 and (forced := constraint.forced(position)) is not None:
-            history[:, :, position] = forced.reshape(batch, beam)
+            history[:, :, position] = forced[:, None]
             if fusion is not None:  # the n-gram model may still change the beams' order
-                scores = scores + fusion.scores(context, forced[:, None]).view(batch, beam)
+                scores = scores + fusion.scores(context, forced.repeat_interleave(beam)[:, None]).view(batch, beam)
                 scores, rank = scores.sort(dim=-1, descending=True)
                 history = history.gather(1, rank[..., None].expand_as(history))
             break
-        ids, real, lists = constraint.at(position)  # the constraint's one place: (b k, c) allowed ids
+        ids, real, lists = constraint.at(position)  # the constraint's one place: (b, c) allowed ids
+        # an input's beams share its list: the model gathers the list's output rows once, not per beam
         logits = model.decode(previous, memory, cross_mask, cache=cache,
                               candidates=ids[:, None, :].to(source.device) if lists else None)  # (b k, 1, c)
-        log_probs = logits[:, -1].float().cpu().masked_fill(~real, float("-inf")).log_softmax(-1)
+        width = logits.shape[-1]  # c
+        log_probs = (logits[:, -1].float().cpu().view(batch, beam, width)
+                     .masked_fill(~real[:, None, :], float("-inf")).log_softmax(-1))  # (b, k, c)
         if fusion is not None:  # the n-gram model's one place (and the forced last character's, above)
-            log_probs = log_probs + fusion.scores(context, ids)
-        width = log_probs.shape[-1]  # c, the same for all beams of an input
-        total = scores[:, :, None] + log_probs.view(batch, beam, width)  # (b, k, c)
+            log_probs = log_probs + fusion.scores(context, ids.repeat_interleave(beam, dim=0)).view(batch, beam, width)
+        total = scores[:, :, None] + log_probs  # (b, k, c)
         scores, flat_index = total.view(batch, beam * width).topk(beam, dim=-1)  # (b, k)
         parent = flat_index // width
-        token = ids[::beam].gather(1, flat_index % width)  # (b, k) hanzi ids
+        token = ids.gather(1, flat_index % width)  # (b, k) hanzi ids
         if beam > 1:  # with one beam every row continues itself
             history = history.gather(1, parent[..., None].expand_as(history))
             order = (torch.arange(batch)[:, None] * beam + parent).flatten()  # (b k,) rows kept

@@ -156,6 +156,23 @@ def test_few_positions_with_long_lists_take_the_full_product():
         assert torch.allclose(model.logits(hidden, long), full[..., 4:], atol=1e-5)
 
 
+@pytest.mark.parametrize("dense_rows", [float("inf"), 0])
+def test_candidate_lists_shared_by_consecutive_rows_give_each_row_its_lists_logits(dense_rows):
+    # A beam search passes one list per input for its beams (rows 3i..3i+2 share list i): the same logits as
+    # the list repeated for every row, gathered once or by the full product.
+    model = _model()
+    model.dense_rows = dense_rows
+    hidden = torch.randn(2 * 3, 1, 32, generator=torch.Generator().manual_seed(5))  # (g n, t, d), g = 3
+    shared = torch.tensor([[[5, 9, 7, PAD_ID]], [[11, 4, 30, 6]]])  # (n, t, c)
+    with torch.no_grad():
+        logits = model.logits(hidden, shared)
+        assert logits.shape == (6, 1, 4)
+        assert torch.allclose(logits, model.logits(hidden, shared.repeat_interleave(3, dim=0)), atol=1e-5)
+        assert torch.allclose(logits[4, 0], (hidden[4, 0] @ model.output.weight.T)[[11, 4, 30, 6]], atol=1e-5)
+        with pytest.raises(ValueError, match="cannot be shared"):
+            model.logits(hidden[:5], shared)
+
+
 def test_output_projection_is_tied_to_the_target_embedding_when_configured():
     tied, untied = _model(tie_output=True), _model(tie_output=False)
     assert tied.output.weight.data_ptr() == tied.target_embedding.tokens.weight.data_ptr()
