@@ -1,6 +1,7 @@
 import itertools
 import math
 
+import pytest
 import torch
 
 from pinyin_hanzi.vocab import BOS_ID, SPECIALS, Vocab
@@ -125,3 +126,14 @@ def test_the_cli_removes_a_word_model_and_its_weight(trained, tmp_path, capsys):
     assert Converter.from_checkpoint(tmp_path / "plain.pt").word_weight == 0.0
     assert main([str(tmp_path / "plain.pt"), str(tmp_path / "again.pt"), "--remove"]) == 0
     assert "had no word model" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("option", [["--weight", "0.3"], ["--table", "wordfreq-zh"], ["--min-frequency", "1e-6"]])
+def test_the_cli_refuses_options_that_remove_would_ignore(tmp_path, capsys, option):
+    from pinyin_hanzi.cli.word_lm import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["in.pt", str(tmp_path / "out.pt"), "--remove", *option])
+    assert exit_info.value.code == 2
+    assert f"--remove takes no {option[0]}" in capsys.readouterr().err
+    assert not (tmp_path / "out.pt").exists()

@@ -20,16 +20,23 @@ def _main(argv) -> int:
                                                  "of a checkpoint (or remove it).")
     parser.add_argument("checkpoint")
     parser.add_argument("out")
-    parser.add_argument("--table", default="wordfreq-zh", choices=sorted(WORD_TABLES), help="decode.word_table")
-    parser.add_argument("--min-frequency", type=float, default=1e-7, help="decode.word_min_frequency")
-    parser.add_argument("--weight", type=float, default=0.5, help="decode.word_weight stored with it (default 0.5)")
+    # Defaults are None so that --remove can tell options given with it (an error) from options left out.
+    parser.add_argument("--table", choices=sorted(WORD_TABLES), help="decode.word_table (default wordfreq-zh)")
+    parser.add_argument("--min-frequency", type=float, help="decode.word_min_frequency (default 1e-7)")
+    parser.add_argument("--weight", type=float, help="decode.word_weight stored with it (default 0.5)")
     parser.add_argument("--remove", action="store_true",
                         help="write a copy without a word model (decode.word_weight 0) instead")
     args = parser.parse_args(argv)
     if args.remove:
+        given = [name for name in ("table", "min_frequency", "weight") if getattr(args, name) is not None]
+        if given:
+            parser.error(f"--remove takes no --{given[0].replace('_', '-')}: it writes a copy without a word model")
         had = remove_from_checkpoint(args.checkpoint, args.out)
         print(f"{args.out}: {'word model removed' if had else 'had no word model'}, decode.word_weight=0")
         return 0
+    args.table = args.table or "wordfreq-zh"
+    args.min_frequency = 1e-7 if args.min_frequency is None else args.min_frequency
+    args.weight = 0.5 if args.weight is None else args.weight
     check_bounds(parser, [("--weight", args.weight, *LIMITS["decode.word_weight"])])
     if not 0 <= args.min_frequency < 1:  # (also rejects nan)
         parser.error("--min-frequency must lie in [0, 1)")
