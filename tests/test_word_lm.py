@@ -82,7 +82,6 @@ def test_batched_rows_match_single_rows_and_state_round_trips():
 
 
 def test_a_checkpoint_carries_its_word_model_into_the_converter(trained, tmp_path):
-
     from pinyin_hanzi.checkpoint import WORD_LM_KEY, load_checkpoint, load_for_inference, save_checkpoint
     from pinyin_hanzi.converter import Converter
     from pinyin_hanzi.errors import CheckpointError
