@@ -103,10 +103,16 @@ class KVCache:
         return keys, values
 
     def reorder(self, order: torch.Tensor) -> None:
-        """Keep the self-attention rows ``order`` (n,), in that order. The memory's keys/values stay: a beam
-        search reorders among the hypotheses of one input, which share their memory (as fairseq does)."""
+        """Keep the self-attention rows ``order`` (n,), in that order. The memory's keys/values stay where the
+        number of rows does not change: a beam search reorders among the hypotheses of one input, which share
+        their memory (as fairseq does). Where it does (a beam search's first step, from one row per input to
+        several), the memory's rows follow ``order`` too."""
         if self.keys is not None:
+            rows = self.keys.shape[0]
             self.keys, self.values = self.keys.index_select(0, order), self.values.index_select(0, order)
+            if self.memory_keys is not None and len(order) != rows:
+                self.memory_keys = self.memory_keys.index_select(0, order)
+                self.memory_values = self.memory_values.index_select(0, order)
 
 
 class DecoderCache:

@@ -115,42 +115,47 @@ def beam_search(model: Transformer, source: torch.Tensor, constraint: Constraint
     fusion = fusion_for(beam, fusion)
     batch, length = source.shape
     memory, cross_mask = encode(model, source)  # (b, s, d), (b, 1, 1, s) or None
-    if beam > 1:
-        memory = memory.repeat_interleave(beam, dim=0)  # (b k, s, d)
-        cross_mask = None if cross_mask is None else cross_mask.repeat_interleave(beam, dim=0)
     cache = model.new_cache()
+    rows = 1  # decoder rows per input: one (after <s> all beams are alike) at the first step, then beam
     scores = torch.full((batch, beam), float("-inf"))
     scores[:, 0] = 0.0  # one live beam to start from
     history = torch.zeros(batch, beam, length, dtype=torch.long)  # (b, k, s) hanzi ids chosen so far
-    previous = torch.full((batch * beam, 1), BOS_ID, dtype=torch.long, device=source.device)
-    context = fusion.start(batch * beam) if fusion is not None else None
+    previous = torch.full((batch, 1), BOS_ID, dtype=torch.long, device=source.device)
+    context = fusion.start(batch) if fusion is not None else None
     for position in range(length):
         if position == length - 1 and (forced := constraint.forced(position)) is not None:
             history[:, :, position] = forced[:, None]
             if fusion is not None:  # the n-gram model may still change the beams' order
-                scores = scores + fusion.scores(context, forced.repeat_interleave(beam)[:, None]).view(batch, beam)
-                scores, rank = scores.sort(dim=-1, descending=True)
+                fused = fusion.scores(context, forced.repeat_interleave(rows)[:, None]).view(batch, rows)
+                scores, rank = (scores + fused).sort(dim=-1, descending=True)
                 history = history.gather(1, rank[..., None].expand_as(history))
             break
         ids, real, lists = constraint.at(position)  # the constraint's one place: (b, c) allowed ids
-        # an input's beams share its list: the model gathers the list's output rows once, not per beam
+        # an input's rows share its list: the model gathers the list's output rows once, not per row
         logits = model.decode(previous, memory, cross_mask, cache=cache,
-                              candidates=ids[:, None, :].to(source.device) if lists else None)  # (b k, 1, c)
+                              candidates=ids[:, None, :].to(source.device) if lists else None)  # (b r, 1, c)
         width = logits.shape[-1]  # c
-        log_probs = (logits[:, -1].float().cpu().view(batch, beam, width)
-                     .masked_fill(~real[:, None, :], float("-inf")).log_softmax(-1))  # (b, k, c)
+        log_probs = (logits[:, -1].float().cpu().view(batch, rows, width)
+                     .masked_fill(~real[:, None, :], float("-inf")).log_softmax(-1))  # (b, r, c)
         if fusion is not None:  # the n-gram model's one place (and the forced last character's, above)
-            log_probs = log_probs + fusion.scores(context, ids.repeat_interleave(beam, dim=0)).view(batch, beam, width)
-        total = scores[:, :, None] + log_probs  # (b, k, c)
-        scores, flat_index = total.view(batch, beam * width).topk(beam, dim=-1)  # (b, k)
+            log_probs = log_probs + fusion.scores(context, ids.repeat_interleave(rows, dim=0)).view(batch, rows, width)
+        total = (scores[:, :rows, None] + log_probs).view(batch, rows * width)  # (b, r c)
+        if rows * width < beam:  # fewer choices than beams (a first step with a short list): dead beams
+            total = torch.cat([total, total.new_full((batch, beam - rows * width), float("-inf"))], dim=1)
+        scores, flat_index = total.topk(beam, dim=-1)  # (b, k)
+        flat_index = flat_index.clamp(max=rows * width - 1)  # a dead beam's index points at a real entry
         parent = flat_index // width
         token = ids.gather(1, flat_index % width)  # (b, k) hanzi ids
-        if beam > 1:  # with one beam every row continues itself
+        if beam > 1:
             history = history.gather(1, parent[..., None].expand_as(history))
-            order = (torch.arange(batch)[:, None] * beam + parent).flatten()  # (b k,) rows kept
-            cache.reorder(order.to(source.device))
+            order = (torch.arange(batch)[:, None] * rows + parent).flatten()  # (b k,) rows kept
+            cache.reorder(order.to(source.device))  # from one row per input to k after the first step
             if fusion is not None:
                 context = fusion.advance(context, order, token.flatten())
+            if rows == 1:
+                memory = memory.repeat_interleave(beam, dim=0)  # (b k, s, d)
+                cross_mask = None if cross_mask is None else cross_mask.repeat_interleave(beam, dim=0)
+                rows = beam
         history[:, :, position] = token
         previous = token.view(batch * beam, 1).to(source.device)
     lengths = (source != PAD_ID).sum(dim=1).tolist()

@@ -96,6 +96,25 @@ def test_cached_decoding_gives_the_uncached_logits_step_by_step_and_after_reorde
         assert not torch.allclose(step, beams[:, 3:4], atol=1e-3)  # without the reorder it would differ
 
 
+def test_a_cache_grown_from_one_row_per_input_to_several_keeps_each_inputs_memory():
+    # A beam search's first step decodes one row per input, then continues with k rows each.
+    model = _model()
+    source = _ids(2, 5, SOURCE_VOCAB)
+    source[1, 3:] = PAD_ID
+    first = torch.full((2, 1), BOS_ID)
+    following = _ids(6, 1, TARGET_VOCAB, seed=7)
+    order = torch.tensor([0, 0, 0, 1, 1, 1])
+    with torch.no_grad():
+        memory, mask = model.encode(source)
+        cache = model.new_cache()
+        model.decode(first, memory, mask, cache=cache)
+        cache.reorder(order)
+        step = model.decode(following, memory[order], mask[order], cache=cache)
+        expected = model.decode(torch.cat([first[order], following], dim=1), memory[order], mask[order])[:, 1:]
+    assert torch.allclose(step, expected, atol=1e-5)
+    assert not torch.allclose(step[:3], step[3:], atol=1e-3)  # the two inputs' memories differ
+
+
 def test_cached_decoding_refuses_positions_past_max_positions_and_several_at_once():
     model = _model()
     memory, mask = model.encode(_ids(1, 3, SOURCE_VOCAB))
