@@ -5,8 +5,9 @@
     converter.convert("ni hao")                      # "你好"
     converter.candidates("xian", n=5)                # [Candidate(text="现", score=..., syllables=["xian"]), ...]
 
-Typed text -> pieces with alternative readings (typed_input.py) -> chunks of at most one window -> each reading
-searched (search.py) under the lexicon's constraint (lexicon.py) -> the n best distinct texts.
+Typed text -> pieces with alternative readings (typed_input.py) -> chunks of at most one window and their
+readings (planning.py) -> each reading searched (search.py) under the lexicon's constraint (lexicon.py) -> the
+n best distinct texts (planning.assemble).
 
 Which model converts by default (:func:`resolve_checkpoint`): an explicit checkpoint path, else the one the
 environment variable ``PINYIN_HANZI_CHECKPOINT`` names, else the shipped model.
@@ -16,7 +17,6 @@ from __future__ import annotations
 
 import itertools
 import os
-from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
@@ -29,11 +29,9 @@ from pinyin_hanzi.data import pad
 from pinyin_hanzi.errors import ConfigError
 from pinyin_hanzi.lexicon import PAD_ROW, Lexicon, token_key
 from pinyin_hanzi.model import Transformer
-from pinyin_hanzi.pinyin import CLAUSE_PUNCTUATION, is_hanzi
+from pinyin_hanzi.planning import CLAUSE_END_MARK, Candidate, Plan, Planner, assemble
 from pinyin_hanzi.shuangpin import layout_named
-from pinyin_hanzi.typed_input import (PREFIX_TOKENS, Piece, alternatives, fewest_syllables, fuzzy_pairs, is_literal_key,
-                                      is_pass_through, is_prefix_key, is_prefix_token, literal_key, parse_pieces,
-                                      pass_through_text, split_lines)
+from pinyin_hanzi.typed_input import PREFIX_TOKENS, fuzzy_pairs, is_literal_key, is_prefix_key
 from pinyin_hanzi.search import Constraint, Hypothesis, NgramFusion, beam_search, fusion_for
 from pinyin_hanzi.syllable_lm import SyllableBigrams
 from pinyin_hanzi.vocab import Vocab
@@ -41,35 +39,6 @@ from pinyin_hanzi.word_lm import WordLexiconLM
 
 SHIPPED_MODEL = Path(__file__).resolve().parent / "pretrained" / "model.pt"
 CHECKPOINT_VARIABLE = "PINYIN_HANZI_CHECKPOINT"
-CLAUSE_END_MARK = "。"  # what a typed line that ends in a syllable is decoded as ending with (not shown)
-ASCII_TO_CHINESE_PUNCTUATION = {",": "，", ".": "。", "?": "？", "!": "！"}
-# Pass-through characters the model sees as context on each side of pinyin; farther ones are copied to the
-# output without the model, so that text with little or no pinyin costs no decoding steps.
-LITERAL_CONTEXT = 32
-
-
-def _spans(pieces: list[Piece], context: int) -> list[str | list[Piece]]:
-    """A line's pieces as spans in order: runs of pieces to decode (pinyin, the pass-through pieces
-    between pinyin, and up to ``context`` pass-through pieces on each side as context) and pass-through
-    text farther than ``context`` from any pinyin, copied as it is. Pass-through between two pinyin pieces
-    more than 2 x ``context`` apart is context to both and copied in the middle."""
-    typed = [index for index, piece in enumerate(pieces) if not is_pass_through(piece)]
-    if not typed:
-        return [pass_through_text(pieces)] if pieces else []
-    spans: list[str | list[Piece]] = []
-    start = max(0, typed[0] - context)
-    if start:
-        spans.append(pass_through_text(pieces[:start]))
-    for previous, following in zip(typed, typed[1:]):
-        if following - previous - 1 > 2 * context:
-            spans.append(pieces[start : previous + 1 + context])
-            spans.append(pass_through_text(pieces[previous + 1 + context : following - context]))
-            start = following - context
-    end = min(len(pieces), typed[-1] + 1 + context)
-    spans.append(pieces[start:end])
-    if end < len(pieces):
-        spans.append(pass_through_text(pieces[end:]))
-    return spans
 
 
 def _check_call(*, beam: int | None = None, nbest: int = 1, batch_size: int = 1, alternatives_limit: int = 1) -> None:
@@ -91,33 +60,6 @@ def resolve_checkpoint(path: str | Path | None = None) -> tuple[Path, str]:
     if os.environ.get(CHECKPOINT_VARIABLE):
         return Path(os.environ[CHECKPOINT_VARIABLE]), f"the checkpoint named by {CHECKPOINT_VARIABLE}"
     return SHIPPED_MODEL, "the shipped model"
-
-
-@dataclass
-class Candidate:
-    """One conversion of a typed line."""
-
-    text: str
-    score: float  # log-probability under the model (sum over positions), plus the reading's prior
-    syllables: list[str] = field(default_factory=list)  # the model tokens of the reading it converts
-    notes: list[str] = field(default_factory=list)  # fallbacks used, for verbose output
-    # Per character of text, the syllable it was read as: what was typed, except that an abbreviation (b*)
-    # or a fuzzy syllable (zi|zhi) becomes the one of its syllables the character has (bei, zhi), with the
-    # typed tone; a pass-through character stands for itself.
-    read_as: list[str] = field(default_factory=list)
-
-
-@dataclass
-class _Plan:
-    """The readings to decode for some typed lines: (tokens, keys) and prior per reading, and which
-    readings belong to which chunk of which line."""
-
-    readings: list[tuple[list[str], list[str]]] = field(default_factory=list)
-    priors: list[float] = field(default_factory=list)  # log P(syllables) - split_penalty x extra syllables
-    chunks: dict[tuple[int, int], list[int]] = field(default_factory=dict)  # (line, chunk) -> reading indices
-    # Per line, its output in order: chunk numbers (decoded) and text copied as it is (pass-through, "\n").
-    layouts: list[list[int | str]] = field(default_factory=list)
-    open_chunks: set[tuple[int, int]] = field(default_factory=set)  # decoded with a virtual clause end
 
 
 class Converter:
@@ -193,6 +135,8 @@ class Converter:
         self.clause_end = clause_end and end in pinyin_vocab.ids and end in hanzi_vocab.ids
         positions = model.config.max_positions - self.clause_end  # room for the virtual 。
         self.window = min(window or positions, positions)
+        self.planner = Planner(window=self.window, clause_end=self.clause_end, syllable_lm=syllable_lm,
+                               split_penalty=split_penalty, reading_margin=reading_margin)
 
     # ------------------------------------------------------------------------------------------ loading
 
@@ -271,9 +215,9 @@ class Converter:
         options = {"prefixes": self.prefixes if prefixes is None else prefixes,
                    "fuzzy": self.fuzzy if fuzzy is None else fuzzy_pairs(fuzzy),
                    "shuangpin": self.shuangpin if shuangpin is None else (shuangpin or None)}
-        plan = self._plan(lines, alternatives_limit, fused, options)
+        plan = self.planner.plan(lines, alternatives_limit, fused, options)
         found = self._decode_best_first(plan, beam, nbest, constrained, batch_size, fused)
-        return self._assemble(plan, found, nbest, chinese_punctuation)
+        return assemble(plan, found, nbest, chinese_punctuation)
 
     def convert_tokens(self, token_lists: Sequence[Sequence[str]], *, constrained: bool = True,
                        batch_size: int = 256, beam: int = 1) -> list[str]:
@@ -347,103 +291,7 @@ class Converter:
                 chars.append(self.hanzi_vocab.tokens[index])
         return chars, notes
 
-    # --------------------------------------------------------------------------------- typed lines
-
-    def _chunks(self, pieces: list[Piece]) -> list[list[Piece]]:
-        """Pieces grouped into chunks of at most ``window`` tokens (by each piece's first reading), cut after
-        punctuation where possible; a letter run longer than a window is cut into windows."""
-        chunks, current, size, cut = [], [], 0, 0
-        for piece in pieces:
-            n = len(piece.options[0])
-            if n > self.window:
-                if current:
-                    chunks.append(current)
-                best = piece.options[0]
-                chunks.extend([Piece((best[s : s + self.window],))] for s in range(0, n, self.window))
-                current, size, cut = [], 0, 0
-                continue
-            while current and size + n > self.window:
-                head, current = (current[:cut], current[cut:]) if cut else (current, [])
-                chunks.append(head)
-                size, cut = sum(len(p.options[0]) for p in current), 0
-            current.append(piece)
-            size += n
-            if len(piece.options) == 1 and piece.options[0][-1][0] in CLAUSE_PUNCTUATION:
-                cut = len(current)
-        if current or not chunks:
-            chunks.append(current)
-        return chunks
-
-    def _plan(self, lines: Sequence[str], alternatives_limit: int, fused: bool, options: dict) -> _Plan:
-        """Each line's layout: its chunks, with their readings and priors, and the text copied around them
-        (see :func:`_spans`); a line holding line ends is converted line by line (``split_lines``), its
-        lines joined by "\\n". ``options`` are parse_pieces' keyword options. A run of pieces that ends in a
-        letter (no punctuation typed) has its last chunk decoded with a virtual clause end (see
-        ``__init__``)."""
-        plan = _Plan()
-        score = self.syllable_lm.bigram_log_prob if self.syllable_lm is not None else fewest_syllables
-        for line_index, line in enumerate(lines):
-            layout: list[int | str] = []
-            chunk_count = 0
-            for number, text in enumerate(split_lines(line)):
-                if number:
-                    layout.append("\n")
-                for span in _spans(parse_pieces(text, alternatives_limit, score, **options), LITERAL_CONTEXT):
-                    if isinstance(span, str):
-                        layout.append(span)
-                        continue
-                    chunks = self._chunks(span)
-                    for chunk_index, chunk in enumerate(chunks):
-                        key = (line_index, chunk_count)
-                        layout.append(chunk_count)
-                        chunk_count += 1
-                        ends_open = (self.clause_end and chunk_index == len(chunks) - 1
-                                     and not is_literal_key(chunk[-1].options[0][-1][1]))
-                        if ends_open:
-                            plan.open_chunks.add(key)
-                        for tokens, keys, prior in self._readings(chunk, alternatives_limit, fused):
-                            if ends_open:
-                                tokens, keys = tokens + [CLAUSE_END_MARK], keys + [literal_key(CLAUSE_END_MARK)]
-                            plan.chunks.setdefault(key, []).append(len(plan.readings))
-                            plan.readings.append((tokens, keys))
-                            plan.priors.append(prior)
-            plan.layouts.append(layout)
-        return plan
-
-    def _readings(self, chunk: list[Piece], alternatives_limit: int, fused: bool
-                  ) -> list[tuple[list[str], list[str], float]]:
-        """(tokens, keys, prior) of each reading of a chunk. With n-gram fusion, only the readings whose
-        prior is within ``reading_margin`` of the best: its terms lower every score, so the bound of
-        :meth:`_decode_best_first` would leave most alternatives to decode. A heuristic, not a bound: a
-        reading far below the best prior seldom wins, and it is then usually wrong.
-
-        A reading with more abbreviations (prefix pieces) than another never has the higher prior: the
-        syllable model skips prefix tokens (they are no syllables), so without a cap ``n`` read as n* would
-        cost nothing where the syllable n costs its probability. Its prior is capped at the lowest prior of
-        the readings with fewer, keeping typed_input's ranking (prefix count first); the model's scores may
-        still prefer it."""
-        options = alternatives(chunk, alternatives_limit)
-        fewest = min(len(reading) for reading in options)
-        scored, prefix_counts = [], []
-        for reading in options:
-            tokens = [token for token, _ in reading]
-            prior = self.syllable_lm.log_prob(tokens) if self.syllable_lm is not None else 0.0
-            prior -= self.split_penalty * (len(reading) - fewest)
-            scored.append((tokens, [key for _, key in reading], prior))
-            prefix_counts.append(sum(map(is_prefix_token, tokens)))
-        cap = float("inf")  # the lowest prior of the readings with fewer prefix pieces than the current count
-        for count in sorted(set(prefix_counts)):
-            group = [i for i, c in enumerate(prefix_counts) if c == count]
-            for i in group:
-                tokens, keys, prior = scored[i]
-                scored[i] = (tokens, keys, min(prior, cap))
-            cap = min(cap, *(scored[i][2] for i in group))
-        if fused:
-            best_prior = max(prior for _, _, prior in scored)
-            scored = [entry for entry in scored if entry[2] >= best_prior - self.reading_margin]
-        return scored
-
-    def _decode_best_first(self, plan: _Plan, beam: int, nbest: int, constrained: bool, batch_size: int,
+    def _decode_best_first(self, plan: Plan, beam: int, nbest: int, constrained: bool, batch_size: int,
                            fused: bool) -> list[list[Candidate] | None]:
         """Candidates of the plan's readings, scores including their priors; None for readings that cannot
         enter the n-best list and were not decoded.
@@ -451,7 +299,7 @@ class Converter:
         log P(hanzi | syllables) <= 0 (and so are the n-gram model's terms), so a reading whose prior is
         below the nbest-th score already found cannot enter the n-best list. Decoding each chunk's most
         probable reading first leaves almost nothing else to decode. With n-gram fusion the readings left
-        (see :meth:`_readings`) mostly survive that bound, so when one batch holds them all they are
+        (see :meth:`pinyin_hanzi.planning.Planner.readings`) mostly survive that bound, so when one batch holds them all they are
         decoded together at once instead of in two passes."""
         found: list[list[Candidate] | None] = [None] * len(plan.readings)
 
@@ -477,49 +325,3 @@ class Converter:
         decode(remaining)
         return found
 
-    def _assemble(self, plan: _Plan, found: list[list[Candidate] | None], nbest: int,
-                  chinese_punctuation: bool) -> list[list[Candidate]]:
-        """Per line, its n-best list: distinct texts, each with its best-scoring reading, best first; a line
-        of several chunks gets the concatenation of each chunk's best."""
-        per_chunk = {key: [c for i in indices if found[i] is not None for c in found[i]]
-                     for key, indices in plan.chunks.items()}
-        for key in plan.open_chunks:  # the virtual 。 was forced (log-probability 0): drop it, score unchanged
-            per_chunk[key] = [replace(c, text=c.text[:-1], syllables=c.syllables[:-1], read_as=c.read_as[:-1])
-                              for c in per_chunk[key]]
-        outputs = []
-        for line_index, layout in enumerate(plan.layouts):
-            ranked = {}  # per chunk: distinct texts, best first
-            for chunk_index in (part for part in layout if isinstance(part, int)):
-                by_text: dict[str, Candidate] = {}
-                for candidate in per_chunk[(line_index, chunk_index)]:
-                    if candidate.text not in by_text or candidate.score > by_text[candidate.text].score:
-                        by_text[candidate.text] = candidate
-                ranked[chunk_index] = sorted(by_text.values(), key=lambda c: -c.score)
-            if len(ranked) == 1:
-                [(only, candidates)] = ranked.items()
-                best = [_laid_out(layout, {only: candidate}) for candidate in candidates[:nbest]]
-            else:
-                best = [_laid_out(layout, {index: candidates[0] for index, candidates in ranked.items()})]
-            if chinese_punctuation:
-                best = [_chinese_punctuation(candidate) for candidate in best]
-            outputs.append(best)
-        return outputs
-
-
-def _laid_out(layout: list[int | str], chosen: dict[int, Candidate]) -> Candidate:
-    """One line's candidate: its chunks' chosen candidates and its copied text, in layout order; a copied
-    character is its own syllable and reading."""
-    parts = [chosen[part] if isinstance(part, int) else Candidate(part, 0.0, list(part), [], list(part))
-             for part in layout]
-    return Candidate("".join(p.text for p in parts), sum(p.score for p in parts),
-                     [t for p in parts for t in p.syllables], [n for p in parts for n in p.notes],
-                     [s for p in parts for s in p.read_as])
-
-
-def _chinese_punctuation(candidate: Candidate) -> Candidate:
-    """ASCII , . ? ! right after a hanzi become ，。？！ (``1.5`` and ``OK!`` stay as they are)."""
-    chars = list(candidate.text)
-    for i, char in enumerate(chars):
-        if char in ASCII_TO_CHINESE_PUNCTUATION and i > 0 and is_hanzi(chars[i - 1]):
-            chars[i] = ASCII_TO_CHINESE_PUNCTUATION[char]
-    return replace(candidate, text="".join(chars))

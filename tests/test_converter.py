@@ -159,7 +159,7 @@ def test_fallback_prefers_a_basic_block_character_and_is_reported():
 
 def _all_readings_ranked(converter, line, beam, nbest):
     """The n-best of a one-chunk line the slow way: every reading decoded, ranked by model + prior."""
-    options = alternatives(converter._chunks(parse_pieces(line, 4, fewest_syllables))[0], 4)
+    options = alternatives(converter.planner.chunks(parse_pieces(line, 4, fewest_syllables))[0], 4)
     fewest = min(len(reading) for reading in options)
     readings_ = [([token for token, _ in reading], [key for _, key in reading]) for reading in options]
     best: dict[str, float] = {}
@@ -284,8 +284,8 @@ def test_with_prefixes_on_the_constraint_alone_reads_abbreviations_with_the_ship
 def test_a_reading_with_more_abbreviations_never_has_the_higher_prior(shipped):
     # n alone reads as the syllable n or as the abbreviation n*; the syllable model skips n* (no syllable),
     # so uncapped the abbreviation would cost nothing and the syllable its probability.
-    (chunk,) = shipped._chunks(parse_pieces("n", 4, prefixes=True))
-    readings_ = shipped._readings(chunk, 4, fused=False)
+    (chunk,) = shipped.planner.chunks(parse_pieces("n", 4, prefixes=True))
+    readings_ = shipped.planner.readings(chunk, 4, fused=False)
     assert [tokens for tokens, _, _ in readings_] == [["n"], ["n*"]]
     assert shipped.syllable_lm.log_prob(["n*"]) > shipped.syllable_lm.log_prob(["n"])
     assert readings_[1][2] <= readings_[0][2]
@@ -344,7 +344,7 @@ def test_text_with_nothing_to_convert_never_reaches_the_model(monkeypatch):
 
 
 def test_the_model_sees_at_most_literal_context_characters_around_pinyin(monkeypatch):
-    from pinyin_hanzi.converter import LITERAL_CONTEXT
+    from pinyin_hanzi.planning import LITERAL_CONTEXT
 
     converter = untrained_converter(seed=4)
     seen = _counting_search(converter, monkeypatch)
@@ -362,7 +362,7 @@ def test_the_model_sees_at_most_literal_context_characters_around_pinyin(monkeyp
 
 
 def test_n_best_is_kept_around_copied_pass_through_text(monkeypatch):
-    monkeypatch.setattr("pinyin_hanzi.converter.LITERAL_CONTEXT", 4)  # the decoded run fits this model's window
+    monkeypatch.setattr("pinyin_hanzi.planning.LITERAL_CONTEXT", 4)  # the decoded run fits this model's window
     converter = untrained_converter(seed=5)
     tail = "x" * 200
     candidates = converter.candidates(f"{tail} ni hao {tail}", n=4)
