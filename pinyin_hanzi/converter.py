@@ -115,9 +115,8 @@ class Converter:
         self.pinyin_vocab, self.hanzi_vocab = pinyin_vocab, hanzi_vocab
         self.device = torch.device(device)
         self.lexicon = Lexicon(hanzi_vocab)
-        self.split_penalty, self.syllable_lm = split_penalty, syllable_lm
         self.char_lm = char_lm if lm_weight > 0 else None
-        self.lm_weight, self.reading_margin = lm_weight, reading_margin
+        self.lm_weight = lm_weight
         self.word_lm = word_lm if word_weight > 0 else None
         self.word_weight = word_weight
         fused = [(lm, weight) for lm, weight in ((self.char_lm, lm_weight), (self.word_lm, word_weight)) if lm is not None]
@@ -132,11 +131,18 @@ class Converter:
         # reads the last syllable as the middle of a clause (ba -> 八, not 吧), so a line that ends in a
         # syllable is decoded with a virtual 。 after it, which is dropped from the output.
         end = CLAUSE_END_MARK
-        self.clause_end = clause_end and end in pinyin_vocab.ids and end in hanzi_vocab.ids
-        positions = model.config.max_positions - self.clause_end  # room for the virtual 。
-        self.window = min(window or positions, positions)
-        self.planner = Planner(window=self.window, clause_end=self.clause_end, syllable_lm=syllable_lm,
-                               split_penalty=split_penalty, reading_margin=reading_margin)
+        clause_end = clause_end and end in pinyin_vocab.ids and end in hanzi_vocab.ids
+        positions = model.config.max_positions - clause_end  # room for the virtual 。
+        self.planner = Planner(window=min(window or positions, positions), clause_end=clause_end,
+                               syllable_lm=syllable_lm, split_penalty=split_penalty, reading_margin=reading_margin)
+
+    # The planner owns these settings; they read through to it so that there is one copy of each.
+    window = property(lambda self: self.planner.window, doc="the longest token sequence given to the model at once")
+    clause_end = property(lambda self: self.planner.clause_end, doc="whether lines are decoded with a virtual 。")
+    syllable_lm = property(lambda self: self.planner.syllable_lm, doc="the syllable model of readings' priors")
+    split_penalty = property(lambda self: self.planner.split_penalty, doc="the cost of each extra syllable")
+    reading_margin = property(lambda self: self.planner.reading_margin, doc="how far below the best prior a "
+                              "reading is still decoded (with n-gram fusion)")
 
     # ------------------------------------------------------------------------------------------ loading
 
