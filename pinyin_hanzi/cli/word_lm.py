@@ -8,7 +8,9 @@ import argparse
 import sys
 
 from pinyin_hanzi.cli import check_bounds, run
-from pinyin_hanzi.config import LIMITS
+from pinyin_hanzi.config import LIMITS, DecodeConfig
+
+WEIGHT = 0.5  # the decode.word_weight stored with a new word model (the config's default, 0, would turn it off)
 
 
 def _main(argv) -> int:
@@ -21,9 +23,11 @@ def _main(argv) -> int:
     parser.add_argument("checkpoint")
     parser.add_argument("out")
     # Defaults are None so that --remove can tell options given with it (an error) from options left out.
-    parser.add_argument("--table", choices=sorted(WORD_TABLES), help="decode.word_table (default wordfreq-zh)")
-    parser.add_argument("--min-frequency", type=float, help="decode.word_min_frequency (default 1e-7)")
-    parser.add_argument("--weight", type=float, help="decode.word_weight stored with it (default 0.5)")
+    parser.add_argument("--table", choices=sorted(WORD_TABLES),
+                        help=f"decode.word_table (default {DecodeConfig.word_table})")
+    parser.add_argument("--min-frequency", type=float,
+                        help=f"decode.word_min_frequency (default {DecodeConfig.word_min_frequency:g})")
+    parser.add_argument("--weight", type=float, help=f"decode.word_weight stored with it (default {WEIGHT:g})")
     parser.add_argument("--remove", action="store_true",
                         help="write a copy without a word model (decode.word_weight 0) instead")
     args = parser.parse_args(argv)
@@ -34,9 +38,9 @@ def _main(argv) -> int:
         had = remove_from_checkpoint(args.checkpoint, args.out)
         print(f"{args.out}: {'word model removed' if had else 'had no word model'}, decode.word_weight=0")
         return 0
-    args.table = args.table or "wordfreq-zh"
-    args.min_frequency = 1e-7 if args.min_frequency is None else args.min_frequency
-    args.weight = 0.5 if args.weight is None else args.weight
+    args.table = args.table or DecodeConfig.word_table
+    args.min_frequency = DecodeConfig.word_min_frequency if args.min_frequency is None else args.min_frequency
+    args.weight = WEIGHT if args.weight is None else args.weight
     check_bounds(parser, [("--weight", args.weight, *LIMITS["decode.word_weight"])])
     if not 0 <= args.min_frequency < 1:  # (also rejects nan)
         parser.error("--min-frequency must lie in [0, 1)")
