@@ -19,7 +19,7 @@ from typing import Protocol, Sequence
 import torch
 
 from pinyin_hanzi.lexicon import PAD_ROW, Lexicon
-from pinyin_hanzi.model import Transformer
+from pinyin_hanzi.model import InferenceView, Transformer
 from pinyin_hanzi.vocab import BOS_ID, PAD_ID
 
 Hypothesis = tuple[list[int], float]  # hanzi ids, score
@@ -113,6 +113,7 @@ def beam_search(model: Transformer, source: torch.Tensor, constraint: Constraint
     decoder input. A fixed last character (one allowed character for every input, e.g. a virtual 。) gets
     no decoder step: its log-probability is 0 (the n-gram model, if used, still scores it)."""
     fusion = fusion_for(beam, fusion)
+    model = InferenceView(model)  # the modules' own code, without nn.Module's per-step lookups
     batch, length = source.shape
     memory, cross_mask = encode(model, source)  # (b, s, d), (b, 1, 1, s) or None
     cache = model.new_cache()
