@@ -121,8 +121,8 @@ class Connection:
         self.writer: asyncio.StreamWriter | None = None
 
     async def post(self, path: str, payload: dict) -> tuple[int, bytes]:
-        """(status, body) of a JSON POST; OSError or ConnectionError when the connection fails (it is then
-        closed, and the next call opens a new one)."""
+        """(status, body) of a JSON POST; ConnectionError when the connection fails or its answer cannot be
+        read (it is then closed, and the next call opens a new one)."""
         body = json.dumps(payload, ensure_ascii=False).encode()
         head = (f"POST {path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\nContent-Type: application/json\r\n"
                 f"Content-Length: {len(body)}\r\n\r\n").encode()
@@ -146,7 +146,7 @@ class Connection:
             if headers.get("connection", "").lower() == "close":
                 await self.close()
             return status, answer
-        except (OSError, ConnectionError, ValueError, IndexError, asyncio.IncompleteReadError) as error:
+        except (OSError, ValueError, IndexError, asyncio.IncompleteReadError) as error:  # ConnectionError is an OSError
             await self.close()
             raise ConnectionError(f"{type(error).__name__}: {error}") from error
 
