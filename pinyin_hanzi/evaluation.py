@@ -1,5 +1,6 @@
 """Scoring a model's conversions: validation during training (:func:`evaluate`) and the score of a whole
-split or file typed as a user would (:func:`evaluate_file`, ``translate.py --evaluate``)."""
+split or file typed as a user would (:func:`evaluate_file`, ``translate.py --evaluate``), and two models
+compared on the same sentences (:func:`compare_file`, ``translate.py --evaluate FILE --compare OTHER``)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import torch
 from pinyin_hanzi.config import Config
 from pinyin_hanzi.data import collate
 from pinyin_hanzi.loss import model_loss
-from pinyin_hanzi.metrics import conversion_scores, typed
+from pinyin_hanzi.metrics import conversion_scores, edit_distance, paired_difference, typed
 from pinyin_hanzi.runtime import autocast_for, resolve_precision
 
 if TYPE_CHECKING:
@@ -56,16 +57,42 @@ def evaluate_file(converter, examples: Sequence, *, constrained: bool = True, un
     :func:`pinyin_hanzi.metrics.conversion_scores`, plus top1 (and top3, top5 from the 5-best list when
     beam >= 5): the share of sentences whose reference is among the k best conversions. Raises ValueError
     for a share outside [0, 1]."""
-    lines = [typed(e.tokens, e.hanzi, unsegmented, abbreviate=abbreviate) for e in examples]
     references = [e.hanzi for e in examples]
     nbest = 5 if beam >= 5 else 1
     if prefixes is None:
         prefixes = True if abbreviate > 0 else converter.prefixes
-    found = converter.convert_lines(lines, beam=beam, nbest=nbest, constrained=constrained, batch_size=batch_size,
-                                    prefixes=prefixes)
+    found = _convert_typed(converter, examples, unsegmented, abbreviate, prefixes, beam=beam, nbest=nbest,
+                           constrained=constrained, batch_size=batch_size)
     scores = conversion_scores([conversions[0].text for conversions in found], references)
     for k in (1, 3, 5) if nbest == 5 else (1,):
         hits = sum(ref in [c.text for c in conversions[:k]] for conversions, ref in zip(found, references))
         scores[f"top{k}"] = hits / max(len(references), 1)
     return {"constrained": constrained, "unsegmented": unsegmented, "beam": beam, "abbreviate": abbreviate,
             "prefixes": prefixes, **scores}
+
+
+def compare_file(converter, other, examples: Sequence, *, constrained: bool = True, unsegmented: bool = False,
+                 beam: int = 1, batch_size: int = 256, abbreviate: float = 0.0, prefixes: bool | None = None,
+                 resamples: int = 2000) -> dict:
+    """``other`` against ``converter`` on the same ``examples``, typed alike (arguments as in
+    :func:`evaluate_file`; ``prefixes`` None: on for abbreviated input, else each converter's own setting).
+    Two CERs a tenth of a point apart on a thousand sentences may be noise; this says whether they are:
+    returns the settings and :func:`pinyin_hanzi.metrics.paired_difference` of the two (difference =
+    other's CER - first's, with its 95% bootstrap interval over sentences)."""
+    references = [e.hanzi for e in examples]
+    errors = []
+    for model in (converter, other):
+        reads_prefixes = prefixes if prefixes is not None else (True if abbreviate > 0 else model.prefixes)
+        found = _convert_typed(model, examples, unsegmented, abbreviate, reads_prefixes, beam=beam, nbest=1,
+                               constrained=constrained, batch_size=batch_size)
+        errors.append([edit_distance(conversions[0].text, ref) for conversions, ref in zip(found, references)])
+    return {"constrained": constrained, "unsegmented": unsegmented, "beam": beam, "abbreviate": abbreviate,
+            "sentences": len(references), "characters": sum(map(len, references)),
+            **paired_difference(errors[0], errors[1], [len(ref) for ref in references], resamples=resamples)}
+
+
+def _convert_typed(converter, examples: Sequence, unsegmented: bool, abbreviate: float, prefixes: bool, **options):
+    """The conversions of ``examples`` typed as :func:`pinyin_hanzi.metrics.typed` types them. ValueError
+    for a share outside [0, 1]."""
+    lines = [typed(e.tokens, e.hanzi, unsegmented, abbreviate=abbreviate) for e in examples]
+    return converter.convert_lines(lines, prefixes=prefixes, **options)

@@ -72,6 +72,33 @@ def test_translate_evaluate_reports_scores(trained):
     assert "character accuracy 100.00%" in result.stdout
 
 
+def test_translate_evaluate_compare_scores_two_checkpoints_side_by_side(trained, tmp_path):
+    tmp, _, best = trained
+    split = tmp / "prepared" / "tiny" / "train.tsv"
+    state = torch.load(best, weights_only=True)
+    generator = torch.Generator().manual_seed(0)
+    for name, weight in state["model"].items():  # the same model, damaged
+        if weight.is_floating_point():
+            weight.add_(torch.randn(weight.shape, generator=generator) * 0.5)
+    damaged = tmp_path / "damaged.pt"
+    torch.save(state, damaged)
+
+    result = run(ROOT / "translate.py", "--checkpoint", best, "--evaluate", split, "--compare", damaged)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.strip().splitlines()
+    scores = json.loads(lines[-1])
+    assert scores["cer"] == 0.0 and scores["other_cer"] > 0 and scores["interval"][0] > 0
+    assert scores["compare"] == str(damaged) and scores["beam"] == 5
+    assert lines[-2] == f"{damaged} is worse (the interval excludes 0)"
+    same = run(ROOT / "translate.py", "--checkpoint", best, "--evaluate", split, "--compare", best, "--beam", "1")
+    assert "no difference the sentences can tell apart" in same.stdout and "difference +0.00 points" in same.stdout
+
+    _one_line_error(run(ROOT / "translate.py", "--checkpoint", best, "--evaluate", split, "--compare",
+                        tmp_path / "missing.pt"), "missing.pt")
+    usage = run(ROOT / "translate.py", "--compare", best, "ni hao")
+    assert usage.returncode == 2 and usage.stderr.strip().splitlines()[-1].endswith("--compare needs --evaluate")
+
+
 def test_translate_beam_defaults_to_the_checkpoints_decode_beam(trained, tmp_path):
     tmp, _, best = trained
     split = tmp / "prepared" / "tiny" / "train.tsv"

@@ -1,11 +1,11 @@
 import pytest
 import torch
-from conftest import tiny_config_dict
+from conftest import tiny_config_dict, untrained_converter
 
 from pinyin_hanzi.config import config_from_dict
 from pinyin_hanzi.corpus import Example, read_examples
 from pinyin_hanzi.data import collate, encode_examples
-from pinyin_hanzi.evaluation import evaluate, evaluate_file
+from pinyin_hanzi.evaluation import compare_file, evaluate, evaluate_file
 from pinyin_hanzi.loss import model_loss
 from pinyin_hanzi.metrics import conversion_scores
 
@@ -64,3 +64,20 @@ def test_evaluate_file_types_a_share_of_syllables_abbreviated_and_reads_them_as_
     assert letters["prefixes"] is False and letters["char_accuracy"] < abbreviated["char_accuracy"]
     with pytest.raises(ValueError, match="between 0 and 1"):
         evaluate_file(converter, examples, abbreviate=1.5)
+
+
+def test_compare_file_scores_two_models_on_the_same_typed_sentences(trained, converter):
+    tmp, _, _ = trained
+    examples = read_examples(tmp / "prepared" / "tiny" / "train.tsv")
+    itself = compare_file(converter, converter, examples, beam=5)
+    assert itself["cer"] == itself["other_cer"] == evaluate_file(converter, examples, beam=5)["cer"]
+    assert itself["difference"] == 0 and itself["interval"] == [0, 0] and itself["sentences"] == len(examples)
+
+    untrained = untrained_converter()  # its own vocabulary: most of this pinyin is unknown to it
+    worse = compare_file(converter, untrained, examples, abbreviate=0.5)
+    assert worse["abbreviate"] == 0.5 and worse["cer"] == evaluate_file(converter, examples, abbreviate=0.5)["cer"]
+    assert worse["other_cer"] == evaluate_file(untrained, examples, abbreviate=0.5)["cer"]
+    assert worse["difference"] > 0 and worse["interval"][0] > 0 and worse["worse"] > 0 == worse["better"]
+    flipped = compare_file(untrained, converter, examples, abbreviate=0.5)
+    assert flipped["difference"] == pytest.approx(-worse["difference"])
+    assert (flipped["better"], flipped["worse"]) == (worse["worse"], worse["better"])

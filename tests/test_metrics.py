@@ -1,6 +1,6 @@
 import pytest
 
-from pinyin_hanzi.metrics import conversion_scores, edit_distance
+from pinyin_hanzi.metrics import conversion_scores, edit_distance, paired_difference
 
 
 def test_edit_distance():
@@ -86,3 +86,28 @@ def test_abbreviated_input_parses_back_to_prefix_pieces():
         assert len(best) == len(expected), run_together
         assert [t for i, t in enumerate(best) if i not in vowels] == [t for i, t in enumerate(expected) if i not in vowels]
         assert sum(map(is_prefix_token, best)) >= len(chosen) - len(vowels)
+
+
+def test_paired_difference_is_other_minus_first_with_a_bootstrap_interval_over_sentences():
+    lengths = [10] * 50
+    same = paired_difference([1] * 50, [1] * 50, lengths)
+    assert same["difference"] == 0 and same["interval"] == [0, 0] and same["better"] == same["worse"] == 0
+
+    better = paired_difference([2] * 50, [1] * 50, lengths)  # one error fewer in every sentence
+    assert better["cer"] == pytest.approx(0.2) and better["other_cer"] == pytest.approx(0.1)
+    assert better["difference"] == pytest.approx(-0.1) and better["interval"] == pytest.approx([-0.1, -0.1])
+    assert (better["better"], better["worse"]) == (50, 0)
+
+    # one sentence a lot better and one a little worse: a gain the sentences cannot vouch for
+    mixed = paired_difference([5] + [1] * 49, [0] + [2] + [1] * 48, lengths)
+    low, high = mixed["interval"]
+    assert mixed["difference"] == pytest.approx(-4 / 500) and low < mixed["difference"] < high and low < 0 < high
+    assert (mixed["better"], mixed["worse"]) == (1, 1)
+    assert paired_difference([5] + [1] * 49, [0] + [2] + [1] * 48, lengths) == mixed  # fixed seed: repeats exactly
+    narrow = paired_difference([5] + [1] * 49, [0] + [2] + [1] * 48, lengths, level=0.5)
+    assert low <= narrow["interval"][0] <= narrow["interval"][1] <= high
+
+    with pytest.raises(ValueError, match="same sentences"):
+        paired_difference([1, 2], [1], [3, 3])
+    with pytest.raises(ValueError, match="same sentences"):
+        paired_difference([], [], [])

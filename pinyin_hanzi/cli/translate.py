@@ -94,11 +94,11 @@ def _is_prepared_split(name: str) -> bool:
         name.split(".")[0] in ("valid", "test") and not name.endswith(".tsv") and "/" not in name)
 
 
-def _evaluate(converter, args, examples) -> int:
+def _evaluate(converter, args, examples, other=None) -> int:
     """Score the conversion of a prepared split (``args.evaluate`` is train/valid/test or test.<source>)
-    or of ``examples`` read from the user's file."""
+    or of ``examples`` read from the user's file; with ``other`` (--compare), score both on it side by side."""
     from pinyin_hanzi.corpus import prepared_dir, read_examples
-    from pinyin_hanzi.evaluation import evaluate_file
+    from pinyin_hanzi.evaluation import compare_file, evaluate_file
 
     if examples is None:
         folder = prepared_dir(converter.config.data)
@@ -112,6 +112,10 @@ def _evaluate(converter, args, examples) -> int:
     else:
         path = Path(args.evaluate)
     prefixes = None if args.prefixes is None else converter.prefixes  # None: on for abbreviated input
+    if other is not None:
+        return _report_comparison(path, compare_file(
+            converter, other, examples, constrained=args.constrained, unsegmented=args.unsegmented, beam=args.beam,
+            batch_size=args.batch_size, abbreviate=args.abbreviate, prefixes=prefixes), args)
     result = {"file": str(path), **evaluate_file(converter, examples, constrained=args.constrained,
                                                  unsegmented=args.unsegmented, beam=args.beam,
                                                  batch_size=args.batch_size, abbreviate=args.abbreviate,
@@ -126,6 +130,21 @@ def _evaluate(converter, args, examples) -> int:
     if "top5" in result:
         line += f"  top-1/3/5 {result['top1']:.2%} / {result['top3']:.2%} / {result['top5']:.2%}"
     write_output("\n".join([*report, line, json.dumps(result, ensure_ascii=False)]) + "\n")
+    return 0
+
+
+def _report_comparison(path, result: dict, args) -> int:
+    low, high = result["interval"]
+    if low > 0 or high < 0:
+        verdict = f"{args.compare} is {'worse' if low > 0 else 'better'} (the interval excludes 0)"
+    else:
+        verdict = "no difference the sentences can tell apart (the interval includes 0)"
+    write_output("\n".join([
+        f"{path}: {result['sentences']} sentences, {result['characters']} characters",
+        f"CER {result['cer']:.2%} ({args.checkpoint or 'default model'}) vs {result['other_cer']:.2%} ({args.compare}): "
+        f"difference {result['difference'] * 100:+.2f} points, 95% interval [{low * 100:+.2f}, {high * 100:+.2f}]; "
+        f"{result['better']} sentences better, {result['worse']} worse",
+        verdict, json.dumps({"file": str(path), "compare": args.compare, **result}, ensure_ascii=False)]) + "\n")
     return 0
 
 
@@ -214,6 +233,10 @@ def _fail_fast(args) -> None:
         from pinyin_hanzi.checkpoint import check_checkpoint_path
 
         check_checkpoint_path(args.checkpoint)  # CheckpointError for a missing file or a directory
+    if args.compare is not None:
+        from pinyin_hanzi.checkpoint import check_checkpoint_path
+
+        check_checkpoint_path(args.compare)
     if args.input not in (None, "-"):
         _open_input(args.input).close()  # raises DataError for a missing or unreadable file
 
@@ -261,6 +284,9 @@ def _translate(argv) -> int:
     parser.add_argument("--evaluate", metavar="SPLIT_OR_FILE",
                         help="score on a prepared split (train/valid/test, or one source of a mix: test.novels) "
                         "or a pinyin<TAB>hanzi file")
+    parser.add_argument("--compare", metavar="CHECKPOINT",
+                        help="with --evaluate: also convert with CHECKPOINT (same decoding options) and report the "
+                             "CER difference sentence by sentence, with a 95%% bootstrap interval")
     parser.add_argument("--unsegmented", action="store_true", help="with --evaluate: type syllables run together")
     parser.add_argument("--abbreviate", type=float, default=0.0, metavar="P",
                         help="with --evaluate: type this share (0-1) of syllables as their initial (b for bei), "
@@ -284,6 +310,8 @@ def _translate(argv) -> int:
         check_image_path(parser, "--attention", args.attention)
     if args.abbreviate and args.evaluate is None:
         parser.error("--abbreviate needs --evaluate")
+    if args.compare is not None and args.evaluate is None:
+        parser.error("--compare needs --evaluate")
     if args.fuzzy is not None:
         names = {name.strip() for value in args.fuzzy for name in value.split(",")} - {"", "none"}
         unknown = sorted(names - FUZZY_PAIRS.keys())
@@ -310,7 +338,12 @@ def _translate(argv) -> int:
     args.constrained = converter.constrained and not args.unconstrained
     args.beam = args.beam or converter.beam
     if args.evaluate is not None:
-        return _evaluate(converter, args, user_pairs)
+        other = None
+        if args.compare is not None:
+            other = load_converter(args.compare, device=args.device, lm_weight=args.lm_weight,
+                                   word_weight=args.word_weight)
+            _set_typing_options(other, args)
+        return _evaluate(converter, args, user_pairs, other)
     if args.attention and not args.text:
         parser.error("--attention needs pinyin text to convert")
     if args.text:
