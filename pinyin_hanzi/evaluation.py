@@ -59,8 +59,7 @@ def evaluate_file(converter, examples: Sequence, *, constrained: bool = True, un
     for a share outside [0, 1]."""
     references = [e.hanzi for e in examples]
     nbest = 5 if beam >= 5 else 1
-    if prefixes is None:
-        prefixes = True if abbreviate > 0 else converter.prefixes
+    prefixes = _reads_prefixes(converter, prefixes, abbreviate)
     found = _convert_typed(converter, examples, unsegmented, abbreviate, prefixes, beam=beam, nbest=nbest,
                            constrained=constrained, batch_size=batch_size)
     scores = conversion_scores([conversions[0].text for conversions in found], references)
@@ -82,13 +81,20 @@ def compare_file(converter, other, examples: Sequence, *, constrained: bool = Tr
     references = [e.hanzi for e in examples]
     errors = []
     for model in (converter, other):
-        reads_prefixes = prefixes if prefixes is not None else (True if abbreviate > 0 else model.prefixes)
-        found = _convert_typed(model, examples, unsegmented, abbreviate, reads_prefixes, beam=beam, nbest=1,
-                               constrained=constrained, batch_size=batch_size)
+        found = _convert_typed(model, examples, unsegmented, abbreviate, _reads_prefixes(model, prefixes, abbreviate),
+                               beam=beam, nbest=1, constrained=constrained, batch_size=batch_size)
         errors.append([edit_distance(conversions[0].text, ref) for conversions, ref in zip(found, references)])
     return {"constrained": constrained, "unsegmented": unsegmented, "beam": beam, "abbreviate": abbreviate,
             "sentences": len(references), "characters": sum(map(len, references)),
             **paired_difference(errors[0], errors[1], [len(ref) for ref in references], resamples=resamples)}
+
+
+def _reads_prefixes(converter, prefixes: bool | None, abbreviate: float) -> bool:
+    """``prefixes`` where given; else on for abbreviated input (it must be read as such), else the
+    converter's own setting."""
+    if prefixes is not None:
+        return prefixes
+    return True if abbreviate > 0 else converter.prefixes
 
 
 def _convert_typed(converter, examples: Sequence, unsegmented: bool, abbreviate: float, prefixes: bool, **options):

@@ -62,8 +62,8 @@ def paired_difference(errors: Sequence[int], other_errors: Sequence[int], length
         differences.append(sum(other_errors[i] - errors[i] for i in sample) / chars)
     differences.sort()
     tail = (1 - level) / 2
-    low = differences[min(int(tail * resamples), resamples - 1)]
-    high = differences[min(int((1 - tail) * resamples), resamples - 1)]
+    low = differences[int(tail * resamples)]
+    high = differences[min(int((1 - tail) * resamples), resamples - 1)]  # level 1: the largest
     return {"cer": sum(errors) / total, "other_cer": sum(other_errors) / total,
             "difference": (sum(other_errors) - sum(errors)) / total, "interval": [low, high],
             "better": sum(o < e for e, o in zip(errors, other_errors)),

@@ -229,14 +229,12 @@ def _fail_fast(args) -> None:
     _check_typed(" ".join(args.text), "the pinyin argument")
     if sys.stdout is None:
         raise OutputError("cannot write output: standard output is closed")
-    if args.checkpoint is not None:
+    named = [path for path in (args.checkpoint, args.compare) if path is not None]
+    if named:  # imported only then: it imports torch, which the errors below need not wait for
         from pinyin_hanzi.checkpoint import check_checkpoint_path
 
-        check_checkpoint_path(args.checkpoint)  # CheckpointError for a missing file or a directory
-    if args.compare is not None:
-        from pinyin_hanzi.checkpoint import check_checkpoint_path
-
-        check_checkpoint_path(args.compare)
+        for path in named:
+            check_checkpoint_path(path)  # CheckpointError for a missing file or a directory
     if args.input not in (None, "-"):
         _open_input(args.input).close()  # raises DataError for a missing or unreadable file
 
