@@ -317,8 +317,12 @@ def _word_lm_problem(state, hanzi_vocab_size: int) -> str | None:
         return "has word keys and frequencies that do not pair up"
     if int(keys.min()) < 0 or int(keys.max()) >= largest or bool((keys[1:] < keys[:-1]).any()):
         return "has word keys that are not sorted keys of its words"
-    if bool(log_probs.isnan().any()) or bool((log_probs > 0).any()):
-        return "has word frequencies that are no log-probabilities"
+    background = state.get("background_log_probs")
+    if background is not None and not _is_vector(background, "float", len(keys)):
+        return "has background frequencies that do not pair up with its words"
+    for values in (log_probs, background):
+        if values is not None and (bool(values.isnan().any()) or bool((values > 0).any())):
+            return "has word frequencies that are no log-probabilities"
     return None
 
 

@@ -110,6 +110,9 @@ class DecodeConfig:
     word_table: str = "wordfreq-zh"  # the word-frequency table train.py counts it from when word_weight > 0:
     # wordfreq-zh or subtlex-ch (sources.py)
     word_min_frequency: float = 1e-7  # words rarer than this share of the table are left out (a smaller model)
+    word_contrast: float = 0.0  # 0..<1: the word model's scores are divided by those of its words' frequencies
+    # in the training split, mixed this much with the table's own (word_lm.py): words that the table's text
+    # uses more than the training text gain, the training text's own habits lose; 0: a plain word model
     reading_margin: float = 8.0  # with the n-gram model: readings of ambiguous letters whose prior is more
     # than this below the best reading's are not decoded (a heuristic; without the model an exact bound prunes)
     prefixes: str = "auto"  # typed letters that begin a syllable (b, zh, zho) stand for any syllable they begin
@@ -152,7 +155,7 @@ LIMITS: dict[str, tuple[float, float]] = {
     "decode.beam": (1, 64), "decode.prefix_beam": (1, 64), "decode.batch_sentences": (1, 65536), "decode.split_penalty": (0, 1000),
     "decode.lm_weight": (0, 100), "decode.lm_order": (1, 4), "decode.lm_min_count": (1, 10**9),
     "decode.lm_phrases": (0, 1000), "decode.word_weight": (0, 100), "decode.word_min_frequency": (0, 1),
-    "decode.reading_margin": (0, 1000),
+    "decode.word_contrast": (0, 1), "decode.reading_margin": (0, 1000),
 }
 MAX_NBEST = 50  # the most candidates per line the Converter and translate.py --nbest give (not a config key)
 
@@ -224,6 +227,7 @@ def _validate(config: Config, where: str) -> None:
     check(m.max_positions >= d.max_len, "model.max_positions", f">= data.max_len ({d.max_len})")
     check(dec.word_table in WORD_TABLES, "decode.word_table", f"one of {', '.join(WORD_TABLES)}")
     check(dec.word_min_frequency < 1, "decode.word_min_frequency", "a number in [0, 1)")
+    check(dec.word_contrast < 1, "decode.word_contrast", "a number in [0, 1)")
     check(dec.prefixes in PREFIX_MODES, "decode.prefixes", "'auto', 'on' or 'off'")
     if dec.fuzzy or dec.shuangpin:
         from pinyin_hanzi.shuangpin import LAYOUTS  # the reading tables load only when these are used

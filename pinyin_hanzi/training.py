@@ -486,9 +486,10 @@ def _setup_language_models(config: Config, train_examples: list[Example], hanzi_
         char_lm_state = char_lm.state_dict()
     if dec.word_weight > 0:
         started_counting = time.time()
-        word_lm = word_model(dec, config.data.raw_dir, hanzi_vocab)
-        log(f"word model: {word_lm.size():,} words of {dec.word_table} in {time.time() - started_counting:.1f} s "
-            f"(decode.word_weight={dec.word_weight})")
+        word_lm = word_model(dec, config.data.raw_dir, hanzi_vocab, (example.hanzi for example in train_examples))
+        contrast = f", contrasted with the training split at {dec.word_contrast}" if dec.word_contrast > 0 else ""
+        log(f"word model: {word_lm.size():,} words of {dec.word_table}{contrast} in "
+            f"{time.time() - started_counting:.1f} s (decode.word_weight={dec.word_weight})")
         word_lm_state = word_lm.state_dict()
     return syllable_lm, char_lm_state, word_lm_state
 

@@ -1,5 +1,6 @@
-"""``python -m pinyin_hanzi.cli.word_lm CHECKPOINT OUT [--table wordfreq-zh] [--min-frequency 1e-7] [--weight W]``:
-a copy of a checkpoint with a word model (word_lm.py) built from a word-frequency table (sources.py);
+"""``python -m pinyin_hanzi.cli.word_lm CHECKPOINT OUT [--table wordfreq-zh] [--min-frequency 1e-7] [--weight W]
+[--contrast C]``: a copy of a checkpoint with a word model (word_lm.py) built from a word-frequency table
+(sources.py), with ``--contrast`` divided by its words' frequencies in the checkpoint's training split;
 ``--remove`` writes a copy without one."""
 
 from __future__ import annotations
@@ -28,11 +29,15 @@ def _main(argv) -> int:
     parser.add_argument("--min-frequency", type=float,
                         help=f"decode.word_min_frequency (default {DecodeConfig.word_min_frequency:g})")
     parser.add_argument("--weight", type=float, help=f"decode.word_weight stored with it (default {WEIGHT:g})")
+    parser.add_argument("--contrast", type=float,
+                        help="decode.word_contrast in [0, 1): divide by the words' frequencies in the checkpoint's "
+                             "training split (needs its prepared data), mixed this much with the table's "
+                             "(default 0: a plain word model)")
     parser.add_argument("--remove", action="store_true",
                         help="write a copy without a word model (decode.word_weight 0) instead")
     args = parser.parse_args(argv)
     if args.remove:
-        given = [name for name in ("table", "min_frequency", "weight") if getattr(args, name) is not None]
+        given = [name for name in ("table", "min_frequency", "weight", "contrast") if getattr(args, name) is not None]
         if given:
             parser.error(f"--remove takes no --{given[0].replace('_', '-')}: it writes a copy without a word model")
         had = remove_from_checkpoint(args.checkpoint, args.out)
@@ -42,11 +47,14 @@ def _main(argv) -> int:
     args.min_frequency = DecodeConfig.word_min_frequency if args.min_frequency is None else args.min_frequency
     args.weight = WEIGHT if args.weight is None else args.weight
     check_bounds(parser, [("--weight", args.weight, *LIMITS["decode.word_weight"])])
-    if not 0 <= args.min_frequency < 1:  # (also rejects nan)
-        parser.error("--min-frequency must lie in [0, 1)")
+    args.contrast = args.contrast or 0.0
+    for option, value in (("--min-frequency", args.min_frequency), ("--contrast", args.contrast)):
+        if not 0 <= value < 1:  # (also rejects nan)
+            parser.error(f"{option} must lie in [0, 1)")
     lm = add_to_checkpoint(args.checkpoint, args.out, table=args.table, min_frequency=args.min_frequency,
-                           weight=args.weight)
-    print(f"{args.out}: word model of {args.table} ({lm.size():,} words), decode.word_weight={args.weight}")
+                           weight=args.weight, contrast=args.contrast)
+    contrast = f", contrasted with its training split at {args.contrast}" if args.contrast else ""
+    print(f"{args.out}: word model of {args.table} ({lm.size():,} words{contrast}), decode.word_weight={args.weight}")
     return 0
 
 
