@@ -401,12 +401,21 @@ def _rebuilt(cls, state: dict, hanzi_vocab_size: int, error: Callable[[str], str
     return lm
 
 
-def export_checkpoint(source: str | Path, target: str | Path, half: bool = True) -> dict:
+def export_checkpoint(source: str | Path, target: str | Path, half: bool = True,
+                      decode_overrides: list[str] | tuple[str, ...] = ()) -> dict:
     """Write an inference-only copy of a training checkpoint: weights (float16 when ``half``), config,
     vocabularies and the syllable model; no optimizer, scheduler, data position or RNG state.
-    Returns {"parameters", "bytes"}. Raises CheckpointError as :func:`load_checkpoint` does."""
+    ``decode_overrides``: ``decode.key=value`` settings that the copy decodes with by default (the other
+    sections describe how the weights were made, and stay). Returns {"parameters", "bytes"}. Raises
+    CheckpointError as :func:`load_checkpoint` does, ConfigError (one line) for a bad override."""
+    from pinyin_hanzi.config import apply_overrides, config_from_dict
+
     state = load_checkpoint(source)
     model_from_checkpoint(state, str(source))  # the weights must fit their config before we ship them
+    if decode_overrides:
+        config = config_from_dict(state[CONFIG_KEY], str(source))
+        apply_overrides(config, decode_overrides, sections=("decode",))
+        state[CONFIG_KEY] = config_from_dict(config.to_dict(), "command line").to_dict()  # validated as a whole
     weights, converted = {}, {}
     for name, tensor in state[MODEL_KEY].items():
         shared = (tensor.data_ptr(), tensor.shape)  # tied weights (embedding = output) stay one tensor, saved once

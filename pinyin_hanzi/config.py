@@ -93,7 +93,7 @@ PREFIX_MODES = ("auto", "on", "off")  # decode.prefixes
 class DecodeConfig:
     constrained: bool = True  # only characters whose reading matches the syllable may be chosen
     beam: int = 5  # translate.py's beam size unless --beam is given (1: greedy)
-    prefix_beam: int = 10  # beam search widens to this for a reading with abbreviated syllables (b j), whose
+    prefix_beam: int = 16  # beam search widens to this for a reading with abbreviated syllables (b j), whose
     # places allow the characters of every syllable they may begin; greedy decoding (beam 1) stays greedy
     batch_sentences: int = 256  # sentences decoded together when evaluating
     split_penalty: float = 3.0  # score cost of each syllable beyond the fewest-syllable reading of a run
@@ -334,11 +334,25 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
                 raise ConfigError(f"{path}: section {section!r} must be a mapping of key: value")
             for key, value in values.items():
                 _apply(config, str(section), str(key), value, where)
+    apply_overrides(config, overrides)
+    _validate(config, where if not overrides else f"{where} + command line")
+    return config
+
+
+def apply_overrides(config: Config, overrides: list[str] | tuple[str, ...], sections: tuple[str, ...] = ()) -> None:
+    """Apply ``section.key=value`` overrides as typed on a command line (values read as YAML; a string
+    key keeps its text: ``name=123`` is a name) to ``config``, without validating the whole; ``sections``:
+    the only sections they may change (empty: any). Raises ConfigError (one line) for a malformed override,
+    a section not allowed, an unknown key or a value of the wrong type."""
     for override in overrides:
         dotted, sep, text_value = override.partition("=")
         section, dot, key = dotted.strip().partition(".")
         if not sep or not dot or not key:
-            raise ConfigError(f"override {override!r}: expected section.key=value, e.g. train.lr=3e-4")
+            example = f"{sections[0]}.key=value" if sections else "section.key=value, e.g. train.lr=3e-4"
+            raise ConfigError(f"override {shown(override)}: expected {example}")
+        if sections and section not in sections:
+            raise ConfigError(f"override {shown(override)}: only {', '.join(s + '.*' for s in sections)} "
+                              f"settings can be changed here")
         try:
             value = yaml.safe_load(text_value) if text_value.strip() else ""
         except yaml.YAMLError:
@@ -347,8 +361,6 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
         if hints.get(key) is str and not isinstance(value, str):
             value = text_value  # "name=123" is still a name
         _apply(config, section, key, value, "command line")
-    _validate(config, where if not overrides else f"{where} + command line")
-    return config
 
 
 def config_from_dict(raw: dict, where: str = "checkpoint") -> Config:

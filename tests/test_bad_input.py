@@ -220,6 +220,8 @@ CASES = [
          error=("cannot write checkpoint /proc/model.pt: No such file or directory",)),
     Case("export: under a file", EXPORT, ("{ckpt}", "{ckpt}/model.pt"), status=2,
          error=("is a file, not a folder",)),
+    Case("export: --set outside decode", EXPORT, ("{ckpt}", "{tmp}/set.pt", "--set", "model.d_model=8"), status=2,
+         error=("override 'model.d_model=8': only decode.* settings can be changed here",)),
     Case("export: into a missing folder", EXPORT, ("{ckpt}", "{tmp}/new/folder/model.pt"),
          stdout=lambda out: "parameters" in out),
     # ---- train.py

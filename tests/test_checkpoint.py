@@ -79,6 +79,23 @@ def test_export_keeps_what_translation_needs_in_half_precision(trained, tmp_path
     assert Converter(*model_from_checkpoint(state)[:3]).convert_tokens(tokens) == original
 
 
+def test_export_can_change_the_default_decode_settings_and_nothing_else(trained, tmp_path):
+    from pinyin_hanzi.checkpoint import export_checkpoint
+    from pinyin_hanzi.errors import ConfigError
+
+    _, _, best = trained
+    exported = tmp_path / "model.pt"
+    export_checkpoint(best, exported, decode_overrides=["decode.prefix_beam=12", "decode.beam=3"])
+    converter = Converter.from_checkpoint(exported)
+    assert (converter.prefix_beam, converter.beam) == (12, 3)
+    assert load_checkpoint(exported)["config"]["model"] == load_checkpoint(best)["config"]["model"]
+    for override, message in [("model.d_model=8", "only decode.* settings"), ("decode.beam=0", "decode.beam=0 is invalid"),
+                              ("decode.bem=3", "unknown key decode.bem"), ("beam=3", "expected decode.key=value")]:
+        with pytest.raises(ConfigError, match=message):
+            export_checkpoint(best, tmp_path / "refused.pt", decode_overrides=[override])
+        assert not (tmp_path / "refused.pt").exists()
+
+
 def test_a_crash_while_writing_leaves_the_previous_checkpoint(tmp_path, monkeypatch):
     path = tmp_path / "last.pt"
     save_checkpoint(path, {"step": 1, "weights": torch.ones(3)})

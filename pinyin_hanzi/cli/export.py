@@ -1,5 +1,6 @@
-"""``python -m pinyin_hanzi.cli.export SOURCE TARGET [--float32]``: an inference-only copy of a training
-checkpoint (no optimizer state; float16 weights unless --float32), as shipped in pinyin_hanzi/pretrained/."""
+"""``python -m pinyin_hanzi.cli.export SOURCE TARGET [--float32] [--set decode.KEY=VALUE ...]``: an
+inference-only copy of a training checkpoint (no optimizer state; float16 weights unless --float32), as
+shipped in pinyin_hanzi/pretrained/, optionally with other default decode settings."""
 
 from __future__ import annotations
 
@@ -17,9 +18,12 @@ def _main(argv) -> int:
     parser.add_argument("source")
     parser.add_argument("target")
     parser.add_argument("--float32", action="store_true", help="keep float32 weights")
+    parser.add_argument("--set", action="append", default=[], metavar="decode.KEY=VALUE",
+                        help="a decode setting the copy uses by default (repeatable; docs/config.md lists them)")
     args = parser.parse_args(argv)
-    result = export_checkpoint(args.source, args.target, half=not args.float32)
-    print(f"{args.target}: {result['parameters']:,} parameters, {result['bytes'] / 2**20:.1f} MiB")
+    result = export_checkpoint(args.source, args.target, half=not args.float32, decode_overrides=args.set)
+    settings = f", {' '.join(args.set)}" if args.set else ""
+    print(f"{args.target}: {result['parameters']:,} parameters, {result['bytes'] / 2**20:.1f} MiB{settings}")
     return 0
 
 
