@@ -5,9 +5,12 @@
     python bench/translate_speed.py --checkpoint checkpoints/quickstart/best.pt --split data/prepared/pd1998/test.tsv
                                     [--beam 5] [--threads N] [--latency-threads 1] [--lm-weight 0]
     python bench/translate_speed.py --checkpoint NEW.pt --baseline pinyin_hanzi/pretrained/model.pt
+    python bench/translate_speed.py --abbreviate 0.3     # lines with 30% of syllables typed as their initial
 
 Inputs: the sentences below, typed as their pinyin (pypinyin's readings, via ``pinyin.hanzi_to_tokens``),
-or a prepared ``tokens<TAB>hanzi`` file (``--split``). Batched conversion runs with ``--threads`` (0:
+or a prepared ``tokens<TAB>hanzi`` file (``--split``); with ``--abbreviate P`` the share P of syllables
+typed as their initial (``metrics.typed``, the syllables ``translate.py --evaluate --abbreviate`` picks),
+converted as typed lines, which decoding reads with prefixes and its wider ``decode.prefix_beam``. Batched conversion runs with ``--threads`` (0:
 PyTorch's default, one per core), single sentences with ``--latency-threads`` (1, what ``translate.py``
 uses for text typed on the command line or at the prompt). Greedy decoding and beam search take turns
 sentence by sentence, so that their medians stand side by side on a noisy machine.
@@ -37,6 +40,7 @@ sys.path.insert(0, str(ROOT))
 from pinyin_hanzi import Converter
 from pinyin_hanzi.cli import check_bounds, max_threads
 from pinyin_hanzi.config import LIMITS
+from pinyin_hanzi.metrics import typed
 from pinyin_hanzi.pinyin import hanzi_to_tokens, syllables
 
 SENTENCES = """\
@@ -78,26 +82,27 @@ def percentile(values: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
 
 
-def carried_sentences() -> list[list[str]]:
-    """The model tokens of each sentence this script carries."""
-    return [tokens for tokens in map(hanzi_to_tokens, SENTENCES) if tokens]
+def carried_sentences() -> list[tuple[list[str], str]]:
+    """(model tokens, hanzi) of each sentence this script carries: one token per character."""
+    return [(tokens, sentence) for sentence in SENTENCES if (tokens := hanzi_to_tokens(sentence))]
 
 
-def split_sentences(path: str) -> list[list[str]]:
+def split_sentences(path: str) -> list[tuple[list[str], str]]:
     from pinyin_hanzi.corpus import read_examples
 
-    return [example.tokens for example in read_examples(path, trusted=True)]
+    return [(example.tokens, example.hanzi) for example in read_examples(path, trusted=True)]
 
 
-def ten_syllable_lines(token_lists: list[list[str]], count: int) -> list[str]:
-    """Up to ``count`` typed lines of 10 syllables: each token list's first ten, where all are syllables,
-    cycling through the token lists (then starting one syllable later) until there are enough."""
+def ten_syllable_lines(sentences: list[tuple[list[str], str]], count: int, abbreviate: float = 0.0) -> list[str]:
+    """Up to ``count`` typed lines of 10 syllables: each sentence's first ten, where all are syllables,
+    cycling through the sentences (then starting one syllable later) until there are enough; ``abbreviate``:
+    the share of syllables typed as their initial."""
     lines: list[str] = []
     for offset in range(0, 40):
-        for tokens in token_lists:
+        for tokens, hanzi in sentences:
             window = tokens[offset : offset + 10]
             if len(window) == 10 and all(token in syllables() for token in window):
-                lines.append(" ".join(window))
+                lines.append(typed(window, hanzi[offset : offset + 10], abbreviate=abbreviate))
             if len(lines) == count:
                 return lines
     return lines
@@ -118,13 +123,16 @@ def main() -> int:
     parser.add_argument("--word-weight", type=float, help="the word model's weight (default: the checkpoint's "
                         "decode.word_weight; 0: none)")
     parser.add_argument("--baseline", help="a second checkpoint measured in the same run with its own defaults")
+    parser.add_argument("--abbreviate", type=float, default=0.0, metavar="P",
+                        help="type this share (0-1) of syllables as their initial (default 0: full pinyin)")
     args = parser.parse_args()
     check_bounds(parser, [("--beam", args.beam, 2, LIMITS["decode.beam"][1]),  # greedy is measured anyway
                           ("--batch-size", args.batch_size, *LIMITS["decode.batch_sentences"]),
                           ("--latency-sentences", args.latency_sentences, 1, 100_000), ("--cold-starts", args.cold_starts, 0, 100),
                           ("--threads", args.threads, 0, max_threads()), ("--latency-threads", args.latency_threads, 1, max_threads()),
                           ("--lm-weight", args.lm_weight, *LIMITS["decode.lm_weight"]),
-                          ("--word-weight", args.word_weight, *LIMITS["decode.word_weight"])])
+                          ("--word-weight", args.word_weight, *LIMITS["decode.word_weight"]),
+                          ("--abbreviate", args.abbreviate, 0, 1)])
     if args.threads:
         torch.set_num_threads(args.threads)
     batch_threads = torch.get_num_threads()
@@ -139,26 +147,37 @@ def main() -> int:
     decode = converter.config.decode
     lm = f"{decode.lm_order}-gram model at weight {decode.lm_weight}" if converter.char_lm else "none"
     print(f"character n-gram model: {lm}", flush=True)
-    tokens = split_sentences(args.split) if args.split else carried_sentences()
-    batched = tokens if args.split else tokens * max(1, 1024 // len(tokens))  # enough for full batches
+    sentences = split_sentences(args.split) if args.split else carried_sentences()
+    batched = sentences if args.split else sentences * max(1, 1024 // len(sentences))  # enough for full batches
+    batched_lines = [typed(tokens, hanzi, abbreviate=args.abbreviate) for tokens, hanzi in batched]
+
+    def convert_batch(who: str, count: int, beam: int) -> None:
+        """The first ``count`` sentences of ``batched``: full pinyin as tokens, abbreviated input as typed
+        lines, which the converter must read."""
+        if args.abbreviate:
+            converters[who].convert_lines(batched_lines[:count], beam=beam, batch_size=args.batch_size)
+        else:
+            converters[who].convert_tokens([tokens for tokens, _ in batched[:count]], beam=beam,
+                                           batch_size=args.batch_size)
+
     beams = {"greedy": 1, f"beam {args.beam}": args.beam}
     runs = [(who, name, beam) for name, beam in beams.items() for who in converters]  # turns, side by side
 
     rounds = 3 if args.baseline else 1
     rates: dict[tuple[str, str], list[float]] = {(who, name): [] for who, name, _ in runs}
     for who, _, beam in runs:
-        converters[who].convert_tokens(batched[: args.batch_size], beam=beam)  # warm-up
+        convert_batch(who, args.batch_size, beam)  # warm-up
     for _ in range(rounds):
         for who, name, beam in runs:
             started = time.perf_counter()
-            converters[who].convert_tokens(batched, beam=beam, batch_size=args.batch_size)
+            convert_batch(who, len(batched), beam)
             rates[who, name].append(len(batched) / (time.perf_counter() - started))
     throughput = {key: statistics.median(values) for key, values in rates.items()}
     for (who, name), rate in throughput.items():
         print(f"{who} batched {name}: {rate:,.0f} sentences/s ({len(batched)} sentences, median of {rounds})",
               flush=True)
 
-    lines = ten_syllable_lines(tokens, args.latency_sentences)
+    lines = ten_syllable_lines(sentences, args.latency_sentences, args.abbreviate)
     torch.set_num_threads(args.latency_threads)
     times: dict[tuple[str, str], list[float]] = {(who, name): [] for who, name, _ in runs}
     for who, _, beam in runs:
@@ -193,7 +212,7 @@ def main() -> int:
         "benchmark": "translate_speed", "checkpoint": str(checkpoint), "inputs": args.split or "carried sentences",
         "threads": batch_threads, "lm_weight": decode.lm_weight if converter.char_lm else 0.0,
         "word_weight": decode.word_weight if converter.word_lm else 0.0,
-        "latency_threads": args.latency_threads, "beam": args.beam,
+        "latency_threads": args.latency_threads, "beam": args.beam, "abbreviate": args.abbreviate,
         "greedy_sentences_per_s": round(throughput["model", greedy], 1),
         "beam_sentences_per_s": round(throughput["model", beam_name], 1),
         "greedy_p50_ms": round(latency["model", greedy][0], 2), "greedy_p95_ms": round(latency["model", greedy][1], 2),
