@@ -10,9 +10,9 @@
 Inputs: the sentences below, typed as their pinyin (pypinyin's readings, via ``pinyin.hanzi_to_tokens``),
 or a prepared ``tokens<TAB>hanzi`` file (``--split``); with ``--abbreviate P`` the share P of syllables
 typed as their initial (``metrics.typed``, the syllables ``translate.py --evaluate --abbreviate`` picks),
-converted as typed lines, which decoding reads with prefixes and its wider ``decode.prefix_beam``. Batched conversion runs with ``--threads`` (0:
-PyTorch's default, one per core), single sentences with ``--latency-threads`` (1, what ``translate.py``
-uses for text typed on the command line or at the prompt). Greedy decoding and beam search take turns
+converted as typed lines, which decoding reads with prefixes and its wider ``decode.prefix_beam``. Batched
+conversion runs with ``--threads`` (0: PyTorch's default, one per core), single sentences with
+``--latency-threads`` (1, what ``translate.py`` uses for text typed on the command line or at the prompt). Greedy decoding and beam search take turns
 sentence by sentence, so that their medians stand side by side on a noisy machine.
 
 With a character n-gram model in the checkpoint, beam search uses it and greedy decoding does not (as in

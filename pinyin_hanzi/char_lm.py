@@ -230,15 +230,12 @@ def count_into_checkpoint(checkpoint: str | Path, out: str | Path, *, order: int
     Raises CheckpointError for an unreadable checkpoint, DataError when its prepared data is missing."""
     from pinyin_hanzi.checkpoint import CHAR_LM_KEY, CONFIG_KEY, HANZI_VOCAB_KEY, load_checkpoint, save_checkpoint
     from pinyin_hanzi.config import config_from_dict
-    from pinyin_hanzi.corpus import phrase_texts, prepared_dir, read_examples
-    from pinyin_hanzi.errors import DataError
+    from pinyin_hanzi.corpus import phrase_texts, prepared_train_split, read_examples
     from pinyin_hanzi.vocab import Vocab
 
     state = load_checkpoint(checkpoint)
     config = config_from_dict(state[CONFIG_KEY], str(checkpoint))
-    train = prepared_dir(config.data) / "train.tsv"
-    if not train.is_file():
-        raise DataError(f"{train} is missing: prepare the data first (python train.py --config CONFIG --prepare-only)")
+    train = prepared_train_split(config.data)
     table = phrase_texts(config.data.raw_dir) if phrases else []
     lm = count_for(read_examples(train, trusted=True), Vocab(state[HANZI_VOCAB_KEY]), order, min_count, table, phrases)
     decode = config.decode

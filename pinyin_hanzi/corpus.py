@@ -247,6 +247,16 @@ def prepared_dir(config: DataConfig) -> Path:
     return Path(config.prepared_dir) / (config.name or "+".join(source_tag(name) for name in config.source_weights()))
 
 
+def prepared_train_split(config: DataConfig, needed_for: str = "") -> Path:
+    """The prepared training split's file; DataError (one line: ``needed_for``, then how to make it) when
+    it is missing, for tools that count models from a checkpoint's training text."""
+    train = prepared_dir(config) / "train.tsv"
+    if not train.is_file():
+        raise DataError(f"{train} is missing: {needed_for}prepare the data first "
+                        f"(python train.py --config CONFIG --prepare-only)")
+    return train
+
+
 def _file_hash(path: Path) -> str:
     """sha256 of a file's bytes: an edit that keeps its size and its mtime's second still changes it."""
     digest = hashlib.sha256()

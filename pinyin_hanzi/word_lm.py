@@ -276,8 +276,7 @@ def add_to_checkpoint(checkpoint, out, *, table: str = "wordfreq-zh", min_freque
     split (needed for ``contrast``) is missing."""
     from pinyin_hanzi.checkpoint import CONFIG_KEY, HANZI_VOCAB_KEY, WORD_LM_KEY, load_checkpoint, save_checkpoint
     from pinyin_hanzi.config import config_from_dict
-    from pinyin_hanzi.corpus import prepared_dir, read_examples
-    from pinyin_hanzi.errors import DataError
+    from pinyin_hanzi.corpus import prepared_train_split, read_examples
 
     state = load_checkpoint(checkpoint)
     config = config_from_dict(state[CONFIG_KEY], str(checkpoint))
@@ -286,10 +285,7 @@ def add_to_checkpoint(checkpoint, out, *, table: str = "wordfreq-zh", min_freque
     decode.word_contrast = contrast
     background = []
     if contrast > 0:
-        train = prepared_dir(config.data) / "train.tsv"
-        if not train.is_file():
-            raise DataError(f"{train} is missing: the contrast needs the training split; prepare the data first "
-                            f"(python train.py --config CONFIG --prepare-only)")
+        train = prepared_train_split(config.data, needed_for="the contrast needs the training split; ")
         background = (example.hanzi for example in read_examples(train, trusted=True))
     lm = word_model(decode, config.data.raw_dir, Vocab(state[HANZI_VOCAB_KEY]), background)
     state[CONFIG_KEY], state[WORD_LM_KEY] = config.to_dict(), lm.state_dict()
