@@ -171,14 +171,16 @@ class CharNgramLM:
     def state_dict(self) -> dict:
         """Compact tables for the checkpoint: an n-gram's key is its context's key * v + its last id, and the
         n-grams of a context are consecutive, so each order stores the last ids (int16 where v allows) and
-        how many n-grams each context has; counts in the narrowest integer type that holds them."""
+        how many n-grams each context has; the sorted context keys as differences; every integer column in
+        the narrowest type that holds nearly all of it, the few values beyond it listed apart (a handful of
+        counts in the tens of thousands would otherwise double a million-entry column)."""
         tables = {}
         for k, (gram_keys, counts) in self.grams.items():
             context_keys, totals, distinct = self.contexts[k]
             runs = torch.bincount(torch.searchsorted(context_keys, gram_keys // self.vocab_size),
                                   minlength=len(context_keys))
-            tables[k] = {"context_keys": _narrow(context_keys), "totals": _narrow(totals),
-                         "distinct": _narrow(distinct), "runs": _narrow(runs),
+            tables[k] = {"context_key_steps": _narrow(torch.diff(context_keys, prepend=context_keys[:0].new_zeros(1))),
+                         "totals": _narrow(totals), "distinct": _narrow(distinct), "runs": _narrow(runs),
                          "last_ids": _narrow(gram_keys % self.vocab_size), "counts": _narrow(counts)}
         return {"order": self.order, "vocab_size": self.vocab_size, "discount": self.discount,
                 "unigrams": self.unigram_log_probs, "tables": tables}
@@ -187,23 +189,70 @@ class CharNgramLM:
     def from_state_dict(cls, state: dict) -> "CharNgramLM":
         grams, contexts = {}, {}
         for k, table in state["tables"].items():
-            context_keys = table["context_keys"].long()
-            contexts[k] = (context_keys, table["totals"].int(), table["distinct"].int())
-            gram_keys = context_keys.repeat_interleave(table["runs"].long()) * state["vocab_size"] + table["last_ids"].long()
-            grams[k] = (gram_keys, table["counts"].int())
+            columns = table_columns(table)
+            context_keys = columns["context_keys"]
+            contexts[k] = (context_keys, columns["totals"].int(), columns["distinct"].int())
+            gram_keys = context_keys.repeat_interleave(columns["runs"]) * state["vocab_size"] + columns["last_ids"]
+            grams[k] = (gram_keys, columns["counts"].int())
         return cls(state["order"], state["vocab_size"], state["unigrams"].float(), grams, contexts, state["discount"])
 
 
-def _narrow(values: torch.Tensor) -> torch.Tensor:
-    """``values`` (integers) in int16, uint16 or int32 where they fit, else as they are."""
+TABLE_COLUMNS = ("context_keys", "totals", "distinct", "runs", "last_ids", "counts")
+
+
+def table_columns(table: dict) -> dict[str, torch.Tensor]:
+    """The int64 columns (``TABLE_COLUMNS``) of one order's stored table, as :meth:`CharNgramLM.state_dict`
+    wrote them; files written before the context keys were stored as differences hold them as they are.
+    ValueError (what is wrong) for a table that is not such a thing."""
+    if not isinstance(table, dict):
+        raise ValueError("not a dict")
+    columns = {}
+    for name in TABLE_COLUMNS:
+        if name == "context_keys" and "context_key_steps" in table:
+            columns[name] = widen(table["context_key_steps"], name).cumsum(0)
+        elif name in table:
+            columns[name] = widen(table[name], name)
+        else:
+            raise ValueError(f"no {name} column")
+    return columns
+
+
+# A column stored narrow with exceptions: at most this share of its values may be listed apart.
+_MAX_EXCEPTIONS = 0.01
+
+
+def _narrow(values: torch.Tensor) -> torch.Tensor | dict:
+    """``values`` (integers) in int16, uint16 or int32 where they fit. Where only a few (<= 1%) do not fit
+    int16, a dict instead: ``narrow`` (int16, those few clipped), ``at`` (their positions) and ``wide``
+    (their values), restored by :func:`widen`."""
     if len(values) == 0:
         return values.short()
     low, high = int(values.min()), int(values.max())
-    for dtype, smallest, largest in ((torch.int16, -2**15, 2**15 - 1), (torch.uint16, 0, 2**16 - 1),
-                                     (torch.int32, -2**31, 2**31 - 1)):  # (uint16: storage only, read back as int)
-        if smallest <= low and high <= largest:
+    for dtype, smallest, largest in ((torch.int16, -2**15, 2**15 - 1), (torch.uint16, 0, 2**16 - 1)):
+        if smallest <= low and high <= largest:  # (uint16: storage only, read back as int)
             return values.to(dtype)
-    return values
+    fits_int32 = -2**31 <= low and high <= 2**31 - 1
+    outside = ((values < -2**15) | (values > 2**15 - 1)).nonzero().flatten()
+    if fits_int32 and len(outside) <= _MAX_EXCEPTIONS * len(values):
+        return {"narrow": values.clamp(-2**15, 2**15 - 1).short(), "at": outside.int(), "wide": values[outside].int()}
+    return values.int() if fits_int32 else values
+
+
+def _is_integer_vector(value) -> bool:
+    return (isinstance(value, torch.Tensor) and value.layout == torch.strided and value.dim() == 1
+            and not value.is_floating_point() and not value.is_complex() and value.dtype != torch.bool)
+
+
+def widen(stored, name: str = "column") -> torch.Tensor:
+    """The int64 values that :func:`_narrow` stored; ValueError if ``stored`` is neither form."""
+    if _is_integer_vector(stored):
+        return stored.long()
+    if isinstance(stored, dict) and all(_is_integer_vector(stored.get(key)) for key in ("narrow", "at", "wide")):
+        values, at = stored["narrow"].long(), stored["at"].long()
+        if len(at) == len(stored["wide"]) and (not len(at) or (0 <= int(at.min()) and int(at.max()) < len(values))):
+            values[at] = stored["wide"].long()
+            return values
+    raise ValueError(f"{name} is not a 1-D integer tensor (or one stored narrow, with its exceptions)")
 
 
 def count_for(examples, hanzi_vocab, order: int = 3, min_count: int = 1, phrases: Sequence[str] = (),

@@ -20,7 +20,7 @@ from typing import Callable
 
 import torch
 
-from pinyin_hanzi.char_lm import CharNgramLM
+from pinyin_hanzi.char_lm import TABLE_COLUMNS, CharNgramLM, table_columns
 from pinyin_hanzi.config import Config, config_from_dict
 from pinyin_hanzi.errors import CheckpointError, ConfigError
 from pinyin_hanzi.model import Transformer
@@ -213,7 +213,6 @@ _ENTRY_TYPES = {  # key -> (test, what the error calls the expected type)
     BEST_ACCURACY_KEY: (_is_finite_number, "a finite number"), BATCHES_KEY: (_is_dict, "a dict"),
     RNG_KEY: (_is_dict, "a dict"), DATA_FINGERPRINT_KEY: (lambda value: isinstance(value, str), "a str"),
 }
-_CHAR_LM_TABLE = ("context_keys", "totals", "distinct", "runs", "last_ids", "counts")
 MAX_COUNT = 2**53  # counts beyond this are no counts of text (and lose precision as floats)
 MAX_WORD_WINDOW = 32  # the word model's context: decoding keeps this many characters per hypothesis
 
@@ -276,10 +275,12 @@ def _char_lm_problem(state: dict, hanzi_vocab_size: int) -> str | None:
         return f"no unigram table of {v} finite log-probabilities"
     if not (isinstance(tables, dict) and sorted(tables, key=repr) == list(range(2, order + 1))):
         return f"no tables of orders 2..{order}"
-    for k, table in tables.items():
-        if not (isinstance(table, dict) and all(_is_vector(table.get(name), "int") for name in _CHAR_LM_TABLE)):
-            return f"order {k}'s table lacks one of {', '.join(_CHAR_LM_TABLE)} (1-D integer tensors)"
-        contexts, runs = table["context_keys"].long(), table["runs"].long()
+    for k, stored in tables.items():
+        try:
+            table = table_columns(stored)
+        except ValueError as error:
+            return f"order {k}'s table lacks one of {', '.join(TABLE_COLUMNS)} (1-D integer tensors): {error}"
+        contexts, runs = table["context_keys"], table["runs"]
         if any(len(table[name]) != len(contexts) for name in ("totals", "distinct", "runs")):
             return f"order {k}'s context_keys, totals, distinct and runs differ in length"
         if bool((runs < 0).any()) or not len(table["last_ids"]) == len(table["counts"]) == int(runs.sum()):
@@ -287,11 +288,10 @@ def _char_lm_problem(state: dict, hanzi_vocab_size: int) -> str | None:
         if len(contexts) and (int(contexts.min()) < 0 or int(contexts.max()) >= v ** (k - 1)
                               or bool((contexts[1:] <= contexts[:-1]).any())):
             return f"order {k}'s context_keys are not sorted keys of {k - 1} characters"
-        last_ids = table["last_ids"].long()
+        last_ids = table["last_ids"]
         if len(last_ids) and (int(last_ids.min()) < 0 or int(last_ids.max()) >= v):
             return f"order {k}'s last_ids lie outside the vocabulary"
-        # .long(): a table counted past int16 is stored as uint16, which has no min()
-        if any(len(table[name]) and int(table[name].long().min()) < 1 for name in ("totals", "distinct", "counts")):
+        if any(len(table[name]) and int(table[name].min()) < 1 for name in ("totals", "distinct", "counts")):
             return f"order {k}'s totals, distinct or counts are not positive"
     return None
 

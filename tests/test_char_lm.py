@@ -85,6 +85,40 @@ def test_counts_past_int16_are_stored_as_uint16_and_read_back_exactly():
     assert _char_lm_problem(state, V) is None
 
 
+def test_a_few_counts_past_16_bits_are_listed_apart_and_the_column_stays_int16():
+    """A few counts of 70,000 among thousands of small ones: an int16 column plus those values, read back
+    exactly, instead of an int32 column twice the size."""
+    v = 300
+    pairs = [[a, b] for a in range(4, v, 3) for b in range(5, v, 7)]  # about 4,000 bigrams seen once or twice
+    lm = CharNgramLM.count([[4, 5]] * 70_000 + pairs, v, order=2)
+    stored = lm.state_dict()["tables"][2]["counts"]
+    assert isinstance(stored, dict) and stored["narrow"].dtype == torch.int16
+    assert min(stored["wide"].tolist()) > 2**15 - 1 and 1 <= len(stored["at"]) <= 3  # 4 5, <s> 4, 5 </s>
+    again = CharNgramLM.from_state_dict(lm.state_dict())
+    assert torch.equal(again.grams[2][1], lm.grams[2][1])
+    contexts, candidates = torch.tensor([[4], [BOS_ID], [11]]), torch.arange(v).expand(3, -1)
+    assert torch.equal(lm.log_prob(contexts, candidates), again.log_prob(contexts, candidates))
+    from pinyin_hanzi.checkpoint import _char_lm_problem
+
+    assert _char_lm_problem(lm.state_dict(), v) is None
+    broken = lm.state_dict()
+    broken["tables"][2]["counts"]["at"] = torch.tensor([10**6], dtype=torch.int32)  # points past the column
+    assert "lacks one of" in _char_lm_problem(broken, v)
+
+
+def test_context_keys_are_stored_as_steps_and_older_files_with_plain_keys_still_load():
+    lm = CharNgramLM.count(SENTENCES, V, order=3)
+    state = lm.state_dict()
+    assert "context_keys" not in state["tables"][3] and "context_key_steps" in state["tables"][3]
+    older = {**state, "tables": {k: {**{n: c for n, c in table.items() if n != "context_key_steps"},
+                                      "context_keys": lm.contexts[k][0].int()}
+                                  for k, table in state["tables"].items()}}
+    contexts, candidates = torch.tensor([[BOS_ID, BOS_ID], [4, 5], [9, 5]]), torch.arange(V).expand(3, -1)
+    for stored in (state, older):
+        again = CharNgramLM.from_state_dict(stored)
+        assert torch.equal(lm.log_prob(contexts, candidates), again.log_prob(contexts, candidates))
+
+
 def test_phrase_table_entries_are_counted_into_the_model_and_unknown_characters_left_out():
     from pinyin_hanzi.char_lm import count_for, known_phrases
     from pinyin_hanzi.corpus import Example
