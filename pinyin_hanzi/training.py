@@ -448,10 +448,13 @@ def _init_from(config: Config, splits: Splits, path: str, log) -> tuple[Transfor
     Each vocabulary is the checkpoint's, in its order (so a known token keeps its id and its rows), then
     the tokens of this run's data it lacks (new characters, the prefix tokens of data.abbreviate). Tokens
     the new data does not have stay: ids never move. The new rows of the embeddings and of an untied
-    output projection start as a fresh model's do. CheckpointError unless the model settings agree."""
+    output projection start as a fresh model's do. The config may ask for more encoder or decoder layers
+    than the checkpoint has (growing a trained model instead of training a larger one from scratch): the
+    extra layers go on top as identities (:func:`_check_deeper`). CheckpointError unless the other model
+    settings agree."""
     source = checkpoint.load_checkpoint(path)
     old_model, old_pinyin, old_hanzi, _ = checkpoint.model_from_checkpoint(source, path)
-    _check_same(config, source[checkpoint.CONFIG_KEY], "model", Path(path), doing="start from")
+    deeper = _check_deeper(config, source[checkpoint.CONFIG_KEY], Path(path))
     pinyin_vocab = grown(old_pinyin, splits.pinyin_vocab.tokens)
     hanzi_vocab = grown(old_hanzi, splits.hanzi_vocab.tokens)
     model = Transformer(config.model, source_vocab_size=len(pinyin_vocab), target_vocab_size=len(hanzi_vocab))
@@ -461,10 +464,42 @@ def _init_from(config: Config, splits: Splits, path: str, log) -> tuple[Transfor
             state[name] = old
         else:  # a vocabulary-sized matrix (embeddings, output): the known rows, then the fresh ones
             state[name] = torch.cat([old, state[name][old.shape[0]:]])
+    for name in state:
+        if name not in old_model.state_dict() and name.endswith(_RESIDUAL_OUTPUTS):
+            state[name] = torch.zeros_like(state[name])
     model.load_state_dict(state)
     log(f"initialised from {path}: {len(pinyin_vocab) - len(old_pinyin)} pinyin and "
         f"{len(hanzi_vocab) - len(old_hanzi)} hanzi tokens added to its vocabularies")
+    if deeper:
+        log(f"grown deeper: {deeper}; the new layers sit on top and start as the identity (their attention and "
+            f"feed-forward output projections are zero), so the grown model converts as the checkpoint did")
     return model, pinyin_vocab, hanzi_vocab
+
+
+# The projections that write into the residual stream: with them zero, a pre-norm layer is x -> x.
+_RESIDUAL_OUTPUTS = tuple(f"{sublayer}.{kind}" for sublayer in ("self_attention.out", "cross_attention.out",
+                                                                  "feed_forward.net.3")
+                          for kind in ("weight", "bias"))
+
+
+def _check_deeper(config: Config, saved: dict, path: Path) -> str:
+    """--init-from's model check: every model setting equal to the checkpoint's, except that the encoder
+    and decoder may have more layers (a pre-norm model only: its zero-output layers are exact identities,
+    a post-norm layer normalises even then). Returns what grows ("encoder 2 -> 3 layers, ...") or ""."""
+    saved_model = saved.get("model")
+    if not isinstance(saved_model, dict):
+        raise CheckpointError(f"cannot start from {path}: its config has no model section")
+    grows = []
+    for key in ("n_encoder_layers", "n_decoder_layers"):
+        now, before = getattr(config.model, key), saved_model.get(key)
+        if isinstance(before, int) and now > before:
+            if config.model.norm != "pre":
+                raise CheckpointError(f"cannot start from {path} with model.{key}={now} (it has {before}): "
+                                      f"only a pre-norm model grows deeper (model.norm is {config.model.norm!r})")
+            grows.append(f"{key.split('_')[1]} {before} -> {now} layers")
+            saved_model = {**saved_model, key: now}
+    _check_same(config, {"model": saved_model}, "model", path, doing="start from")
+    return ", ".join(grows)
 
 
 def _setup_language_models(config: Config, train_examples: list[Example], hanzi_vocab: Vocab, log

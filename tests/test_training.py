@@ -325,6 +325,41 @@ def test_init_from_an_untied_model_grows_its_output_projection_too(tmp_path, tin
     train(config, init_from=str(best), log=lambda message: None)
 
 
+
+def test_init_from_a_deeper_config_grows_identity_layers_on_top(tmp_path, tiny_corpus, trained):
+    """More encoder and decoder layers than the checkpoint has: its weights, plus layers on top whose output
+    projections are zero, so the grown model computes exactly what the checkpoint did; then it trains."""
+    _, _, best = trained
+    old_model, *_ = checkpoint.model_from_checkpoint(load_checkpoint(best))
+    settings = dict(max_steps=3, eval_every=3, batch_tokens=64)
+    config = load_config(write_config(tmp_path / "c.yaml", tiny_config_dict(tmp_path, tiny_corpus, **settings)),
+                         ["model.n_encoder_layers=3", "model.n_decoder_layers=4", "train.name=deeper"])
+    splits = training.Splits.read(prepare(config.data))
+    messages = []
+    model, _, _ = training._setup_model(config, splits, None, None, str(best), messages.append)
+    assert (len(model.encoder_layers), len(model.decoder_layers)) == (3, 4)
+    assert messages[1].startswith("grown deeper: encoder 2 -> 3 layers, decoder 2 -> 4 layers")
+    assert not model.decoder_layers[3].feed_forward.net[3].weight.any()
+    assert model.decoder_layers[3].feed_forward.net[0].weight.std() > 0  # its inputs start as a fresh model's
+    source, target = torch.randint(4, 20, (2, 6)), torch.randint(4, 20, (2, 5))
+    model.eval(), old_model.eval()
+    with torch.no_grad():
+        assert torch.allclose(model(source, target), old_model(source, target), atol=1e-6)
+    grown = train(config, init_from=str(best), log=lambda message: None)
+    assert load_checkpoint(grown)["config"]["model"]["n_decoder_layers"] == 4
+
+
+@pytest.mark.parametrize("overrides, error", [
+    (["model.n_encoder_layers=1"], r"model\.n_encoder_layers is 1 now but 2 in the checkpoint"),
+    (["model.n_decoder_layers=3", "model.norm=post"], "only a pre-norm model grows deeper"),
+    (["model.n_decoder_layers=3", "model.d_ff=256"], r"model\.d_ff is 256 now but 128"),
+])
+def test_init_from_grows_only_deeper_and_only_a_pre_norm_model(tmp_path, tiny_corpus, trained, overrides, error):
+    _, _, best = trained
+    config = load_config(write_config(tmp_path / "c.yaml", tiny_config_dict(tmp_path, tiny_corpus)), overrides)
+    with pytest.raises(CheckpointError, match=f"^cannot start from .*best.pt.*{error}"):
+        train(config, init_from=str(best), log=lambda message: None)
+
 # ---- interrupted runs: a kill, Ctrl-C or a full disk at any moment keeps a consistent run and says how to go on
 
 _COMMAND = "python train.py --config c.yaml"
