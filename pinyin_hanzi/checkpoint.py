@@ -404,7 +404,8 @@ def _rebuilt(cls, state: dict, hanzi_vocab_size: int, error: Callable[[str], str
 def export_checkpoint(source: str | Path, target: str | Path, half: bool = True,
                       decode_overrides: list[str] | tuple[str, ...] = ()) -> dict:
     """Write an inference-only copy of a training checkpoint: weights (float16 when ``half``), config,
-    vocabularies and the syllable model; no optimizer, scheduler, data position or RNG state.
+    vocabularies, the syllable model and the n-gram models (the character model's tables stored anew, in
+    :meth:`CharNgramLM.state_dict`'s current form); no optimizer, scheduler, data position or RNG state.
     ``decode_overrides``: ``decode.key=value`` settings that the copy decodes with by default (the other
     sections describe how the weights were made, and stay). Returns {"parameters", "bytes"}. Raises
     CheckpointError as :func:`load_checkpoint` does, ConfigError (one line) for a bad override."""
@@ -422,5 +423,7 @@ def export_checkpoint(source: str | Path, target: str | Path, half: bool = True,
         if shared not in converted:
             converted[shared] = tensor.half() if half and tensor.is_floating_point() else tensor
         weights[name] = converted[shared]
+    if state.get(CHAR_LM_KEY) is not None:  # in the current, most compact storage, whenever it was counted
+        state[CHAR_LM_KEY] = CharNgramLM.from_state_dict(state[CHAR_LM_KEY]).state_dict()
     save_checkpoint(target, {**{key: state[key] for key in EXPORTED_KEYS if key in state}, MODEL_KEY: weights})
     return {"parameters": sum(t.numel() for t in converted.values()), "bytes": Path(target).stat().st_size}

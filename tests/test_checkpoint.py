@@ -10,6 +10,7 @@ from pinyin_hanzi.checkpoint import (
 from pinyin_hanzi.corpus import read_examples
 from pinyin_hanzi.converter import Converter
 from pinyin_hanzi.errors import CheckpointError
+from pinyin_hanzi.vocab import Vocab
 
 
 def test_checkpoint_is_self_contained_and_round_trips(trained):
@@ -77,6 +78,27 @@ def test_export_keeps_what_translation_needs_in_half_precision(trained, tmp_path
     tokens = [e.tokens for e in examples]
     original = Converter(*model_from_checkpoint(load_checkpoint(best))[:3]).convert_tokens(tokens)
     assert Converter(*model_from_checkpoint(state)[:3]).convert_tokens(tokens) == original
+
+
+def test_export_stores_an_older_n_gram_table_in_the_current_compact_form(trained, tmp_path):
+    from pinyin_hanzi.char_lm import CharNgramLM, count_for
+    from pinyin_hanzi.checkpoint import export_checkpoint
+
+    tmp, _, best = trained
+    state = load_checkpoint(best)
+    lm = count_for(read_examples(tmp / "prepared" / "tiny" / "train.tsv"), Vocab(state["hanzi_vocab"]), order=3)
+    older = lm.state_dict()  # as files written before the keys were stored as steps: plain int32 key columns
+    for k, table in older["tables"].items():
+        del table["context_key_steps"]
+        table["context_keys"] = lm.contexts[k][0].int()
+    with_lm = tmp_path / "older.pt"
+    save_checkpoint(with_lm, {**state, "char_lm": older})
+    export_checkpoint(with_lm, tmp_path / "exported.pt")
+    exported = load_checkpoint(tmp_path / "exported.pt")["char_lm"]
+    assert all("context_key_steps" in table and "context_keys" not in table for table in exported["tables"].values())
+    again = CharNgramLM.from_state_dict(exported)
+    for k in lm.grams:
+        assert torch.equal(again.grams[k][0], lm.grams[k][0]) and torch.equal(again.contexts[k][0], lm.contexts[k][0])
 
 
 def test_export_can_change_the_default_decode_settings_and_nothing_else(trained, tmp_path):
