@@ -25,6 +25,7 @@ checkpoint's hanzi vocabulary.
 
 from __future__ import annotations
 
+import zlib
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -170,10 +171,9 @@ class CharNgramLM:
 
     def state_dict(self) -> dict:
         """Compact tables for the checkpoint: an n-gram's key is its context's key * v + its last id, and the
-        n-grams of a context are consecutive, so each order stores the last ids (int16 where v allows) and
-        how many n-grams each context has; the sorted context keys as differences; every integer column in
-        the narrowest type that holds nearly all of it, the few values beyond it listed apart (a handful of
-        counts in the tens of thousands would otherwise double a million-entry column)."""
+        n-grams of a context are consecutive, so each order stores the last ids and how many n-grams each
+        context has; the sorted context keys as differences; every column packed by :func:`_narrow` (int16
+        with the few values beyond it listed apart, deflated), since counts are mostly ones and twos."""
         tables = {}
         for k, (gram_keys, counts) in self.grams.items():
             context_keys, totals, distinct = self.contexts[k]
@@ -217,25 +217,25 @@ def table_columns(table: dict) -> dict[str, torch.Tensor]:
     return columns
 
 
-# A column stored narrow with exceptions: at most this share of its values may be listed apart.
+# A packed column may list at most this share of its values apart, outside its int16 body.
 _MAX_EXCEPTIONS = 0.01
+_PACKED_TYPES = {"int16": torch.int16, "int32": torch.int32, "int64": torch.int64}
 
 
-def _narrow(values: torch.Tensor) -> torch.Tensor | dict:
-    """``values`` (integers) in int16, uint16 or int32 where they fit. Where only a few (<= 1%) do not fit
-    int16, a dict instead: ``narrow`` (int16, those few clipped), ``at`` (their positions) and ``wide``
-    (their values), restored by :func:`widen`."""
-    if len(values) == 0:
-        return values.short()
-    low, high = int(values.min()), int(values.max())
-    for dtype, smallest, largest in ((torch.int16, -2**15, 2**15 - 1), (torch.uint16, 0, 2**16 - 1)):
-        if smallest <= low and high <= largest:  # (uint16: storage only, read back as int)
-            return values.to(dtype)
-    fits_int32 = -2**31 <= low and high <= 2**31 - 1
+def _narrow(values: torch.Tensor) -> dict:
+    """``values`` (integers) packed for the checkpoint: a dict of ``zlib`` (the column's bytes, deflated: an
+    n-gram table's columns are mostly small, repeated numbers, and shrink to about 40%), ``dtype``,
+    ``length``, and ``at`` / ``wide``, the positions and values of the few (<= 1%) that an int16 body cannot
+    hold (clipped there). A column with more of those is stored whole in int32 or int64. See :func:`widen`."""
+    low, high = (int(values.min()), int(values.max())) if len(values) else (0, 0)
     outside = ((values < -2**15) | (values > 2**15 - 1)).nonzero().flatten()
-    if fits_int32 and len(outside) <= _MAX_EXCEPTIONS * len(values):
-        return {"narrow": values.clamp(-2**15, 2**15 - 1).short(), "at": outside.int(), "wide": values[outside].int()}
-    return values.int() if fits_int32 else values
+    if len(outside) <= _MAX_EXCEPTIONS * len(values):
+        body, dtype, at = values.clamp(-2**15, 2**15 - 1).short(), "int16", outside
+    else:
+        dtype = "int32" if -2**31 <= low and high <= 2**31 - 1 else "int64"
+        body, at = values.to(_PACKED_TYPES[dtype]), outside[:0]
+    return {"zlib": zlib.compress(body.numpy().tobytes(), 6), "dtype": dtype, "length": len(values),
+            "at": at.int() if len(values) < 2**31 else at, "wide": values[at].long()}
 
 
 def _is_integer_vector(value) -> bool:
@@ -244,15 +244,30 @@ def _is_integer_vector(value) -> bool:
 
 
 def widen(stored, name: str = "column") -> torch.Tensor:
-    """The int64 values that :func:`_narrow` stored; ValueError if ``stored`` is neither form."""
+    """The int64 values of a column that :func:`_narrow` packed, or of a plain integer tensor (files written
+    before columns were packed); ValueError if ``stored`` is neither."""
     if _is_integer_vector(stored):
         return stored.long()
-    if isinstance(stored, dict) and all(_is_integer_vector(stored.get(key)) for key in ("narrow", "at", "wide")):
-        values, at = stored["narrow"].long(), stored["at"].long()
-        if len(at) == len(stored["wide"]) and (not len(at) or (0 <= int(at.min()) and int(at.max()) < len(values))):
-            values[at] = stored["wide"].long()
-            return values
-    raise ValueError(f"{name} is not a 1-D integer tensor (or one stored narrow, with its exceptions)")
+    problem = f"{name} is not a 1-D integer tensor or a packed column"
+    if not (isinstance(stored, dict) and isinstance(stored.get("zlib"), bytes) and stored.get("dtype") in _PACKED_TYPES
+            and isinstance(stored.get("length"), int) and 0 <= stored["length"] < 2**40
+            and _is_integer_vector(stored.get("at")) and _is_integer_vector(stored.get("wide"))):
+        raise ValueError(problem)
+    dtype = _PACKED_TYPES[stored["dtype"]]
+    size = stored["length"] * dtype.itemsize
+    inflate = zlib.decompressobj()
+    try:
+        raw = inflate.decompress(stored["zlib"], size)  # never more than the column claims to hold
+    except zlib.error:
+        raise ValueError(f"{problem} (its zlib data is corrupt)") from None
+    if len(raw) != size or inflate.unconsumed_tail or not inflate.eof:
+        raise ValueError(f"{problem} (its zlib data does not hold {stored['length']} {stored['dtype']} values)")
+    values = torch.frombuffer(bytearray(raw), dtype=dtype).long() if size else torch.zeros(0, dtype=torch.long)
+    at = stored["at"].long()
+    if len(at) != len(stored["wide"]) or (len(at) and (int(at.min()) < 0 or int(at.max()) >= len(values))):
+        raise ValueError(f"{problem} (its exceptions do not fit it)")
+    values[at] = stored["wide"].long()
+    return values
 
 
 def count_for(examples, hanzi_vocab, order: int = 3, min_count: int = 1, phrases: Sequence[str] = (),

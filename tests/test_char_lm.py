@@ -49,7 +49,7 @@ def test_context_changes_the_prediction():
 def test_state_dict_round_trip_is_exact_and_compact():
     lm = CharNgramLM.count(SENTENCES, V, order=3)
     state = lm.state_dict()
-    assert all(table["last_ids"].dtype == torch.int16 for table in state["tables"].values())
+    assert all(table["last_ids"]["dtype"] == "int16" for table in state["tables"].values())
     again = CharNgramLM.from_state_dict(state)
     contexts = torch.tensor([[BOS_ID, BOS_ID], [4, 5], [9, 5], [11, 11]])
     candidates = torch.arange(V).expand(4, -1)
@@ -73,10 +73,10 @@ def test_keys_that_do_not_fit_are_refused():
         CharNgramLM.count(SENTENCES, 10**7, order=3)
 
 
-def test_counts_past_int16_are_stored_as_uint16_and_read_back_exactly():
+def test_a_column_with_many_counts_past_int16_is_packed_whole_in_int32_and_read_back_exactly():
     lm = CharNgramLM.count([[4, 5]] * 40_000 + SENTENCES, V, order=2)
     state = lm.state_dict()
-    assert state["tables"][2]["counts"].dtype == torch.uint16  # 40,001 fits 16 bits only unsigned
+    assert state["tables"][2]["counts"]["dtype"] == "int32"  # 40,001 and more, in a short column: no exceptions
     again = CharNgramLM.from_state_dict(state)
     contexts, candidates = torch.tensor([[4], [BOS_ID], [11]]), torch.arange(V).expand(3, -1)
     assert torch.equal(lm.log_prob(contexts, candidates), again.log_prob(contexts, candidates))
@@ -92,7 +92,7 @@ def test_a_few_counts_past_16_bits_are_listed_apart_and_the_column_stays_int16()
     pairs = [[a, b] for a in range(4, v, 3) for b in range(5, v, 7)]  # about 4,000 bigrams seen once or twice
     lm = CharNgramLM.count([[4, 5]] * 70_000 + pairs, v, order=2)
     stored = lm.state_dict()["tables"][2]["counts"]
-    assert isinstance(stored, dict) and stored["narrow"].dtype == torch.int16
+    assert stored["dtype"] == "int16" and len(stored["zlib"]) < 2 * stored["length"] / 2  # deflated: mostly ones
     assert min(stored["wide"].tolist()) > 2**15 - 1 and 1 <= len(stored["at"]) <= 3  # 4 5, <s> 4, 5 </s>
     again = CharNgramLM.from_state_dict(lm.state_dict())
     assert torch.equal(again.grams[2][1], lm.grams[2][1])
@@ -103,7 +103,23 @@ def test_a_few_counts_past_16_bits_are_listed_apart_and_the_column_stays_int16()
     assert _char_lm_problem(lm.state_dict(), v) is None
     broken = lm.state_dict()
     broken["tables"][2]["counts"]["at"] = torch.tensor([10**6], dtype=torch.int32)  # points past the column
-    assert "lacks one of" in _char_lm_problem(broken, v)
+    assert "exceptions do not fit" in _char_lm_problem(broken, v)
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda column: {**column, "zlib": column["zlib"][:-5]}, "does not hold"),  # cut short
+    (lambda column: {**column, "zlib": b"not zlib at all"}, "corrupt"),
+    (lambda column: {**column, "length": column["length"] - 1}, "does not hold"),  # more data than it claims
+    (lambda column: {**column, "dtype": "float32"}, "not a 1-D integer tensor or a packed column"),
+    (lambda column: column["zlib"], "not a 1-D integer tensor or a packed column"),
+])
+def test_a_damaged_packed_column_is_refused_in_one_line(damage, message):
+    from pinyin_hanzi.checkpoint import _char_lm_problem
+
+    state = CharNgramLM.count(SENTENCES, V, order=3).state_dict()
+    state["tables"][3]["counts"] = damage(state["tables"][3]["counts"])
+    problem = _char_lm_problem(state, V)
+    assert problem.startswith("order 3's table lacks one of") and message in problem and "\n" not in problem
 
 
 def test_context_keys_are_stored_as_steps_and_older_files_with_plain_keys_still_load():

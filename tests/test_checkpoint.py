@@ -232,9 +232,11 @@ def test_inference_parts_are_what_the_checkpoint_holds(trained, tmp_path):
     ids = parts.hanzi_vocab.encode(examples[0].hanzi)
     assert loaded.sentence_log_prob(ids) == pytest.approx(lm.sentence_log_prob(ids))
     # tables of the right types that do not fit one another
-    runs = lm.state_dict()["tables"][2]["runs"]
+    from pinyin_hanzi.char_lm import table_columns
+
+    runs = table_columns(lm.state_dict()["tables"][2])["runs"]
     broken = lm.state_dict()
-    broken["tables"][2]["runs"] = runs[:-1]
+    broken["tables"][2]["runs"] = runs[:-1]  # (a plain tensor: as files from before packed columns hold them)
     save_checkpoint(with_lm, {**state, "char_lm": broken})
     with pytest.raises(CheckpointError, match="character n-gram model cannot be read"):
         load_for_inference(with_lm)
