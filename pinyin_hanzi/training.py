@@ -458,14 +458,14 @@ def _init_from(config: Config, splits: Splits, path: str, log) -> tuple[Transfor
     pinyin_vocab = grown(old_pinyin, splits.pinyin_vocab.tokens)
     hanzi_vocab = grown(old_hanzi, splits.hanzi_vocab.tokens)
     model = Transformer(config.model, source_vocab_size=len(pinyin_vocab), target_vocab_size=len(hanzi_vocab))
-    state = model.state_dict()
-    for name, old in old_model.state_dict().items():
+    state, old_state = model.state_dict(), old_model.state_dict()
+    for name, old in old_state.items():
         if old.shape == state[name].shape:
             state[name] = old
         else:  # a vocabulary-sized matrix (embeddings, output): the known rows, then the fresh ones
             state[name] = torch.cat([old, state[name][old.shape[0]:]])
     for name in state:
-        if name not in old_model.state_dict() and name.endswith(_RESIDUAL_OUTPUTS):
+        if name not in old_state and name.endswith(_RESIDUAL_OUTPUTS):
             state[name] = torch.zeros_like(state[name])
     model.load_state_dict(state)
     log(f"initialised from {path}: {len(pinyin_vocab) - len(old_pinyin)} pinyin and "
