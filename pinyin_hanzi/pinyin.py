@@ -76,10 +76,12 @@ def syllable_table() -> dict[str, tuple[str, ...]]:
     """Toneless syllable -> every character with that reading (any tone), from pypinyin's per-character
     tables, basic-block characters first. Heteronyms count under each of their readings."""
     table: dict[str, list[str]] = {}
+    syllable_of: dict[str, str] = {}  # 1.5k distinct readings among 42k characters: each made toneless once
     for code, readings in pinyin_dict.items():
         char = chr(code)
         for reading in readings.split(","):
-            syllable = toneless(reading)
+            if (syllable := syllable_of.get(reading)) is None:
+                syllable = syllable_of[reading] = toneless(reading)
             if syllable.isascii() and syllable.isalpha():
                 table.setdefault(syllable, []).append(char)
     return {syllable: tuple(sorted(set(chars), key=_common_first)) for syllable, chars in table.items()}
