@@ -104,11 +104,12 @@ def _literal(char: str) -> Piece:  # cached: a long line of pass-through text is
 
 # ---- Syllable prefixes -------------------------------------------------------------------------------
 #
-# A prefix piece is typed letters that begin a syllable without being one (``b``, ``zh``, ``zho``), or an
-# interjection syllable inside a longer run (``m``, ``n``; see _NOT_INSIDE_RUNS). ``ng`` begins no syllable
-# but itself, so inside a run it is two prefixes, n* g* (``zhongg`` is zhong g*; ``wng`` is w* n* g*);
-# likewise ``hm`` is h* m*. Typed alone, ``ng`` ``hm`` ``m`` ``n`` and the vowels ``a`` ``o`` ``e`` stay
-# the syllables they are.
+# A prefix piece is typed letters that begin a syllable without being one (``b``, ``zh``, ``zho``), or the
+# interjection syllables ``m`` and ``n`` (see _NOT_INSIDE_RUNS), inside a run and typed alone: typed ``n``
+# is far more often 你 那 呢 than 嗯, and the prefix's key n* still allows 嗯 (it begins with n). ``ng``
+# begins no syllable but itself, so inside a run it is two prefixes, n* g* (``zhongg`` is zhong g*; ``wng``
+# is w* n* g*); likewise ``hm`` is h* m*. Typed alone, ``ng`` and ``hm`` stay the syllables they are (嗯 is
+# typed ng), and the vowels ``a`` ``o`` ``e`` are that syllable first, then a prefix.
 
 PREFIX = "*"  # ends a prefix piece's model token (``zh*``) and constraint key (``zho*``)
 _RETROFLEX = ("zh", "ch", "sh")
@@ -263,7 +264,8 @@ def _split_run(letters: str, tones: list[int | None], limit: int, score,
     whatever the score, so a run that reads as full syllables never reads as prefixes. Only those with the
     fewest prefix pieces are returned (the Converter decodes every reading and lets the model choose, and
     a reading with a prefix where a syllable was typed is a looser constraint that would tend to win),
-    except that a lone letter that is a syllable (a o e n m) keeps its prefix reading second.
+    except that a lone vowel (a o e) keeps its prefix reading second. With ``prefixes``, ``m`` and ``n``
+    are prefixes alone as inside runs (see above: their keys allow the interjections too).
     k-best dynamic programming with back-pointers, so a run of thousands of syllables is split in linear
     time."""
     n = len(letters)
@@ -276,7 +278,8 @@ def _split_run(letters: str, tones: list[int | None], limit: int, score,
             if not best[start]:
                 continue
             piece = letters[start:end]
-            if piece in syllables() and (piece not in _NOT_INSIDE_RUNS or (start == 0 and end == n)):
+            alone = start == 0 and end == n and not (prefixes and piece in _beginnings())
+            if piece in syllables() and (piece not in _NOT_INSIDE_RUNS or alone):
                 token, cost = piece, 0
             elif prefixes and piece in _beginnings():
                 token, cost = prefix_token(piece), 1
@@ -300,9 +303,9 @@ def _split_run(letters: str, tones: list[int | None], limit: int, score,
             option.append((token, key if tone is None else f"{key}{tone}"))
         options.append(tuple(option))
     scores = [entry[1] for entry in kept]
-    if prefixes and n == 1 and letters in syllables() and letters in _beginnings():
-        # A lone a o e n m is that syllable first, then the abbreviation of the syllables it begins: typed
-        # alone, n is far more often 你 or 那 than 嗯. It ranks second whatever the score (see alternatives).
+    if prefixes and n == 1 and letters in syllables() and letters in _beginnings() and letters not in _NOT_INSIDE_RUNS:
+        # A lone a o e is that syllable first (啊 哦 饿 are typed so), then the abbreviation of the syllables
+        # it begins (ai an ang ao ...). It ranks second whatever the score (see alternatives).
         token = prefix_token(letters)
         options.append(((token, letters + PREFIX + ("" if tones[0] is None else str(tones[0]))),))
         scores.append(score("<s>", token))

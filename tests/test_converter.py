@@ -279,15 +279,18 @@ def test_with_prefixes_on_the_constraint_alone_reads_abbreviations_with_the_ship
         assert candidate.syllables == ["bei", "j*"] and candidate.read_as[1] in key_syllables("j*")
         _each_character_has_the_syllable_it_was_read_as(candidate)
     assert shipped.convert_lines(["zhongg"], prefixes=True)[0][0].text.startswith("中")
+    # n and m typed alone are abbreviations too (你们, not the interjections 嗯 呒), ng is 嗯
+    assert shipped.convert("wo m yao n gao su wo m") == "我们要你告诉我们"
+    assert shipped.convert("ng") == "嗯"
 
 
 def test_a_reading_with_more_abbreviations_never_has_the_higher_prior(shipped):
-    # n alone reads as the syllable n or as the abbreviation n*; the syllable model skips n* (no syllable),
+    # e alone reads as the syllable e or as the abbreviation e*; the syllable model skips e* (no syllable),
     # so uncapped the abbreviation would cost nothing and the syllable its probability.
-    (chunk,) = shipped.planner.chunks(parse_pieces("n", 4, prefixes=True))
+    (chunk,) = shipped.planner.chunks(parse_pieces("e", 4, prefixes=True))
     readings_ = shipped.planner.readings(chunk, 4, fused=False)
-    assert [tokens for tokens, _, _ in readings_] == [["n"], ["n*"]]
-    assert shipped.syllable_lm.log_prob(["n*"]) > shipped.syllable_lm.log_prob(["n"])
+    assert [tokens for tokens, _, _ in readings_] == [["e"], ["e*"]]
+    assert shipped.syllable_lm.log_prob(["e*"]) > shipped.syllable_lm.log_prob(["e"])
     assert readings_[1][2] <= readings_[0][2]
 
 

@@ -119,14 +119,19 @@ def test_full_syllables_win_xian_is_never_prefixes():
     assert _prefixed("xianb") == [["xian", "b*"], ["xi", "an", "b*"]]
 
 
-def test_lone_syllable_letters_stay_syllables_and_interjections_split_inside_runs():
-    for letter in ("a", "o", "e", "n", "m"):  # the syllable first, then what the letter abbreviates
+def test_lone_vowels_stay_syllables_lone_n_m_are_prefixes_and_interjections_split_inside_runs():
+    for letter in ("a", "o", "e"):  # the syllable first (啊 哦 饿), then what the letter abbreviates
         assert _prefixed(letter) == [[letter], [letter + "*"]], letter
         assert _prefixed(letter, score=lambda previous, token: 100.0 if token.endswith("*") else 0.0) == \
             [[letter], [letter + "*"]], letter
         assert parse_pinyin(f"wo {letter}", prefixes=True) == ["wo", letter]
-    assert _prefixed("n3") == [["n3"], ["n*3"]]
-    for interjection in ("ng", "hm", "hng"):
+    for letter in ("n", "m"):  # typed alone, n is 你 那 呢 far more often than 嗯: a prefix, as inside runs
+        assert _prefixed(letter) == [[letter + "*"]], letter
+        assert parse_pinyin(f"wo {letter} yao {letter}", prefixes=True) == ["wo", f"{letter}*", "yao", f"{letter}*"]
+        assert letter in key_syllables(f"{letter}*")  # whose key still allows the interjection itself
+        assert _readings(letter) == [[letter]]  # without prefixes, the syllable
+    assert _prefixed("n3") == [["n*3"]] and "n4" in key_syllables("n*4")
+    for interjection in ("ng", "hm", "hng"):  # 嗯 is typed ng
         assert _prefixed(interjection) == [[interjection]], interjection
     assert _prefixed("nmd") == [["n*", "m*", "d*"]]  # n, m are never syllables inside a run
     assert _prefixed("wng") == [["w*", "n*", "g*"]]  # ng inside a run: n* g*
