@@ -106,7 +106,8 @@ def _literal(char: str) -> Piece:  # cached: a long line of pass-through text is
 #
 # A prefix piece is typed letters that begin a syllable without being one (``b``, ``zh``, ``zho``), or the
 # interjection syllables ``m`` and ``n`` (see _NOT_INSIDE_RUNS), inside a run and typed alone: typed ``n``
-# is far more often 你 那 呢 than 嗯, and the prefix's key n* still allows 嗯 (it begins with n). ``ng``
+# is far more often 你 那 呢 than 嗯, and the prefix's key n* still allows 嗯 (it begins with n); only
+# where n or m stands as a clause of its own is it the syllable first (see _interjections_alone). ``ng``
 # begins no syllable but itself, so inside a run it is two prefixes, n* g* (``zhongg`` is zhong g*; ``wng``
 # is w* n* g*); likewise ``hm`` is h* m*. Typed alone, ``ng`` and ``hm`` stay the syllables they are (嗯 is
 # typed ng), and the vowels ``a`` ``o`` ``e`` are that syllable first, then a prefix.
@@ -436,7 +437,31 @@ def parse_pieces(text: str, limit: int = 4, score=fewest_syllables, *, prefixes:
                     add_literal(char)
     if prefixes:
         _spell_out(pieces, single_letters)
+        _interjections_alone(pieces, score)
     return pieces
+
+
+def _interjections_alone(pieces: list[Piece], score) -> None:
+    """Give back, in place, the syllable reading (first, the abbreviation second) to a lone ``n`` or ``m``
+    that stands as a clause of its own: between punctuation and the line's ends, with punctuation on at
+    least one side (``n ， wo zhi dao le`` is 嗯，我知道了, as pypinyin types 嗯). Abbreviations are typed
+    inside words, so n there is far more often 嗯 than 你 or 那; next to digits it is 年 or 米 (``2011 n``),
+    and a line that is ``n`` alone stays an abbreviation (你), as in IMEs."""
+    def is_punctuation(index: int) -> bool:
+        return (0 <= index < len(pieces) and is_pass_through(pieces[index])
+                and unicodedata.category(pass_through_text([pieces[index]])[:1] or " ").startswith("P"))
+
+    for index, piece in enumerate(pieces):
+        if len(piece.options) != 1 or len(option := piece.options[0]) != 1:
+            continue
+        token, key = option[0]
+        letter = token[:-1]
+        sides = [0 <= i < len(pieces) and not is_punctuation(i) for i in (index - 1, index + 1)]  # True: a word
+        if (token not in ("n" + PREFIX, "m" + PREFIX) or not key.startswith(token) or any(sides)
+                or not (is_punctuation(index - 1) or is_punctuation(index + 1))):
+            continue
+        syllable = ((letter, letter + key[len(token):]),)  # n*4 -> n4
+        pieces[index] = Piece((syllable, option), (score("<s>", letter), score("<s>", token)))
 
 
 def _spell_out(pieces: list[Piece], single_letters: list[tuple[int, str, bool]]) -> None:

@@ -282,6 +282,7 @@ def test_with_prefixes_on_the_constraint_alone_reads_abbreviations_with_the_ship
     # n and m typed alone are abbreviations too (你们, not the interjections 嗯 呒), ng is 嗯
     assert shipped.convert("wo m yao n gao su wo m") == "我们要你告诉我们"
     assert shipped.convert("ng") == "嗯"
+    assert shipped.convert("n ， wo zhi dao le 。") == "嗯，我知道了。"  # a clause of its own: 嗯, as pypinyin types it
 
 
 def test_a_reading_with_more_abbreviations_never_has_the_higher_prior(shipped):

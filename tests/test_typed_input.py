@@ -131,6 +131,12 @@ def test_lone_vowels_stay_syllables_lone_n_m_are_prefixes_and_interjections_spli
         assert letter in key_syllables(f"{letter}*")  # whose key still allows the interjection itself
         assert _readings(letter) == [[letter]]  # without prefixes, the syllable
     assert _prefixed("n3") == [["n*3"]] and "n4" in key_syllables("n*4")
+    # ... except as a clause of its own, between punctuation (pypinyin types 嗯 as n): the syllable first
+    readings = _prefixed("n ， wo zhi dao le 。")
+    assert readings[0] == ["n", "=，", "wo", "zhi", "dao", "le", "=。"] and ["n*", *readings[0][1:]] in readings
+    assert _prefixed("hao de , m4 ?")[0] == ["hao", "de", "=,", "m4", "=?"]
+    assert _prefixed("n hao ,")[0][0] == "n*" and _prefixed("ni , n hao")[0][2] == "n*"  # a word's neighbour
+    assert _prefixed("2011 n 9 yue")[0][4] == "n*" and _prefixed("3 m .")[0][1] == "m*"  # 年, 米 by digits
     for interjection in ("ng", "hm", "hng"):  # 嗯 is typed ng
         assert _prefixed(interjection) == [[interjection]], interjection
     assert _prefixed("nmd") == [["n*", "m*", "d*"]]  # n, m are never syllables inside a run
