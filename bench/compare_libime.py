@@ -202,7 +202,7 @@ def main() -> int:
                         "decode.beam, as translate.py)")
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (libime uses one)")
-    parser.add_argument("--dump", help="write split, engine, input, reference, hypothesis lines to this TSV")
+    parser.add_argument("--dump", help="write split, engine, input form, reference, hypothesis, typed line (as our model got it) to this TSV")
     parser.add_argument("--abbreviate", type=float, default=0.0, metavar="P",
                         help="type this share (0-1) of syllables as their initial, the same ones for both engines")
     parser.add_argument("--lm-weight", type=float, help="our character n-gram model's weight (default: the "
@@ -253,8 +253,9 @@ def main() -> int:
                                             split=label, abbreviate=args.abbreviate)
                 rows.append(summary_row(result, references))
                 print(json.dumps(rows[-1], ensure_ascii=False), file=sys.stderr, flush=True)
-                dump.extend((label, engine, rows[-1]["input"], ref, hyp)
-                            for ref, hyp in zip(references, result.hypotheses))
+                dump.extend((label, engine, rows[-1]["input"], example.hanzi, hyp,  # what our model was typed
+                             typed(example.tokens, example.hanzi, unsegmented, abbreviate=args.abbreviate))
+                            for example, hyp in zip(examples, result.hypotheses))
 
     print()
     print_table(rows)
