@@ -172,16 +172,16 @@ class CharNgramLM:
     def state_dict(self) -> dict:
         """Compact tables for the checkpoint: an n-gram's key is its context's key * v + its last id, and the
         n-grams of a context are consecutive, so each order stores the last ids and how many n-grams each
-        context has; the sorted context keys as differences; every column packed by :func:`_pack` (int16
+        context has; the sorted context keys as differences; every column packed by :func:`pack_integers` (int16
         with the few values beyond it listed apart, deflated), since counts are mostly ones and twos."""
         tables = {}
         for k, (gram_keys, counts) in self.grams.items():
             context_keys, totals, distinct = self.contexts[k]
             runs = torch.bincount(torch.searchsorted(context_keys, gram_keys // self.vocab_size),
                                   minlength=len(context_keys))
-            tables[k] = {"context_key_steps": _pack(torch.diff(context_keys, prepend=context_keys[:0].new_zeros(1))),
-                         "totals": _pack(totals), "distinct": _pack(distinct), "runs": _pack(runs),
-                         "last_ids": _pack(gram_keys % self.vocab_size), "counts": _pack(counts)}
+            tables[k] = {"context_key_steps": pack_integers(torch.diff(context_keys, prepend=context_keys[:0].new_zeros(1))),
+                         "totals": pack_integers(totals), "distinct": pack_integers(distinct), "runs": pack_integers(runs),
+                         "last_ids": pack_integers(gram_keys % self.vocab_size), "counts": pack_integers(counts)}
         return {"order": self.order, "vocab_size": self.vocab_size, "discount": self.discount,
                 "unigrams": self.unigram_log_probs, "tables": tables}
 
@@ -209,9 +209,9 @@ def table_columns(table: dict) -> dict[str, torch.Tensor]:
     columns = {}
     for name in TABLE_COLUMNS:
         if name == "context_keys" and "context_key_steps" in table:
-            columns[name] = _unpack(table["context_key_steps"], name).cumsum(0)
+            columns[name] = unpack_integers(table["context_key_steps"], name).cumsum(0)
         elif name in table:
-            columns[name] = _unpack(table[name], name)
+            columns[name] = unpack_integers(table[name], name)
         else:
             raise ValueError(f"no {name} column")
     return columns
@@ -222,11 +222,11 @@ _MAX_EXCEPTIONS = 0.01
 _PACKED_TYPES = {"int16": torch.int16, "int32": torch.int32, "int64": torch.int64}
 
 
-def _pack(values: torch.Tensor) -> dict:
+def pack_integers(values: torch.Tensor) -> dict:
     """``values`` (integers) packed for the checkpoint: a dict of ``zlib`` (the column's bytes, deflated: an
     n-gram table's columns are mostly small, repeated numbers, and shrink to about 40%), ``dtype``,
     ``length``, and ``at`` / ``wide``, the positions and values of the few (<= 1%) that an int16 body cannot
-    hold (clipped there). A column with more of those is stored whole in int32 or int64. See :func:`_unpack`."""
+    hold (clipped there). A column with more of those is stored whole in int32 or int64. See :func:`unpack_integers`."""
     low, high = (int(values.min()), int(values.max())) if len(values) else (0, 0)
     outside = ((values < -2**15) | (values > 2**15 - 1)).nonzero().flatten()
     if len(outside) <= _MAX_EXCEPTIONS * len(values):
@@ -243,8 +243,8 @@ def _is_integer_vector(value) -> bool:
             and not value.is_floating_point() and not value.is_complex() and value.dtype != torch.bool)
 
 
-def _unpack(stored, name: str = "column") -> torch.Tensor:
-    """The int64 values of a column that :func:`_pack` packed, or of a plain integer tensor (files written
+def unpack_integers(stored, name: str = "column") -> torch.Tensor:
+    """The int64 values of a column that :func:`pack_integers` packed, or of a plain integer tensor (files written
     before columns were packed); ValueError if ``stored`` is neither."""
     if _is_integer_vector(stored):
         return stored.long()

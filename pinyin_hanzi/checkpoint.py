@@ -24,7 +24,7 @@ from pinyin_hanzi.char_lm import TABLE_COLUMNS, CharNgramLM, table_columns
 from pinyin_hanzi.config import Config, config_from_dict
 from pinyin_hanzi.errors import CheckpointError, ConfigError
 from pinyin_hanzi.model import Transformer
-from pinyin_hanzi.syllable_lm import SyllableBigrams
+from pinyin_hanzi.syllable_lm import SyllableBigrams, packed_columns as packed_syllable_columns
 from pinyin_hanzi.vocab import BOS_ID, Vocab
 from pinyin_hanzi.word_lm import WordLexiconLM
 
@@ -247,7 +247,16 @@ def _model_problem(weights: dict) -> str | None:
 
 
 def _syllable_lm_problem(state: dict) -> str | None:
-    """What is wrong with a SyllableBigrams state dict, or None."""
+    """What is wrong with a SyllableBigrams state dict, or None: in its packed form (see
+    :meth:`SyllableBigrams.state_dict`) or as the two dicts of counts that earlier files hold."""
+    if "syllables" in state:
+        try:
+            _, unigrams, _, counts = packed_syllable_columns(state)
+        except ValueError as error:
+            return f"cannot be read ({error})"
+        if any(len(values) and (int(values.min()) < 0 or int(values.max()) > MAX_COUNT) for values in (unigrams, counts)):
+            return "has counts outside 0..2**53"
+        return None
     for name in ("unigrams", "bigrams"):
         counts = state.get(name)
         if not (isinstance(counts, dict) and all(isinstance(key, str) and _is_int(count) and 0 <= count <= MAX_COUNT
@@ -404,8 +413,8 @@ def _rebuilt(cls, state: dict, hanzi_vocab_size: int, error: Callable[[str], str
 def export_checkpoint(source: str | Path, target: str | Path, half: bool = True,
                       decode_overrides: list[str] | tuple[str, ...] = ()) -> dict:
     """Write an inference-only copy of a training checkpoint: weights (float16 when ``half``), config,
-    vocabularies, the syllable model and the n-gram models (the character model's tables stored anew, in
-    :meth:`CharNgramLM.state_dict`'s current form); no optimizer, scheduler, data position or RNG state.
+    vocabularies, the syllable model and the n-gram models (the syllable and character models stored anew, in
+    their ``state_dict``'s current form); no optimizer, scheduler, data position or RNG state.
     ``decode_overrides``: ``decode.key=value`` settings that the copy decodes with by default (the other
     sections describe how the weights were made, and stay). Returns {"parameters", "bytes"}. Raises
     CheckpointError as :func:`load_checkpoint` does, ConfigError (one line) for a bad override."""
@@ -425,5 +434,7 @@ def export_checkpoint(source: str | Path, target: str | Path, half: bool = True,
         weights[name] = converted[shared]
     if state.get(CHAR_LM_KEY) is not None:  # in the current, most compact storage, whenever it was counted
         state[CHAR_LM_KEY] = CharNgramLM.from_state_dict(state[CHAR_LM_KEY]).state_dict()
+    if state.get(SYLLABLE_LM_KEY) is not None:  # likewise
+        state[SYLLABLE_LM_KEY] = SyllableBigrams.from_state_dict(state[SYLLABLE_LM_KEY]).state_dict()
     save_checkpoint(target, {**{key: state[key] for key in EXPORTED_KEYS if key in state}, MODEL_KEY: weights})
     return {"parameters": sum(t.numel() for t in converted.values()), "bytes": Path(target).stat().st_size}

@@ -12,6 +12,9 @@ import math
 from collections import Counter
 from typing import Iterable, Sequence
 
+import torch
+
+from pinyin_hanzi.char_lm import pack_integers, unpack_integers
 from pinyin_hanzi.pinyin import syllables
 
 START = "<s>"
@@ -42,11 +45,33 @@ class SyllableBigrams:
         return cls(dict(unigrams), dict(bigrams))
 
     def state_dict(self) -> dict:
-        return {"unigrams": self.unigrams, "bigrams": self.bigrams}
+        """Compact form for the checkpoint: the counted syllables (``<s>`` among them) as a list; their counts;
+        each bigram as the key ``index of previous * len(syllables) + index of next``, sorted and stored as
+        differences, with its count; the integer columns packed by :func:`pinyin_hanzi.char_lm.pack_integers`.
+        As a dict of 100k strings the same counts cost torch.load's weights-only reader 0.4 s of every start
+        and 2.3 MB of the file."""
+        pairs = [key.split(" ") for key in self.bigrams]
+        names = sorted(set(self.unigrams) | {name for pair in pairs for name in pair})
+        index = {name: i for i, name in enumerate(names)}
+        keys = torch.tensor([index[a] * len(names) + index[b] for a, b in pairs], dtype=torch.long)
+        keys, order = keys.sort()
+        counts = torch.tensor(list(self.bigrams.values()), dtype=torch.long)[order]
+        return {"syllables": names,
+                "unigram_counts": pack_integers(torch.tensor([self.unigrams.get(n, 0) for n in names], dtype=torch.long)),
+                "bigram_key_steps": pack_integers(torch.diff(keys, prepend=keys.new_zeros(1))),
+                "bigram_counts": pack_integers(counts)}
 
     @classmethod
     def from_state_dict(cls, state: dict) -> "SyllableBigrams":
-        return cls(dict(state["unigrams"]), dict(state["bigrams"]))
+        """The model of :meth:`state_dict`'s form, or of the two dicts ``{"unigrams", "bigrams"}`` (syllable or
+        "previous syllable" -> count) that files written before it hold."""
+        if "syllables" not in state:
+            return cls(dict(state["unigrams"]), dict(state["bigrams"]))
+        names, unigram_counts, keys, counts = packed_columns(state)
+        n = len(names)
+        unigrams = {name: count for name, count in zip(names, unigram_counts.tolist()) if count}
+        bigrams = {f"{names[key // n]} {names[key % n]}": count for key, count in zip(keys.tolist(), counts.tolist())}
+        return cls(unigrams, bigrams)
 
     def bigram_log_prob(self, previous: str, syllable: str) -> float:
         """log P(syllable | previous syllable or "<s>"), natural log."""
@@ -64,3 +89,20 @@ class SyllableBigrams:
             total += self.bigram_log_prob(previous, token)
             previous = token
         return total
+
+
+def packed_columns(state: dict) -> tuple[list[str], torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(syllables, unigram counts, sorted bigram keys, bigram counts) of a packed state dict; ValueError
+    (what is wrong) for one that :meth:`SyllableBigrams.state_dict` did not write."""
+    names = state.get("syllables")
+    if not (isinstance(names, list) and names and all(isinstance(name, str) and name and " " not in name
+                                                      for name in names) and len(set(names)) == len(names)):
+        raise ValueError("no list of distinct syllables")
+    unigram_counts = unpack_integers(state.get("unigram_counts"), "unigram_counts")
+    keys = unpack_integers(state.get("bigram_key_steps"), "bigram_key_steps").cumsum(0)
+    counts = unpack_integers(state.get("bigram_counts"), "bigram_counts")
+    if len(unigram_counts) != len(names) or len(keys) != len(counts):
+        raise ValueError("counts that do not pair up with its syllables and bigrams")
+    if len(keys) and (int(keys[0]) < 0 or bool((keys[1:] <= keys[:-1]).any()) or int(keys[-1]) >= len(names) ** 2):
+        raise ValueError("bigram keys that are not sorted pairs of its syllables")
+    return names, unigram_counts, keys, counts

@@ -80,9 +80,10 @@ def test_export_keeps_what_translation_needs_in_half_precision(trained, tmp_path
     assert Converter(*model_from_checkpoint(state)[:3]).convert_tokens(tokens) == original
 
 
-def test_export_stores_an_older_n_gram_table_in_the_current_compact_form(trained, tmp_path):
+def test_export_stores_older_n_gram_and_syllable_tables_in_the_current_compact_form(trained, tmp_path):
     from pinyin_hanzi.char_lm import CharNgramLM, count_for
     from pinyin_hanzi.checkpoint import export_checkpoint
+    from pinyin_hanzi.syllable_lm import SyllableBigrams
 
     tmp, _, best = trained
     state = load_checkpoint(best)
@@ -91,9 +92,14 @@ def test_export_stores_an_older_n_gram_table_in_the_current_compact_form(trained
     for k, table in older["tables"].items():
         del table["context_key_steps"]
         table["context_keys"] = lm.contexts[k][0].int()
+    syllables = SyllableBigrams.from_state_dict(state["syllable_lm"])
+    older_syllables = {"unigrams": syllables.unigrams, "bigrams": syllables.bigrams}  # as files written before it was packed
     with_lm = tmp_path / "older.pt"
-    save_checkpoint(with_lm, {**state, "char_lm": older})
+    save_checkpoint(with_lm, {**state, "char_lm": older, "syllable_lm": older_syllables})
     export_checkpoint(with_lm, tmp_path / "exported.pt")
+    exported_syllables = load_checkpoint(tmp_path / "exported.pt")["syllable_lm"]
+    assert "syllables" in exported_syllables and "bigrams" not in exported_syllables
+    assert SyllableBigrams.from_state_dict(exported_syllables).bigrams == syllables.bigrams
     exported = load_checkpoint(tmp_path / "exported.pt")["char_lm"]
     assert all("context_key_steps" in table and "context_keys" not in table for table in exported["tables"].values())
     again = CharNgramLM.from_state_dict(exported)
@@ -178,8 +184,13 @@ def test_entries_of_the_wrong_type_give_one_line_errors(trained, tmp_path):
         (dict(step=True), "its step is not an integer"),
         (dict(best_accuracy="high"), "its best_accuracy is not a finite number"),
         (dict(optimizer=[1]), "its optimizer is not a dict"),
-        (dict(syllable_lm={"unigrams": syllable_lm["unigrams"]}), "its syllable model has no bigrams counts"),
-        (dict(syllable_lm={**syllable_lm, "unigrams": {"ni": 1.5}}), "its syllable model has no unigrams counts"),
+        (dict(syllable_lm={**syllable_lm, "syllables": syllable_lm["syllables"][:-1]}),
+         "its syllable model cannot be read .counts that do not pair up"),
+        (dict(syllable_lm={**syllable_lm, "bigram_counts": {"zlib": b"x"}}), "its syllable model cannot be read"),
+        (dict(syllable_lm={**syllable_lm, "syllables": ["ni", "ni"]}), "no list of distinct syllables"),
+        # files written before the syllable model was packed hold two dicts of counts
+        (dict(syllable_lm={"unigrams": {"ni": 1}}), "its syllable model has no bigrams counts"),
+        (dict(syllable_lm={"unigrams": {"ni": 1.5}, "bigrams": {}}), "its syllable model has no unigrams counts"),
         (dict(char_lm=[3]), "its char_lm is not a dict"),
         (dict(char_lm={"order": 3}), "character n-gram model cannot be read .*count it again"),
         (dict(format_version="1"), "has checkpoint format '1'"),
@@ -222,7 +233,8 @@ def test_inference_parts_are_what_the_checkpoint_holds(trained, tmp_path):
     assert parts.pinyin_vocab.tokens == state["pinyin_vocab"] and parts.hanzi_vocab.tokens == state["hanzi_vocab"]
     assert parts.config.to_dict() == state["config"] and parts.char_lm is None
     assert all(torch.equal(parts.model.state_dict()[name], tensor) for name, tensor in state["model"].items())
-    assert isinstance(parts.syllable_lm, SyllableBigrams) and parts.syllable_lm.bigrams == state["syllable_lm"]["bigrams"]
+    assert isinstance(parts.syllable_lm, SyllableBigrams)
+    assert parts.syllable_lm.bigrams == SyllableBigrams.from_state_dict(state["syllable_lm"]).bigrams
     examples = read_examples(tmp / "prepared" / "tiny" / "train.tsv")
     lm = count_for(examples, parts.hanzi_vocab, order=2)
     with_lm = tmp_path / "with_lm.pt"

@@ -68,6 +68,29 @@ def test_syllable_bigrams_rank_segmentations():
     assert SyllableBigrams.from_state_dict(lm.state_dict()).log_prob(["qu", "xi"]) == lm.log_prob(["qu", "xi"])
 
 
+def test_syllable_bigrams_are_stored_packed_and_earlier_files_still_load():
+    from pinyin_hanzi.char_lm import pack_integers, unpack_integers
+    from pinyin_hanzi.checkpoint import _syllable_lm_problem
+    from pinyin_hanzi.syllable_lm import SyllableBigrams
+
+    rng = random.Random(3)
+    pool = sorted(syllables())
+    lm = SyllableBigrams.count([[rng.choice(pool) for _ in range(rng.randint(1, 9))] for _ in range(500)]
+                               + [["ni", "，", "hao"]] * 70_000)  # counts beyond int16
+    state = lm.state_dict()
+    assert set(state) == {"syllables", "unigram_counts", "bigram_key_steps", "bigram_counts"}
+    assert _syllable_lm_problem(state) is None
+    for loaded in (SyllableBigrams.from_state_dict(state),
+                   SyllableBigrams.from_state_dict({"unigrams": lm.unigrams, "bigrams": lm.bigrams})):  # before
+        assert loaded.unigrams == lm.unigrams and loaded.bigrams == lm.bigrams and loaded.total == lm.total
+    assert lm.bigrams["<s> ni"] >= 70_000 and lm.unigrams["<s>"] >= 140_000  # beyond int16
+    steps = unpack_integers(state["bigram_key_steps"])
+    for position, step in ((1, 0), (len(steps) - 1, len(state["syllables"]) ** 2)):  # a key twice; past the last
+        broken = steps.clone()
+        broken[position] = step
+        assert "not sorted pairs" in _syllable_lm_problem({**state, "bigram_key_steps": pack_integers(broken)})
+
+
 def test_every_tone_mark_is_known():
     assert len(TONE_MARKS) == 6 * 4 + 3 + 1
     assert TONE_MARKS["ḿ"] == ("m", 2) and TONE_MARKS["ǹ"] == ("n", 4) and TONE_MARKS["ǚ"] == ("v", 3)
