@@ -437,7 +437,8 @@ def parse_pieces(text: str, limit: int = 4, score=fewest_syllables, *, prefixes:
                     add_literal(char)
     if prefixes:
         _spell_out(pieces, single_letters)
-        _interjections_alone(pieces, score)
+        if shuangpin is None:  # a lone shuangpin key is an initial, never the syllable n
+            _interjections_alone(pieces, score)
     return pieces
 
 
