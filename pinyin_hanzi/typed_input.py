@@ -114,6 +114,10 @@ def _literal(char: str) -> Piece:  # cached: a long line of pass-through text is
 
 PREFIX = "*"  # ends a prefix piece's model token (``zh*``) and constraint key (``zho*``)
 _RETROFLEX = ("zh", "ch", "sh")
+# A lone z c s may also be the first letter of zh ch sh (``zg`` is 中国 far more often than 糟糕, and IMEs
+# read it so): such a piece has both readings, z* and zh*, each a token the model was trained on, and the
+# model chooses between them as between segmentations.
+_RETROFLEX_READING = {letter: (letter + "h" + PREFIX,) for letter in "zcs"}
 # The model tokens of abbreviations: every letter a syllable begins with (all but i, u, v), and zh ch sh.
 PREFIX_TOKENS = frozenset(letter + PREFIX for letter in "abcdefghjklmnopqrstwxyz") | {
     initial + PREFIX for initial in _RETROFLEX}
@@ -160,7 +164,8 @@ def _beginnings() -> frozenset[str]:
 @functools.lru_cache(maxsize=None)
 def _begun_by(prefix: str) -> tuple[str, ...]:
     """The syllables a typed prefix stands for: those it begins that share its model token, so ``z`` stands
-    for za ... zuo but not zh syllables (fuzzy ``z-zh`` adds those), ``zh`` for zha ... zhuo."""
+    for za ... zuo but not zh syllables (fuzzy ``z-zh`` adds those), ``zh`` for zha ... zhuo. A lone ``z``
+    piece has a second reading, ``zh*``, for those (see _RETROFLEX_READING)."""
     token = prefix_token(prefix)
     return tuple(sorted(s for s in syllables() if s.startswith(prefix) and prefix_token(s) == token))
 
@@ -281,13 +286,13 @@ def _split_run(letters: str, tones: list[int | None], limit: int, score,
             piece = letters[start:end]
             alone = start == 0 and end == n and not (prefixes and piece in _beginnings())
             if piece in syllables() and (piece not in _NOT_INSIDE_RUNS or alone):
-                token, cost = piece, 0
+                tokens, cost = (piece,), 0
             elif prefixes and piece in _beginnings():
-                token, cost = prefix_token(piece), 1
+                tokens, cost = (prefix_token(piece),) + _RETROFLEX_READING.get(piece, ()), 1
             else:
                 continue
             found.extend((count + cost, total + score(last, token), start, rank, token)
-                         for rank, (count, total, _, _, last) in enumerate(best[start]))
+                         for token in tokens for rank, (count, total, _, _, last) in enumerate(best[start]))
         best[end] = sorted(found, key=lambda entry: (entry[0], -entry[1]))[:limit]
     kept = [entry for entry in best[n] if entry[0] == best[n][0][0]] if best[n] else []
     options = []
@@ -300,7 +305,8 @@ def _split_run(letters: str, tones: list[int | None], limit: int, score,
         option = []
         for start, end, token in reversed(spans):
             tone = next((t for t in tones[start:end] if t is not None), None)
-            key = letters[start:end] + (PREFIX if is_prefix_token(token) else "")
+            typed = letters[start:end]
+            key = typed if not is_prefix_token(token) else typed + PREFIX if token == prefix_token(typed) else token
             option.append((token, key if tone is None else f"{key}{tone}"))
         options.append(tuple(option))
     scores = [entry[1] for entry in kept]

@@ -282,8 +282,22 @@ def test_fuzzy_pairs_are_symmetric():
     assert _readings("ang", fuzzy=names)[0] == ["ang|an"]
 
 
+def test_a_lone_z_c_s_also_begins_zh_ch_sh():
+    # "any syllable it begins": z begins zhong too, and IMEs read zg as 中国; each reading is a trained token
+    assert _prefixed("zg") == [["z*", "g*"], ["zh*", "g*"]]
+    assert _prefixed("c f") == [["c*", "f*"], ["ch*", "f*"]] and _prefixed("s")[1] == ["sh*"]
+    assert [[token for token, _ in r] for r in alternatives(parse_pieces("zg", prefixes=True))] == [["z*", "g*"], ["zh*", "g*"]]
+    assert _prefixed("zh") == [["zh*"]] and _prefixed("zo")[0] == ["zo*"]  # zh, zo: as typed
+    assert _prefixed("zai") == [["zai"]] and _readings("z g") == [["=z", "=g"]]  # syllables; no prefixes: as typed
+    assert _prefixed("s3")[1] == ["sh*3"]
+    from pinyin_hanzi import Converter
+
+    shipped = Converter.from_pretrained()
+    assert shipped.convert("z g r m") == "中国人民" and shipped.convert("wo xiang q b j") == "我想去北京"
+
+
 def test_fuzzy_prefixes_widen_by_initial_pairs():
-    assert _prefixed("z", fuzzy={"z-zh"}) == [["z*|zh*"]]
+    assert _prefixed("z", fuzzy={"z-zh"}) == [["z*|zh*"], ["zh*|z*"]]  # read as z* and as zh*, both widened
     assert _prefixed("zh", fuzzy={"z-zh"}) == [["zh*|z*"]]
     assert _prefixed("zho", fuzzy={"z-zh"})[0] == ["zho*|zo*"]
     covered = key_syllables("z*|zh*")
