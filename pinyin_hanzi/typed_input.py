@@ -118,6 +118,7 @@ _RETROFLEX = ("zh", "ch", "sh")
 # read it so): such a piece has both readings, z* and zh*, each a token the model was trained on, and the
 # model chooses between them as between segmentations.
 _RETROFLEX_READING = {letter: (letter + "h" + PREFIX,) for letter in "zcs"}
+_INTERJECTION_PREFIXES = ("n" + PREFIX, "m" + PREFIX)  # the prefix tokens of lone n and m
 # The model tokens of abbreviations: every letter a syllable begins with (all but i, u, v), and zh ch sh.
 PREFIX_TOKENS = frozenset(letter + PREFIX for letter in "abcdefghjklmnopqrstwxyz") | {
     initial + PREFIX for initial in _RETROFLEX}
@@ -444,11 +445,11 @@ def parse_pieces(text: str, limit: int = 4, score=fewest_syllables, *, prefixes:
     if prefixes:
         _spell_out(pieces, single_letters)
         if shuangpin is None:  # a lone shuangpin key is an initial, never the syllable n
-            _interjections_alone(pieces, score)
+            _interjections_alone(pieces, score, fuzzy)
     return pieces
 
 
-def _interjections_alone(pieces: list[Piece], score) -> None:
+def _interjections_alone(pieces: list[Piece], score, fuzzy: frozenset[str]) -> None:
     """Give back, in place, the syllable reading (first, the abbreviation second) to a lone ``n`` or ``m``
     that stands as a clause of its own: between punctuation and the line's ends, with punctuation on at
     least one side (``n ， wo zhi dao le`` is 嗯，我知道了, as pypinyin types 嗯). Abbreviations are typed
@@ -462,13 +463,15 @@ def _interjections_alone(pieces: list[Piece], score) -> None:
         if len(piece.options) != 1 or len(option := piece.options[0]) != 1:
             continue
         token, key = option[0]
-        letter = token[:-1]
-        sides = [0 <= i < len(pieces) and not is_punctuation(i) for i in (index - 1, index + 1)]  # True: a word
-        if (token not in ("n" + PREFIX, "m" + PREFIX) or not key.startswith(token) or any(sides)
-                or not (is_punctuation(index - 1) or is_punctuation(index + 1))):
+        typed, tone = _split_key(key.split("|")[0])  # the typed prefix, before any fuzzy variants: n*, n*4
+        if token not in _INTERJECTION_PREFIXES or typed != token:
             continue
-        syllable = ((letter, letter + key[len(token):]),)  # n*4 -> n4
-        pieces[index] = Piece((syllable, option), (score("<s>", letter), score("<s>", token)))
+        neighbours = [i for i in (index - 1, index + 1) if 0 <= i < len(pieces)]
+        if not neighbours or not all(map(is_punctuation, neighbours)):
+            continue
+        syllable = ((token[:-1], token[:-1] + tone),)  # n* -> n, n*4 -> n4, widened as any syllable
+        pieces[index] = Piece((_widened(syllable, fuzzy) if fuzzy else syllable, option),
+                              (score("<s>", token[:-1]), score("<s>", token)))
 
 
 def _spell_out(pieces: list[Piece], single_letters: list[tuple[int, str, bool]]) -> None:

@@ -161,6 +161,7 @@ def test_lone_vowels_stay_syllables_lone_n_m_are_prefixes_and_interjections_spli
     assert _prefixed("n hao ,")[0][0] == "n*" and _prefixed("ni , n hao")[0][2] == "n*"  # a word's neighbour
     assert _prefixed("2011 n 9 yue")[0][4] == "n*" and _prefixed("3 m .")[0][1] == "m*"  # 年, 米 by digits
     assert _prefixed("n ，", shuangpin="microsoft") == [["n*", "=，"]]  # a lone shuangpin key is an initial
+    assert _prefixed("n4 ，", fuzzy={"n-l"}) == [["n4", "=，"], ["n*4|l*4", "=，"]]  # the syllable widened as any
     for interjection in ("ng", "hm", "hng"):  # 嗯 is typed ng
         assert _prefixed(interjection) == [[interjection]], interjection
     assert _prefixed("nmd") == [["n*", "m*", "d*"]]  # n, m are never syllables inside a run
