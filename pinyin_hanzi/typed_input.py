@@ -307,7 +307,10 @@ def _split_run(letters: str, tones: list[int | None], limit: int, score,
         for start, end, token in reversed(spans):
             tone = next((t for t in tones[start:end] if t is not None), None)
             typed = letters[start:end]
-            key = typed if not is_prefix_token(token) else typed + PREFIX if token == prefix_token(typed) else token
+            if token in _RETROFLEX_READING.get(typed, ()):
+                key = token  # z read as zh*: every zh syllable
+            else:
+                key = typed + (PREFIX if is_prefix_token(token) else "")
             option.append((token, key if tone is None else f"{key}{tone}"))
         options.append(tuple(option))
     scores = [entry[1] for entry in kept]
