@@ -6,14 +6,16 @@ wrapper expects; punctuation, digits and Latin pass through unchanged and the ru
 in place. Our model converts the whole typed line exactly as ``translate.py --evaluate`` does
 (``metrics.typed`` + ``Converter.convert_lines``). Both are scored by ``metrics.conversion_scores``.
 
-``--abbreviate P`` types the share P of syllables as their initial (``b`` for bei, ``zh`` for zhong), the
-same syllables for both engines (``metrics.abbreviated_positions``): ours reads them as prefixes, libime gets
-the typed initial letters in their place, which it reads as abbreviations itself.
+``--abbreviate P`` types the share P of syllables as their initial (``b`` for bei, ``zh`` for zhong; with
+``--abbreviate-as letter``, their first letter only: ``z`` for zhong), the same syllables for both engines
+(``metrics.abbreviated_positions``): ours reads them as prefixes, libime gets the typed letters in their
+place, which it reads as abbreviations itself.
 
     bash /work/shared/peers/build.sh /tmp/peers          # builds the libime wrapper (Debian packages, root)
     python bench/compare_libime.py --split data/prepared/pd1998/test.tsv [--split more.tsv ...] \\
         [--checkpoint checkpoints/quickstart/best.pt] [--libime /tmp/peers/libime_convert] \\
-        [--limit N] [--beam 1] [--engines ours,libime] [--threads 1] [--dump hyps.tsv] [--abbreviate 0.3]
+        [--limit N] [--beam 1] [--engines ours,libime] [--threads 1] [--dump hyps.tsv] \\
+        [--abbreviate 0.3 [--abbreviate-as letter]]
 
 Our model is the shipped one unless ``--checkpoint`` (or $PINYIN_HANZI_CHECKPOINT) names another.
 
@@ -42,9 +44,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from pinyin_hanzi.cli import check_bounds, max_threads
 from pinyin_hanzi.config import LIMITS
 from pinyin_hanzi.corpus import Example, read_examples
-from pinyin_hanzi.metrics import abbreviated_positions, conversion_scores, typed
+from pinyin_hanzi.metrics import ABBREVIATION_STYLES, abbreviated_positions, abbreviation, conversion_scores, typed
 from pinyin_hanzi.pinyin import is_hanzi
-from pinyin_hanzi.typed_input import prefix_token
 
 ENGINES = ("ours", "libime")
 
@@ -70,12 +71,12 @@ def libime_syllable(token: str) -> str | None:
     return syllable if syllable.isascii() and syllable.isalpha() else None
 
 
-def abbreviated(example: Example, share: float) -> Example:
-    """The example with the share ``share`` of its syllables replaced by their typed initial (bei -> b),
-    exactly those ``metrics.typed(..., abbreviate=share)`` abbreviates for our model."""
+def abbreviated(example: Example, share: float, style: str = "initial") -> Example:
+    """The example with the share ``share`` of its syllables replaced by their typed abbreviation (bei -> b;
+    zhong -> zh, or z in the style ``letter``), exactly as ``metrics.typed`` abbreviates for our model."""
     tokens = list(example.tokens)
     for position in abbreviated_positions(example.hanzi, tokens, share):
-        tokens[position] = prefix_token(tokens[position])[:-1]
+        tokens[position] = abbreviation(tokens[position], style)
     return Example(tuple(tokens), example.hanzi)
 
 
@@ -126,10 +127,11 @@ def libime_startup(binary: str, repeats: int = 3) -> tuple[float, float]:
 
 
 def convert_libime(binary: str, examples: Sequence[Example], *, unsegmented: bool,
-                   startup: tuple[float, float], split: str, abbreviate: float = 0.0) -> Result:
+                   startup: tuple[float, float], split: str, abbreviate: float = 0.0,
+                   abbreviate_as: str = "initial") -> Result:
     """Each example's Chinese runs converted by libime (syllables joined by ' or run together, abbreviated
-    ones as their initial letters) in one process, reassembled with the pass-through text in place."""
-    split_examples = [pieces(abbreviated(example, abbreviate)) for example in examples]
+    ones as typed) in one process, reassembled with the pass-through text in place."""
+    split_examples = [pieces(abbreviated(example, abbreviate, abbreviate_as)) for example in examples]
     runs = [run for example in split_examples for run in example if isinstance(run, list)]
     outputs, seconds, cpu_seconds = run_libime(binary, [("" if unsegmented else "'").join(run) for run in runs])
     converted = iter(outputs)
@@ -149,10 +151,11 @@ def convert_libime(binary: str, examples: Sequence[Example], *, unsegmented: boo
 
 
 def convert_ours(converter, examples: Sequence[Example], *, unsegmented: bool, beam: int, batch_size: int,
-                 split: str, abbreviate: float = 0.0) -> Result:
+                 split: str, abbreviate: float = 0.0, abbreviate_as: str = "initial") -> Result:
     """Each example typed as ``translate.py --evaluate`` types it, converted by our model (constrained);
     abbreviated syllables are read as prefixes."""
-    lines = [typed(example.tokens, example.hanzi, unsegmented, abbreviate=abbreviate) for example in examples]
+    lines = [typed(example.tokens, example.hanzi, unsegmented, abbreviate=abbreviate, abbreviate_as=abbreviate_as)
+             for example in examples]
     prefixes = True if abbreviate > 0 else None
     converter.convert_lines(lines[:32], beam=beam, prefixes=prefixes)  # warm-up
     cpu_started, started = time.process_time(), time.perf_counter()
@@ -205,6 +208,9 @@ def main() -> int:
     parser.add_argument("--dump", help="write split, engine, input form, reference, hypothesis, typed line (as our model got it) to this TSV")
     parser.add_argument("--abbreviate", type=float, default=0.0, metavar="P",
                         help="type this share (0-1) of syllables as their initial, the same ones for both engines")
+    parser.add_argument("--abbreviate-as", choices=ABBREVIATION_STYLES, default="initial",
+                        help="an abbreviated syllable typed as its initial (zh for zhong, default) or its first "
+                             "letter (z)")
     parser.add_argument("--lm-weight", type=float, help="our character n-gram model's weight (default: the "
                         "checkpoint's decode.lm_weight)")
     parser.add_argument("--word-weight", type=float, help="our word model's weight (default: the checkpoint's "
@@ -219,6 +225,8 @@ def main() -> int:
                           ("--threads", args.threads, 1, max_threads()),
                           ("--lm-weight", args.lm_weight, *LIMITS["decode.lm_weight"]),
                           ("--word-weight", args.word_weight, *LIMITS["decode.word_weight"])])
+    if args.abbreviate_as != "initial" and not args.abbreviate:
+        parser.error("--abbreviate-as needs --abbreviate")
     if not args.split or ("libime" in engines and not Path(args.libime).is_file()):
         parser.error(f"needs --split FILE (prepared tokens<TAB>hanzi, e.g. data/prepared/pd1998/test.tsv) and, for "
                      f"libime, its wrapper at --libime (now {args.libime}: bash /work/shared/peers/build.sh /tmp/peers)")
@@ -247,20 +255,24 @@ def main() -> int:
             for engine in engines:
                 if engine == "ours":
                     result = convert_ours(converter, examples, unsegmented=unsegmented, beam=args.beam,
-                                          batch_size=args.batch_size, split=label, abbreviate=args.abbreviate)
+                                          batch_size=args.batch_size, split=label, abbreviate=args.abbreviate,
+                                          abbreviate_as=args.abbreviate_as)
                 else:
                     result = convert_libime(args.libime, examples, unsegmented=unsegmented, startup=libime_load,
-                                            split=label, abbreviate=args.abbreviate)
+                                            split=label, abbreviate=args.abbreviate,
+                                            abbreviate_as=args.abbreviate_as)
                 rows.append(summary_row(result, references))
                 print(json.dumps(rows[-1], ensure_ascii=False), file=sys.stderr, flush=True)
                 dump.extend((label, engine, rows[-1]["input"], example.hanzi, hyp,  # what our model was typed
-                             typed(example.tokens, example.hanzi, unsegmented, abbreviate=args.abbreviate))
+                             typed(example.tokens, example.hanzi, unsegmented, abbreviate=args.abbreviate,
+                                   abbreviate_as=args.abbreviate_as))
                             for example, hyp in zip(examples, result.hypotheses))
 
     print()
     print_table(rows)
     if args.abbreviate:
-        print(f"input: {args.abbreviate:.0%} of syllables typed as their initial, the same ones for both engines")
+        style = "initial" if args.abbreviate_as == "initial" else "first letter"
+        print(f"input: {args.abbreviate:.0%} of syllables typed as their {style}, the same ones for both engines")
     if ours_load is not None:
         print(f"ours: {'greedy' if args.beam == 1 else f'beam {args.beam}'}, constrained, {args.threads} torch "
               f"thread(s), checkpoint load {ours_load:.2f} s (excluded)")
@@ -273,6 +285,7 @@ def main() -> int:
     print(json.dumps({
         "benchmark": "compare_libime", "checkpoint": None if checkpoint is None else str(checkpoint),
         "beam": args.beam, "threads": args.threads, "limit": args.limit, "abbreviate": args.abbreviate,
+        "abbreviate_as": args.abbreviate_as,
         "ours_load_s": None if ours_load is None else round(ours_load, 2),
         "libime_load_s": None if libime_load is None else round(libime_load[0], 3), "results": rows,
     }, ensure_ascii=False))

@@ -6,6 +6,7 @@
                                     [--beam 5] [--threads N] [--latency-threads 1] [--lm-weight 0]
     python bench/translate_speed.py --checkpoint NEW.pt --baseline pinyin_hanzi/pretrained/model.pt
     python bench/translate_speed.py --abbreviate 0.3     # lines with 30% of syllables typed as their initial
+                                    [--abbreviate-as letter]  # ... or as their first letter (z for zhong)
 
 Inputs: the sentences below, typed as their pinyin (pypinyin's readings, via ``pinyin.hanzi_to_tokens``),
 or a prepared ``tokens<TAB>hanzi`` file (``--split``); with ``--abbreviate P`` the share P of syllables
@@ -40,7 +41,7 @@ sys.path.insert(0, str(ROOT))
 from pinyin_hanzi import Converter
 from pinyin_hanzi.cli import check_bounds, max_threads
 from pinyin_hanzi.config import LIMITS
-from pinyin_hanzi.metrics import typed
+from pinyin_hanzi.metrics import ABBREVIATION_STYLES, typed
 from pinyin_hanzi.pinyin import hanzi_to_tokens, syllables
 
 SENTENCES = """\
@@ -93,16 +94,18 @@ def split_sentences(path: str) -> list[tuple[list[str], str]]:
     return [(example.tokens, example.hanzi) for example in read_examples(path, trusted=True)]
 
 
-def ten_syllable_lines(sentences: list[tuple[list[str], str]], count: int, abbreviate: float = 0.0) -> list[str]:
+def ten_syllable_lines(sentences: list[tuple[list[str], str]], count: int, abbreviate: float = 0.0,
+                       abbreviate_as: str = "initial") -> list[str]:
     """Up to ``count`` typed lines of 10 syllables: each sentence's first ten, where all are syllables,
     cycling through the sentences (then starting one syllable later) until there are enough; ``abbreviate``:
-    the share of syllables typed as their initial."""
+    the share of syllables typed abbreviated, as their initial or first letter (``abbreviate_as``)."""
     lines: list[str] = []
     for offset in range(0, 40):
         for tokens, hanzi in sentences:
             window = tokens[offset : offset + 10]
             if len(window) == 10 and all(token in syllables() for token in window):
-                lines.append(typed(window, hanzi[offset : offset + 10], abbreviate=abbreviate))
+                lines.append(typed(window, hanzi[offset : offset + 10], abbreviate=abbreviate,
+                                   abbreviate_as=abbreviate_as))
             if len(lines) == count:
                 return lines
     return lines
@@ -125,6 +128,8 @@ def main() -> int:
     parser.add_argument("--baseline", help="a second checkpoint measured in the same run with its own defaults")
     parser.add_argument("--abbreviate", type=float, default=0.0, metavar="P",
                         help="type this share (0-1) of syllables as their initial (default 0: full pinyin)")
+    parser.add_argument("--abbreviate-as", choices=ABBREVIATION_STYLES, default="initial",
+                        help="an abbreviated syllable typed as its initial (zh for zhong, default) or first letter")
     args = parser.parse_args()
     check_bounds(parser, [("--beam", args.beam, 2, LIMITS["decode.beam"][1]),  # greedy is measured anyway
                           ("--batch-size", args.batch_size, *LIMITS["decode.batch_sentences"]),
@@ -149,7 +154,8 @@ def main() -> int:
     print(f"character n-gram model: {lm}", flush=True)
     sentences = split_sentences(args.split) if args.split else carried_sentences()
     batched = sentences if args.split else sentences * max(1, 1024 // len(sentences))  # enough for full batches
-    batched_lines = [typed(tokens, hanzi, abbreviate=args.abbreviate) for tokens, hanzi in batched]
+    batched_lines = [typed(tokens, hanzi, abbreviate=args.abbreviate, abbreviate_as=args.abbreviate_as)
+                     for tokens, hanzi in batched]
 
     def convert_batch(who: str, count: int, beam: int) -> None:
         """The first ``count`` sentences of ``batched``: full pinyin as tokens, abbreviated input as typed
@@ -177,7 +183,7 @@ def main() -> int:
         print(f"{who} batched {name}: {rate:,.0f} sentences/s ({len(batched)} sentences, median of {rounds})",
               flush=True)
 
-    lines = ten_syllable_lines(sentences, args.latency_sentences, args.abbreviate)
+    lines = ten_syllable_lines(sentences, args.latency_sentences, args.abbreviate, args.abbreviate_as)
     torch.set_num_threads(args.latency_threads)
     times: dict[tuple[str, str], list[float]] = {(who, name): [] for who, name, _ in runs}
     for who, _, beam in runs:
@@ -213,6 +219,7 @@ def main() -> int:
         "threads": batch_threads, "lm_weight": decode.lm_weight if converter.char_lm else 0.0,
         "word_weight": decode.word_weight if converter.word_lm else 0.0,
         "latency_threads": args.latency_threads, "beam": args.beam, "abbreviate": args.abbreviate,
+        "abbreviate_as": args.abbreviate_as,
         "greedy_sentences_per_s": round(throughput["model", greedy], 1),
         "beam_sentences_per_s": round(throughput["model", beam_name], 1),
         "greedy_p50_ms": round(latency["model", greedy][0], 2), "greedy_p95_ms": round(latency["model", greedy][1], 2),

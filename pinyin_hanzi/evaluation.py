@@ -48,11 +48,13 @@ def evaluate(model, valid_encoded, valid_examples, converter: Converter, config:
 
 
 def evaluate_file(converter, examples: Sequence, *, constrained: bool = True, unsegmented: bool = False, beam: int = 1,
-                  batch_size: int = 256, abbreviate: float = 0.0, prefixes: bool | None = None) -> dict:
+                  batch_size: int = 256, abbreviate: float = 0.0, abbreviate_as: str = "initial",
+                  prefixes: bool | None = None) -> dict:
     """Scores of converting ``examples`` (corpus Examples) typed as a user would: syllables separated by
-    spaces, or run together (``unsegmented``), with the share ``abbreviate`` (0..1) of syllables typed as
-    their initial (``b`` for bei; chosen by :func:`pinyin_hanzi.metrics.abbreviated_positions`, the same for
-    every run and engine). ``prefixes``: whether the converter reads abbreviations (None: yes when
+    spaces, or run together (``unsegmented``), with the share ``abbreviate`` (0..1) of syllables typed
+    abbreviated (chosen by :func:`pinyin_hanzi.metrics.abbreviated_positions`, the same for every run and
+    engine), as their initial (``zh`` for zhong) or their first letter (``abbreviate_as="letter"``: ``z``).
+    ``prefixes``: whether the converter reads abbreviations (None: yes when
     ``abbreviate`` > 0, else the converter's own setting). Returns the settings and the scores of
     :func:`pinyin_hanzi.metrics.conversion_scores`, plus top1 (and top3, top5 from the 5-best list when
     beam >= 5): the share of sentences whose reference is among the k best conversions. Raises ValueError
@@ -60,19 +62,19 @@ def evaluate_file(converter, examples: Sequence, *, constrained: bool = True, un
     references = [e.hanzi for e in examples]
     nbest = 5 if beam >= 5 else 1
     prefixes = _reads_prefixes(converter, prefixes, abbreviate)
-    found = _convert_typed(converter, examples, unsegmented, abbreviate, prefixes, beam=beam, nbest=nbest,
-                           constrained=constrained, batch_size=batch_size)
+    found = _convert_typed(converter, examples, unsegmented, abbreviate, abbreviate_as, prefixes, beam=beam,
+                           nbest=nbest, constrained=constrained, batch_size=batch_size)
     scores = conversion_scores([conversions[0].text for conversions in found], references)
     for k in (1, 3, 5) if nbest == 5 else (1,):
         hits = sum(ref in [c.text for c in conversions[:k]] for conversions, ref in zip(found, references))
         scores[f"top{k}"] = hits / max(len(references), 1)
     return {"constrained": constrained, "unsegmented": unsegmented, "beam": beam, "abbreviate": abbreviate,
-            "prefixes": prefixes, **scores}
+            **({"abbreviate_as": abbreviate_as} if abbreviate else {}), "prefixes": prefixes, **scores}
 
 
 def compare_file(converter, other, examples: Sequence, *, constrained: bool = True, unsegmented: bool = False,
-                 beam: int = 1, batch_size: int = 256, abbreviate: float = 0.0, prefixes: bool | None = None,
-                 resamples: int = 2000) -> dict:
+                 beam: int = 1, batch_size: int = 256, abbreviate: float = 0.0, abbreviate_as: str = "initial",
+                 prefixes: bool | None = None, resamples: int = 2000) -> dict:
     """``other`` against ``converter`` on the same ``examples``, typed alike (arguments as in
     :func:`evaluate_file`; ``prefixes`` None: on for abbreviated input, else each converter's own setting).
     Two CERs a tenth of a point apart on a thousand sentences may be noise; this says whether they are:
@@ -81,11 +83,12 @@ def compare_file(converter, other, examples: Sequence, *, constrained: bool = Tr
     references = [e.hanzi for e in examples]
     errors = []
     for model in (converter, other):
-        found = _convert_typed(model, examples, unsegmented, abbreviate, _reads_prefixes(model, prefixes, abbreviate),
-                               beam=beam, nbest=1, constrained=constrained, batch_size=batch_size)
+        found = _convert_typed(model, examples, unsegmented, abbreviate, abbreviate_as,
+                               _reads_prefixes(model, prefixes, abbreviate), beam=beam, nbest=1,
+                               constrained=constrained, batch_size=batch_size)
         errors.append([edit_distance(conversions[0].text, ref) for conversions, ref in zip(found, references)])
     return {"constrained": constrained, "unsegmented": unsegmented, "beam": beam, "abbreviate": abbreviate,
-            "sentences": len(references), "characters": sum(map(len, references)),
+            **({"abbreviate_as": abbreviate_as} if abbreviate else {}), "sentences": len(references), "characters": sum(map(len, references)),
             **paired_difference(errors[0], errors[1], [len(ref) for ref in references], resamples=resamples)}
 
 
@@ -97,8 +100,10 @@ def _reads_prefixes(converter, prefixes: bool | None, abbreviate: float) -> bool
     return True if abbreviate > 0 else converter.prefixes
 
 
-def _convert_typed(converter, examples: Sequence, unsegmented: bool, abbreviate: float, prefixes: bool, **options):
+def _convert_typed(converter, examples: Sequence, unsegmented: bool, abbreviate: float, abbreviate_as: str,
+                   prefixes: bool, **options):
     """The conversions of ``examples`` typed as :func:`pinyin_hanzi.metrics.typed` types them. ValueError
-    for a share outside [0, 1]."""
-    lines = [typed(e.tokens, e.hanzi, unsegmented, abbreviate=abbreviate) for e in examples]
+    for a share outside [0, 1] or an unknown abbreviation style."""
+    lines = [typed(e.tokens, e.hanzi, unsegmented, abbreviate=abbreviate, abbreviate_as=abbreviate_as)
+             for e in examples]
     return converter.convert_lines(lines, prefixes=prefixes, **options)

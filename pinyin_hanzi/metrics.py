@@ -88,18 +88,33 @@ def abbreviated_positions(hanzi: str, tokens: Sequence[str], share: float) -> li
     return chosen
 
 
-def typed(tokens: Sequence[str], hanzi: str, unsegmented: bool = False, abbreviate: float = 0.0) -> str:
+# How an abbreviated syllable is typed: its initial (``zh`` for zhong, ``b`` for bei), or its first letter
+# only (``z`` for zhong), as many IME users type: libime and our prefixes read both.
+ABBREVIATION_STYLES = ("initial", "letter")
+
+
+def abbreviation(syllable: str, style: str = "initial") -> str:
+    """The letters a user types for ``syllable`` abbreviated in ``style`` (:data:`ABBREVIATION_STYLES`):
+    ``zhong`` -> ``zh`` (initial) or ``z`` (letter); ``an`` -> ``a`` either way. Raises ValueError for an
+    unknown style or an empty syllable."""
+    if style not in ABBREVIATION_STYLES:
+        raise ValueError(f"abbreviation style must be one of {', '.join(ABBREVIATION_STYLES)}, not {style!r}")
+    return prefix_token(syllable)[:-1] if style == "initial" else prefix_token(syllable)[0]
+
+
+def typed(tokens: Sequence[str], hanzi: str, unsegmented: bool = False, abbreviate: float = 0.0,
+          abbreviate_as: str = "initial") -> str:
     """How a user types the pinyin of ``hanzi``: tokens separated by spaces (a Latin word typed as one word,
     ``Python``: its letters spaced would read o and n as syllables), or run together — except where
     running together would change the meaning: a digit right after a syllable (``di4`` would be a tone)
     and a Latin word next to a syllable (``zaiTxing``) get a space between them. ``abbreviate``: the share
-    of syllables typed as their initial (``b`` for bei, ``zh`` for zhong), chosen by
-    :func:`abbreviated_positions`; run together, ``wo xiang q b j`` becomes ``woxiangqbj``, with no
+    of syllables typed abbreviated, chosen by :func:`abbreviated_positions`, as their initial (``b`` for bei,
+    ``zh`` for zhong) or, with ``abbreviate_as="letter"``, their first letter (``z`` for zhong); run together, ``wo xiang q b j`` becomes ``woxiangqbj``, with no
     apostrophe where an abbreviation and what follows read as a syllable (``xi'an'g`` typed ``xiang``)."""
     if abbreviate:
         tokens = list(tokens)
         for position in abbreviated_positions(hanzi, tokens, abbreviate):
-            tokens[position] = prefix_token(tokens[position])[:-1]
+            tokens[position] = abbreviation(tokens[position], abbreviate_as)
     out, previous = "", None  # previous: "syllable", "latin" or "other"
     for token, char in zip(tokens, hanzi):
         kind = "syllable" if is_hanzi(char) else "latin" if char.isascii() and char.isalpha() else "other"

@@ -353,7 +353,12 @@ def test_translate_ime_evaluate_with_abbreviations(tmp_path):
     scores = json.loads(result.stdout.strip().splitlines()[-1])
     assert scores["abbreviate"] == 0.3 and scores["prefixes"] is True and scores["sentences"] == 2
     assert scores["char_accuracy"] >= 0.5
-    assert "30% of syllables abbreviated" in result.stdout
+    assert "30% of syllables typed as their initial" in result.stdout and scores["abbreviate_as"] == "initial"
+    first = run(ROOT / "translate.py", "--evaluate", pairs, "--abbreviate", "1", "--abbreviate-as", "letter",
+                "--beam", "1")
+    assert first.returncode == 0, first.stderr  # z g r m for 中国人民: z read as zh* too
+    assert "100% of syllables typed as their first letter" in first.stdout
+    assert json.loads(first.stdout.strip().splitlines()[-1])["abbreviate_as"] == "letter"
     typed_out = run(ROOT / "translate.py", "--evaluate", pairs, "--abbreviate", "0.3", "--beam", "1", "--prefixes", "off")
     letters = json.loads(typed_out.stdout.strip().splitlines()[-1])  # the abbreviations come back as letters
     assert letters["prefixes"] is False and letters["char_accuracy"] < scores["char_accuracy"]
@@ -364,7 +369,9 @@ def test_translate_ime_bad_option_values_are_usage_errors():
                          (["--shuangpin", "dvorak", "ni"], "invalid choice: 'dvorak'"),
                          (["--prefixes", "maybe", "ni"], "invalid choice: 'maybe'"),
                          (["--abbreviate", "1.5", "--evaluate", "test"], "--abbreviate must be a finite number between 0 and 1"),
-                         (["--abbreviate", "0.3", "ni"], "--abbreviate needs --evaluate")):
+                         (["--abbreviate", "0.3", "ni"], "--abbreviate needs --evaluate"),
+                         (["--abbreviate-as", "letter", "--evaluate", "test"], "--abbreviate-as needs --abbreviate"),
+                         (["--abbreviate", "0.3", "--abbreviate-as", "x", "--evaluate", "test"], "invalid choice: 'x'")):
         usage = run(ROOT / "translate.py", *bad)
         lines = usage.stderr.strip().splitlines()
         assert usage.returncode == 2 and "Traceback" not in usage.stderr and usage.stdout == ""

@@ -64,6 +64,22 @@ def test_abbreviated_typing_is_deterministic_and_nested_by_share():
         typed(tokens, hanzi, abbreviate=1.5)
 
 
+def test_an_abbreviation_is_typed_as_its_initial_or_its_first_letter():
+    from pinyin_hanzi.metrics import abbreviation, typed
+    from pinyin_hanzi.pinyin import hanzi_to_tokens
+
+    assert [abbreviation(s) for s in ("zhong", "chi", "shi", "bei", "an")] == ["zh", "ch", "sh", "b", "a"]
+    assert [abbreviation(s, "letter") for s in ("zhong", "chi", "shi", "bei", "an")] == ["z", "c", "s", "b", "a"]
+    with pytest.raises(ValueError, match="initial, letter"):
+        abbreviation("zhong", "syllable")
+    hanzi = SENTENCES[1]
+    tokens = hanzi_to_tokens(hanzi)
+    initials = typed(tokens, hanzi, abbreviate=1.0).split()
+    letters = typed(tokens, hanzi, abbreviate=1.0, abbreviate_as="letter").split()
+    assert initials[:2] == ["zh", "g"] and letters[:2] == ["z", "g"]  # 中国
+    assert [word[0] for word in initials] == letters  # the same syllables, one letter each
+
+
 def test_abbreviated_input_parses_back_to_prefix_pieces():
     from pinyin_hanzi.metrics import abbreviated_positions, typed
     from pinyin_hanzi.pinyin import hanzi_to_tokens

@@ -12,6 +12,7 @@ from typing import Iterable, Iterator
 from pinyin_hanzi.cli import check_bounds, check_image_path, load_converter, max_threads, run, write_output
 from pinyin_hanzi.config import LIMITS, MAX_NBEST, shown
 from pinyin_hanzi.errors import DataError, OutputError
+from pinyin_hanzi.metrics import ABBREVIATION_STYLES
 from pinyin_hanzi.shuangpin import LAYOUTS
 from pinyin_hanzi.typed_input import FUZZY_PAIRS, split_lines
 
@@ -115,12 +116,14 @@ def _evaluate(converter, args, examples, other=None) -> int:
     if other is not None:
         return _report_comparison(path, compare_file(
             converter, other, examples, constrained=args.constrained, unsegmented=args.unsegmented, beam=args.beam,
-            batch_size=args.batch_size, abbreviate=args.abbreviate, prefixes=prefixes), args)
+            batch_size=args.batch_size, abbreviate=args.abbreviate, abbreviate_as=args.abbreviate_as,
+            prefixes=prefixes), args)
     result = {"file": str(path), **evaluate_file(converter, examples, constrained=args.constrained,
                                                  unsegmented=args.unsegmented, beam=args.beam,
                                                  batch_size=args.batch_size, abbreviate=args.abbreviate,
-                                                 prefixes=prefixes)}
-    abbreviated = f" with {args.abbreviate:.0%} of syllables abbreviated" if args.abbreviate else ""
+                                                 abbreviate_as=args.abbreviate_as, prefixes=prefixes)}
+    abbreviated = (f" with {args.abbreviate:.0%} of syllables typed as their {_STYLE_WORDS[args.abbreviate_as]}"
+                   if args.abbreviate else "")
     mode = (f"{'unsegmented' if args.unsegmented else 'segmented'} input{abbreviated}, "
             f"{'constrained' if args.constrained else 'unconstrained'} "
             f"{'greedy' if args.beam == 1 else f'beam {args.beam}'}")
@@ -131,6 +134,9 @@ def _evaluate(converter, args, examples, other=None) -> int:
         line += f"  top-1/3/5 {result['top1']:.2%} / {result['top3']:.2%} / {result['top5']:.2%}"
     write_output("\n".join([*report, line, json.dumps(result, ensure_ascii=False)]) + "\n")
     return 0
+
+
+_STYLE_WORDS = {"initial": "initial", "letter": "first letter"}
 
 
 def _report_comparison(path, result: dict, args) -> int:
@@ -289,6 +295,9 @@ def _translate(argv) -> int:
     parser.add_argument("--abbreviate", type=float, default=0.0, metavar="P",
                         help="with --evaluate: type this share (0-1) of syllables as their initial (b for bei), "
                              "the same syllables every run; abbreviations are read as such unless --prefixes off")
+    parser.add_argument("--abbreviate-as", choices=ABBREVIATION_STYLES, default="initial",
+                        help="with --abbreviate: type an abbreviated syllable as its initial (zh for zhong, "
+                             "default) or its first letter only (z for zhong)")
     parser.add_argument("--unconstrained", action="store_true",
                         help="let the model choose any character (the checkpoint's decode.constrained=false does too)")
     parser.add_argument("--batch-size", type=int, default=256, help="sentences decoded together (default 256)")
@@ -308,6 +317,8 @@ def _translate(argv) -> int:
         check_image_path(parser, "--attention", args.attention)
     if args.abbreviate and args.evaluate is None:
         parser.error("--abbreviate needs --evaluate")
+    if args.abbreviate_as != "initial" and not args.abbreviate:
+        parser.error("--abbreviate-as needs --abbreviate")
     if args.compare is not None and args.evaluate is None:
         parser.error("--compare needs --evaluate")
     if args.fuzzy is not None:
