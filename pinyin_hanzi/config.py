@@ -97,6 +97,8 @@ class DecodeConfig:
     # places allow the characters of every syllable they may begin; greedy decoding (beam 1) stays greedy
     batch_sentences: int = 256  # sentences decoded together when evaluating
     split_penalty: float = 3.0  # score cost of each syllable beyond the fewest-syllable reading of a run
+    abbreviation_penalty: float = 1.2  # score cost of reading a letter typed alone that is a syllable itself (a
+    # e o; n m as a clause) as an abbreviation: 啊 is always typed a, 爱 only when abbreviated (-log 0.3)
     clause_end: bool = True  # a line typed without final punctuation is decoded as a whole clause (virtual 。)
     lm_weight: float = 0.0  # weight of the character n-gram model in beam search scores (0: none; greedy never
     # uses it; see char_lm.py); train.py counts the model when > 0, translate.py --lm-weight overrides it
@@ -153,6 +155,7 @@ LIMITS: dict[str, tuple[float, float]] = {
     "train.label_smoothing": (0, 1), "train.grad_clip": (0, 10**6), "train.log_every": (1, 10**9),
     "train.eval_every": (1, 10**9), "train.eval_sentences": (1, 10**6), "train.attention_sentences": (0, 100),
     "decode.beam": (1, 64), "decode.prefix_beam": (1, 64), "decode.batch_sentences": (1, 65536), "decode.split_penalty": (0, 1000),
+    "decode.abbreviation_penalty": (0, 1000),
     "decode.lm_weight": (0, 100), "decode.lm_order": (1, 4), "decode.lm_min_count": (1, 10**9),
     "decode.lm_phrases": (0, 1000), "decode.word_weight": (0, 100), "decode.word_min_frequency": (0, 1),
     "decode.word_contrast": (0, 1), "decode.reading_margin": (0, 1000),

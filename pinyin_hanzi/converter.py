@@ -71,7 +71,9 @@ class Converter:
     Readings of ambiguous letters: log P(hanzi | syllables) of different readings condition on different
     syllables and are not comparable as they are (an extra syllable with few candidates costs almost
     nothing). With ``syllable_lm`` the score is the joint log P(hanzi, syllables) = log P(hanzi | syllables)
-    + log P(syllables); ``split_penalty`` further charges each syllable beyond the fewest-syllable reading.
+    + log P(syllables); ``split_penalty`` further charges each syllable beyond the fewest-syllable reading,
+    and ``abbreviation_penalty`` each letter typed alone that is a syllable itself (``a``: 啊) read as an
+    abbreviation (a*: 爱 安 ...), since only an abbreviating user types 爱 so.
 
     With ``char_lm`` and ``lm_weight`` > 0, beam search fuses the character n-gram model (search.py), and
     with ``word_lm`` and ``word_weight`` > 0 the word model (word_lm.py); then readings whose prior is more
@@ -104,11 +106,13 @@ class Converter:
                  checkpoint: Path | None = None, prefixes: bool | None = None,
                  fuzzy: Iterable[str] = frozenset(), shuangpin: str | None = None,
                  word_lm: WordLexiconLM | None = None, word_weight: float = 0.0,
-                 prefix_beam: int = DecodeConfig.prefix_beam):
+                 prefix_beam: int = DecodeConfig.prefix_beam,
+                 abbreviation_penalty: float = DecodeConfig.abbreviation_penalty):
         for key, value, label in (("decode.beam", beam, "beam"), ("decode.prefix_beam", prefix_beam, "prefix_beam"),
                                   ("decode.lm_weight", lm_weight, "lm_weight"),
                                   ("decode.word_weight", word_weight, "word_weight"),
                                   ("decode.split_penalty", split_penalty, "split_penalty"),
+                                  ("decode.abbreviation_penalty", abbreviation_penalty, "abbreviation_penalty"),
                                   ("decode.reading_margin", reading_margin, "reading_margin")):
             check_range(key, value, label)
         self.model = model.to(device).eval()
@@ -134,13 +138,16 @@ class Converter:
         clause_end = clause_end and end in pinyin_vocab.ids and end in hanzi_vocab.ids
         positions = model.config.max_positions - clause_end  # room for the virtual 。
         self.planner = Planner(window=min(window or positions, positions), clause_end=clause_end,
-                               syllable_lm=syllable_lm, split_penalty=split_penalty, reading_margin=reading_margin)
+                               syllable_lm=syllable_lm, split_penalty=split_penalty, reading_margin=reading_margin,
+                               abbreviation_penalty=abbreviation_penalty)
 
     # The planner owns these settings; they read through to it so that there is one copy of each.
     window = property(lambda self: self.planner.window, doc="the longest token sequence given to the model at once")
     clause_end = property(lambda self: self.planner.clause_end, doc="whether lines are decoded with a virtual 。")
     syllable_lm = property(lambda self: self.planner.syllable_lm, doc="the syllable model of readings' priors")
     split_penalty = property(lambda self: self.planner.split_penalty, doc="the cost of each extra syllable")
+    abbreviation_penalty = property(lambda self: self.planner.abbreviation_penalty,
+                                    doc="the cost of reading a lone letter that is a syllable as an abbreviation")
     reading_margin = property(lambda self: self.planner.reading_margin, doc="how far below the best prior a "
                               "reading is still decoded (with n-gram fusion)")
 
@@ -174,7 +181,7 @@ class Converter:
                    beam=decode.beam, constrained=decode.constrained, config=config, checkpoint=path,
                    prefixes={"on": True, "off": False}.get(decode.prefixes), fuzzy=decode.fuzzy,
                    shuangpin=decode.shuangpin or None, word_lm=parts.word_lm, word_weight=decode.word_weight,
-                   prefix_beam=decode.prefix_beam)
+                   prefix_beam=decode.prefix_beam, abbreviation_penalty=decode.abbreviation_penalty)
 
     @classmethod
     def from_pretrained(cls, *, device: str = "cpu", lm_weight: float | None = None, word_weight: float | None = None,

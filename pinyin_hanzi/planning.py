@@ -14,7 +14,7 @@ from typing import Sequence
 from pinyin_hanzi.pinyin import CLAUSE_PUNCTUATION, is_hanzi
 from pinyin_hanzi.syllable_lm import SyllableBigrams
 from pinyin_hanzi.typed_input import (Piece, alternatives, fewest_syllables, is_literal_key, is_pass_through,
-                                      is_prefix_token, literal_key, parse_pieces, pass_through_text, split_lines)
+                                      literal_key, parse_pieces, pass_through_text, split_lines, typed_syllable)
 
 CLAUSE_END_MARK = "。"  # what a typed line that ends in a syllable is decoded as ending with (not shown)
 ASCII_TO_CHINESE_PUNCTUATION = {",": "，", ".": "。", "?": "？", "!": "！"}
@@ -76,13 +76,14 @@ def _spans(pieces: list[Piece], context: int) -> list[str | list[Piece]]:
 
 class Planner:
     """Cuts typed lines into chunks of at most ``window`` tokens and lists each chunk's readings with their
-    priors (see :class:`pinyin_hanzi.converter.Converter` for ``split_penalty``, ``syllable_lm``,
-    ``reading_margin`` and ``clause_end``: a line that ends in a syllable is decoded with a virtual clause end)."""
+    priors (see :class:`pinyin_hanzi.converter.Converter` for ``split_penalty``, ``abbreviation_penalty``,
+    ``syllable_lm``, ``reading_margin`` and ``clause_end``: a line that ends in a syllable is decoded with a virtual clause end)."""
 
     def __init__(self, *, window: int, clause_end: bool, syllable_lm: SyllableBigrams | None, split_penalty: float,
-                 reading_margin: float):
+                 reading_margin: float, abbreviation_penalty: float = 0.0):
         self.window, self.clause_end, self.syllable_lm = window, clause_end, syllable_lm
         self.split_penalty, self.reading_margin = split_penalty, reading_margin
+        self.abbreviation_penalty = abbreviation_penalty
 
     def plan(self, lines: Sequence[str], alternatives_limit: int, fused: bool, options: dict) -> Plan:
         """Each line's layout: its chunks, with their readings and priors, and the text copied around them
@@ -152,27 +153,21 @@ class Planner:
         ``Converter._decode_best_first`` would leave most alternatives to decode. A heuristic, not a bound:
         a reading far below the best prior seldom wins, and it is then usually wrong.
 
-        A reading with more abbreviations (prefix pieces) than another never has the higher prior: the
-        syllable model skips prefix tokens (they are no syllables), so without a cap ``n`` read as n* would
-        cost nothing where the syllable n costs its probability. Its prior is capped at the lowest prior of
-        the readings with fewer, keeping typed_input's ranking (prefix count first); the model's scores may
-        still prefer it."""
+        The syllable model skips prefix tokens (they are no syllables), except one typed as a whole syllable
+        (a lone ``a`` ``e`` ``o``, ``n`` ``m``): it is scored as that syllable, so that its abbreviation
+        reading (a*: 爱 安 ...) has the prior of its syllable reading (a: 啊), rather than costing nothing,
+        less ``abbreviation_penalty`` (a user types 啊 as a always, 爱 only when abbreviating), and the
+        model's scores choose between them."""
         options = alternatives(chunk, alternatives_limit)
         fewest = min(len(reading) for reading in options)
-        scored, prefix_counts = [], []
+        scored = []
         for reading in options:
             tokens = [token for token, _ in reading]
-            prior = self.syllable_lm.log_prob(tokens) if self.syllable_lm is not None else 0.0
+            spoken = [typed_syllable(token, key) for token, key in reading]
+            prior = self.syllable_lm.log_prob(spoken) if self.syllable_lm is not None else 0.0
             prior -= self.split_penalty * (len(reading) - fewest)
+            prior -= self.abbreviation_penalty * sum(s != t for s, t in zip(spoken, tokens))
             scored.append((tokens, [key for _, key in reading], prior))
-            prefix_counts.append(sum(map(is_prefix_token, tokens)))
-        cap = float("inf")  # the lowest prior of the readings with fewer prefix pieces than the current count
-        for count in sorted(set(prefix_counts)):
-            group = [i for i, c in enumerate(prefix_counts) if c == count]
-            for i in group:
-                tokens, keys, prior = scored[i]
-                scored[i] = (tokens, keys, min(prior, cap))
-            cap = min(cap, *(scored[i][2] for i in group))
         if fused:
             best_prior = max(prior for _, _, prior in scored)
             scored = [entry for entry in scored if entry[2] >= best_prior - self.reading_margin]

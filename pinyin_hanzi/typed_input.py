@@ -171,6 +171,16 @@ def _begun_by(prefix: str) -> tuple[str, ...]:
     return tuple(sorted(s for s in syllables() if s.startswith(prefix) and prefix_token(s) == token))
 
 
+def typed_syllable(token: str, key: str) -> str:
+    """The syllable a prefix piece was typed as where its letters spell one (a lone ``a`` ``e`` ``o``, an
+    ``n`` or ``m``: key ``e*``, ``n*3``, ``n*|l*``), else ``token``, so that a syllable model can score the
+    abbreviation reading of ``e`` as it scores the syllable e."""
+    if not is_prefix_token(token):
+        return token
+    letters = _split_key(key.split("|")[0])[0].removesuffix(PREFIX)
+    return letters if letters in syllables() else token
+
+
 def _split_key(variant: str) -> tuple[str, str]:
     """(toneless variant, tone digit or "")."""
     return (variant[:-1], variant[-1]) if variant[-1:].isdigit() else (variant, "")
@@ -315,11 +325,12 @@ def _split_run(letters: str, tones: list[int | None], limit: int, score,
         options.append(tuple(option))
     scores = [entry[1] for entry in kept]
     if prefixes and n == 1 and letters in syllables() and letters in _beginnings() and letters not in _NOT_INSIDE_RUNS:
-        # A lone a o e is that syllable first (啊 哦 饿 are typed so), then the abbreviation of the syllables
-        # it begins (ai an ang ao ...). It ranks second whatever the score (see alternatives).
+        # A lone a o e is that syllable (啊 哦 饿 are typed so) or the abbreviation of the syllables it begins
+        # (爱 安 而 二 ...): the second reading, with the syllable's score, so that both are decoded and the
+        # model chooses (a tie keeps the syllable first, see alternatives).
         token = prefix_token(letters)
         options.append(((token, letters + PREFIX + ("" if tones[0] is None else str(tones[0]))),))
-        scores.append(score("<s>", token))
+        scores.append(scores[0])
     return options, scores
 
 
@@ -548,21 +559,20 @@ def clean_typed(text: str) -> str:
 
 
 def alternatives(pieces: list[Piece], limit: int = 4) -> list[Option]:
-    """Up to ``limit`` whole-input readings, ranked by (number of prefix pieces, then total piece score):
-    fewer prefixes first whatever the scores, as within a letter run (see ``_split_run``)."""
-    combined: list[tuple[int, float, Option]] = [(0, 0.0, ())]
+    """Up to ``limit`` whole-input readings, ranked by total piece score, ties in the pieces' order. A
+    piece's options never differ in how many prefix pieces they have (``_split_run`` keeps the fewest)
+    except for a lone a o e, which is also its own syllable's abbreviation with that syllable's score, and
+    a lone n or m standing as a clause (see _interjections_alone), whose abbreviation scores as a prefix
+    token (unseen by the syllable model): far below."""
+    combined: list[tuple[float, Option]] = [(0.0, ())]
     for piece in pieces:
         if len(piece.options) == 1:
-            combined = [(count, total, reading + piece.options[0]) for count, total, reading in combined]
+            combined = [(total, reading + piece.options[0]) for total, reading in combined]
             continue
-        extended = [(count + _prefix_count(option), total + score, reading + option)
-                    for count, total, reading in combined for option, score in zip(piece.options, piece.scores)]
-        combined = sorted(extended, key=lambda entry: (entry[0], -entry[1]))[:limit]
-    return [reading for _, _, reading in combined]
-
-
-def _prefix_count(option: Option) -> int:
-    return sum(is_prefix_token(token) for token, _ in option)
+        extended = [(total + score, reading + option)
+                    for total, reading in combined for option, score in zip(piece.options, piece.scores)]
+        combined = sorted(extended, key=lambda entry: -entry[0])[:limit]
+    return [reading for _, reading in combined]
 
 
 def parse_pinyin(text: str, **options) -> list[str]:

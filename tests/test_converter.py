@@ -285,14 +285,22 @@ def test_with_prefixes_on_the_constraint_alone_reads_abbreviations_with_the_ship
     assert shipped.convert("n ， wo zhi dao le 。") == "嗯，我知道了。"  # a clause of its own: 嗯, as pypinyin types it
 
 
-def test_a_reading_with_more_abbreviations_never_has_the_higher_prior(shipped):
-    # e alone reads as the syllable e or as the abbreviation e*; the syllable model skips e* (no syllable),
-    # so uncapped the abbreviation would cost nothing and the syllable its probability.
+def test_a_lone_vowel_is_its_syllable_or_its_abbreviation_at_the_same_prior_and_the_model_chooses(shipped):
+    # e alone reads as the syllable e or as the abbreviation e*. The syllable model skips prefix tokens, so
+    # e* would cost nothing where e costs its probability; e* is scored as the syllable it was typed as,
+    # less the abbreviation penalty (啊 is always typed a, 爱 only when abbreviated).
     (chunk,) = shipped.planner.chunks(parse_pieces("e", 4, prefixes=True))
     readings_ = shipped.planner.readings(chunk, 4, fused=False)
     assert [tokens for tokens, _, _ in readings_] == [["e"], ["e*"]]
     assert shipped.syllable_lm.log_prob(["e*"]) > shipped.syllable_lm.log_prob(["e"])
-    assert readings_[1][2] <= readings_[0][2]
+    assert shipped.abbreviation_penalty > 0
+    assert readings_[1][2] == pytest.approx(readings_[0][2] - shipped.abbreviation_penalty)
+    # other ambiguous syllables in the line (qie: qi'e, hao: ha'o) do not crowd the abbreviation out
+    assert shipped.convert("e qie ta hen hao") == "而且他很好"
+    assert shipped.convert("wo men a quan di hui jia") == "我们安全地回家"
+    # and full pinyin keeps its interjections and particles
+    assert [shipped.convert(line) for line in ("ni hao a", "wo e le", "o , wo zhi dao le")] == \
+        ["你好啊", "我饿了", "哦,我知道了"]
 
 
 def test_fuzzy_pairs_widen_what_a_syllable_may_become(shipped):

@@ -148,6 +148,8 @@ def test_lone_vowels_stay_syllables_lone_n_m_are_prefixes_and_interjections_spli
         assert _prefixed(letter, score=lambda previous, token: 100.0 if token.endswith("*") else 0.0) == \
             [[letter], [letter + "*"]], letter
         assert parse_pinyin(f"wo {letter}", prefixes=True) == ["wo", letter]
+        # scored as that syllable, so the abbreviation reading is not crowded out by other ambiguous runs
+        assert _prefixed(f"{letter} qie hao")[:2] == [[letter, "qie", "hao"], [letter + "*", "qie", "hao"]]
     for letter in ("n", "m"):  # typed alone, n is 你 那 呢 far more often than 嗯: a prefix, as inside runs
         assert _prefixed(letter) == [[letter + "*"]], letter
         assert parse_pinyin(f"wo {letter} yao {letter}", prefixes=True) == ["wo", f"{letter}*", "yao", f"{letter}*"]
