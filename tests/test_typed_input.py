@@ -172,6 +172,16 @@ def test_lone_vowels_stay_syllables_lone_n_m_are_prefixes_and_interjections_spli
     assert _prefixed("xa")[0] == ["x*", "a"]  # a is a syllable inside a run too
 
 
+def test_a_prefix_typed_as_a_whole_syllable_is_scored_as_that_syllable():
+    from pinyin_hanzi.typed_input import typed_syllable
+
+    # what the syllable model scores for each piece: a lone e n m read as abbreviations are those syllables
+    assert typed_syllable("e*", "e*") == "e" and typed_syllable("n*", "n*3") == "n"
+    assert typed_syllable("n*", "n*|l*") == "n"  # the typed variant, not its fuzzy partner
+    assert typed_syllable("zh*", "zh*") == "zh*" and typed_syllable("zh*", "zho*") == "zh*"  # no syllable typed
+    assert typed_syllable("b*", "b*") == "b*" and typed_syllable("bei", "bei") == "bei"
+
+
 def test_tone_digits_and_marks_after_a_prefix_stay_in_its_key():
     assert _prefixed("b3") == [["b*3"]]
     assert _prefixed("zhǒ")[0] == ["zho*3"]
