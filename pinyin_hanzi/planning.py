@@ -13,8 +13,8 @@ from typing import Sequence
 
 from pinyin_hanzi.pinyin import CLAUSE_PUNCTUATION, is_hanzi
 from pinyin_hanzi.syllable_lm import SyllableBigrams
-from pinyin_hanzi.typed_input import (Piece, alternatives, fewest_syllables, is_literal_key, is_pass_through,
-                                      literal_key, parse_pieces, pass_through_text, split_lines, typed_syllable)
+from pinyin_hanzi.typed_input import (Piece, fewest_syllables, is_literal_key, is_pass_through, literal_key,
+                                      parse_pieces, pass_through_text, split_lines, spoken_alternatives)
 
 CLAUSE_END_MARK = "。"  # what a typed line that ends in a syllable is decoded as ending with (not shown)
 ASCII_TO_CHINESE_PUNCTUATION = {",": "，", ".": "。", "?": "？", "!": "！"}
@@ -153,17 +153,16 @@ class Planner:
         ``Converter._decode_best_first`` would leave most alternatives to decode. A heuristic, not a bound:
         a reading far below the best prior seldom wins, and it is then usually wrong.
 
-        The syllable model skips prefix tokens (they are no syllables), except one typed as a whole syllable
-        (a lone ``a`` ``e`` ``o``, ``n`` ``m``): it is scored as that syllable, so that its abbreviation
+        The syllable model skips prefix tokens (they are no syllables), except a letter typed alone that is
+        a syllable itself (``a`` ``e`` ``o``, ``n`` ``m``): it is scored as that syllable, so that its abbreviation
         reading (a*: 爱 安 ...) has the prior of its syllable reading (a: 啊), rather than costing nothing,
         less ``abbreviation_penalty`` (a user types 啊 as a always, 爱 only when abbreviating), and the
         model's scores choose between them."""
-        options = alternatives(chunk, alternatives_limit)
-        fewest = min(len(reading) for reading in options)
+        options = spoken_alternatives(chunk, alternatives_limit)
+        fewest = min(len(reading) for reading, _ in options)
         scored = []
-        for reading in options:
+        for reading, spoken in options:
             tokens = [token for token, _ in reading]
-            spoken = [typed_syllable(token, key) for token, key in reading]
             prior = self.syllable_lm.log_prob(spoken) if self.syllable_lm is not None else 0.0
             prior -= self.split_penalty * (len(reading) - fewest)
             prior -= self.abbreviation_penalty * sum(s != t for s, t in zip(spoken, tokens))

@@ -171,16 +171,6 @@ def _begun_by(prefix: str) -> tuple[str, ...]:
     return tuple(sorted(s for s in syllables() if s.startswith(prefix) and prefix_token(s) == token))
 
 
-def typed_syllable(token: str, key: str) -> str:
-    """The syllable a prefix piece was typed as where its letters spell one (a lone ``a`` ``e`` ``o``, an
-    ``n`` or ``m``: key ``e*``, ``n*3``, ``n*|l*``), else ``token``, so that a syllable model can score the
-    abbreviation reading of ``e`` as it scores the syllable e."""
-    if not is_prefix_token(token):
-        return token
-    letters = _split_key(key.split("|")[0])[0].removesuffix(PREFIX)
-    return letters if letters in syllables() else token
-
-
 def _split_key(variant: str) -> tuple[str, str]:
     """(toneless variant, tone digit or "")."""
     return (variant[:-1], variant[-1]) if variant[-1:].isdigit() else (variant, "")
@@ -559,20 +549,42 @@ def clean_typed(text: str) -> str:
 
 
 def alternatives(pieces: list[Piece], limit: int = 4) -> list[Option]:
-    """Up to ``limit`` whole-input readings, ranked by total piece score, ties in the pieces' order. A
-    piece's options never differ in how many prefix pieces they have (``_split_run`` keeps the fewest)
-    except for a lone a o e, which is also its own syllable's abbreviation with that syllable's score, and
-    a lone n or m standing as a clause (see _interjections_alone), whose abbreviation scores as a prefix
-    token (unseen by the syllable model): far below."""
-    combined: list[tuple[float, Option]] = [(0.0, ())]
+    """Up to ``limit`` whole-input readings, ranked by total piece score, ties in the pieces' order (see
+    :func:`spoken_alternatives`)."""
+    return [reading for reading, _ in spoken_alternatives(pieces, limit)]
+
+
+def spoken_alternatives(pieces: list[Piece], limit: int = 4) -> list[tuple[Option, tuple[str, ...]]]:
+    """Up to ``limit`` whole-input readings, ranked by total piece score, ties in the pieces' order, each
+    with what a syllable model should score: its tokens, except that a letter typed alone that is a
+    syllable itself and read as an abbreviation (a lone ``e`` read as e*, a lone ``n`` as n*) counts as
+    that syllable. A piece's options never differ in how many prefix pieces they have (``_split_run``
+    keeps the fewest) except for a lone a o e, which is also its own syllable's abbreviation with that
+    syllable's score, and a lone n or m standing as a clause (see _interjections_alone), whose
+    abbreviation scores as a prefix token (unseen by the syllable model): far below."""
+    combined: list[tuple[float, Option, tuple[str, ...]]] = [(0.0, (), ())]
     for piece in pieces:
-        if len(piece.options) == 1:
-            combined = [(total, reading + piece.options[0]) for total, reading in combined]
+        choices = [(option, score, _spoken(option)) for option, score in zip(piece.options, piece.scores)]
+        if len(choices) == 1:
+            option, _, spoken = choices[0]
+            combined = [(total, reading + option, said + spoken) for total, reading, said in combined]
             continue
-        extended = [(total + score, reading + option)
-                    for total, reading in combined for option, score in zip(piece.options, piece.scores)]
+        extended = [(total + score, reading + option, said + spoken)
+                    for total, reading, said in combined for option, score, spoken in choices]
         combined = sorted(extended, key=lambda entry: -entry[0])[:limit]
-    return [reading for _, reading in combined]
+    return [(reading, said) for _, reading, said in combined]
+
+
+def _spoken(option: Option) -> tuple[str, ...]:
+    """The option's tokens, or for a single letter typed alone that spells a syllable and is read as an
+    abbreviation (key ``e*``, ``n*3``, ``n*|l*``: the typed variant first), that syllable. Inside a run
+    (``shn``: sh* n*) a prefix stays a prefix: there it competes with other segmentations, not with a
+    reading as its own syllable."""
+    if len(option) == 1 and is_prefix_token(option[0][0]):
+        letters = _split_key(option[0][1].split("|")[0])[0].removesuffix(PREFIX)
+        if letters in syllables():
+            return (letters,)
+    return tuple(token for token, _ in option)
 
 
 def parse_pinyin(text: str, **options) -> list[str]:

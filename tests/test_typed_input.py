@@ -172,14 +172,18 @@ def test_lone_vowels_stay_syllables_lone_n_m_are_prefixes_and_interjections_spli
     assert _prefixed("xa")[0] == ["x*", "a"]  # a is a syllable inside a run too
 
 
-def test_a_prefix_typed_as_a_whole_syllable_is_scored_as_that_syllable():
-    from pinyin_hanzi.typed_input import typed_syllable
+def test_a_letter_typed_alone_that_is_a_syllable_is_scored_as_that_syllable_even_as_an_abbreviation():
+    from pinyin_hanzi.typed_input import spoken_alternatives
 
-    # what the syllable model scores for each piece: a lone e n m read as abbreviations are those syllables
-    assert typed_syllable("e*", "e*") == "e" and typed_syllable("n*", "n*3") == "n"
-    assert typed_syllable("n*", "n*|l*") == "n"  # the typed variant, not its fuzzy partner
-    assert typed_syllable("zh*", "zh*") == "zh*" and typed_syllable("zh*", "zho*") == "zh*"  # no syllable typed
-    assert typed_syllable("b*", "b*") == "b*" and typed_syllable("bei", "bei") == "bei"
+    def spoken(text, **options):
+        return [list(said) for _, said in spoken_alternatives(parse_pieces(text, prefixes=True, **options))]
+
+    assert spoken("e") == [["e"], ["e"]]  # read as e and as e*: both scored as the syllable e
+    assert spoken("wo n3 b") == [["wo", "n", "b*"]]  # n typed alone; b is no syllable
+    assert spoken("n ， ni", fuzzy={"n-l"}) == [["n", "，", "ni"]] * 2  # n and n*: the typed variant, not l
+    assert spoken("zg") == [["z*", "g*"], ["zh*", "g*"]]
+    # inside a run a prefix competes with other segmentations (sh* n* against s* hn*) and stays one
+    assert ["sh*", "n*"] in spoken("shn")
 
 
 def test_tone_digits_and_marks_after_a_prefix_stay_in_its_key():
