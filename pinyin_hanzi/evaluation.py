@@ -88,7 +88,8 @@ def compare_file(converter, other, examples: Sequence, *, constrained: bool = Tr
                                constrained=constrained, batch_size=batch_size)
         errors.append([edit_distance(conversions[0].text, ref) for conversions, ref in zip(found, references)])
     return {"constrained": constrained, "unsegmented": unsegmented, "beam": beam, "abbreviate": abbreviate,
-            **({"abbreviate_as": abbreviate_as} if abbreviate else {}), "sentences": len(references), "characters": sum(map(len, references)),
+            **({"abbreviate_as": abbreviate_as} if abbreviate else {}), "sentences": len(references),
+            "characters": sum(map(len, references)),
             **paired_difference(errors[0], errors[1], [len(ref) for ref in references], resamples=resamples)}
 
 

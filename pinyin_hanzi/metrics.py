@@ -109,8 +109,9 @@ def typed(tokens: Sequence[str], hanzi: str, unsegmented: bool = False, abbrevia
     running together would change the meaning: a digit right after a syllable (``di4`` would be a tone)
     and a Latin word next to a syllable (``zaiTxing``) get a space between them. ``abbreviate``: the share
     of syllables typed abbreviated, chosen by :func:`abbreviated_positions`, as their initial (``b`` for bei,
-    ``zh`` for zhong) or, with ``abbreviate_as="letter"``, their first letter (``z`` for zhong); run together, ``wo xiang q b j`` becomes ``woxiangqbj``, with no
-    apostrophe where an abbreviation and what follows read as a syllable (``xi'an'g`` typed ``xiang``)."""
+    ``zh`` for zhong) or, with ``abbreviate_as="letter"``, their first letter (``z`` for zhong); run
+    together, ``wo xiang q b j`` becomes ``woxiangqbj``, with no apostrophe where an abbreviation and what
+    follows read as a syllable (``xi'an'g`` typed ``xiang``)."""
     if abbreviate:
         tokens = list(tokens)
         for position in abbreviated_positions(hanzi, tokens, abbreviate):

@@ -77,7 +77,8 @@ def _spans(pieces: list[Piece], context: int) -> list[str | list[Piece]]:
 class Planner:
     """Cuts typed lines into chunks of at most ``window`` tokens and lists each chunk's readings with their
     priors (see :class:`pinyin_hanzi.converter.Converter` for ``split_penalty``, ``abbreviation_penalty``,
-    ``syllable_lm``, ``reading_margin`` and ``clause_end``: a line that ends in a syllable is decoded with a virtual clause end)."""
+    ``syllable_lm``, ``reading_margin`` and ``clause_end``: a line that ends in a syllable is decoded with a
+    virtual clause end)."""
 
     def __init__(self, *, window: int, clause_end: bool, syllable_lm: SyllableBigrams | None, split_penalty: float,
                  reading_margin: float, abbreviation_penalty: float = 0.0):
@@ -154,9 +155,9 @@ class Planner:
         a reading far below the best prior seldom wins, and it is then usually wrong.
 
         The syllable model skips prefix tokens (they are no syllables), except a letter typed alone that is
-        a syllable itself (``a`` ``e`` ``o``, ``n`` ``m``): it is scored as that syllable, so that its abbreviation
-        reading (a*: 爱 安 ...) has the prior of its syllable reading (a: 啊), rather than costing nothing,
-        less ``abbreviation_penalty`` (a user types 啊 as a always, 爱 only when abbreviating), and the
+        a syllable itself (``a`` ``e`` ``o``, ``n`` ``m``): it is scored as that syllable, so that its
+        abbreviation reading (a*: 爱 安 ...) has the prior of its syllable reading (a: 啊), rather than
+        costing nothing, less ``abbreviation_penalty`` (a user types 啊 as a always, 爱 only when abbreviating), and the
         model's scores choose between them."""
         options = spoken_alternatives(chunk, alternatives_limit)
         fewest = min(len(reading) for reading, _ in options)
