@@ -44,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from pinyin_hanzi.cli import check_bounds, max_threads
 from pinyin_hanzi.config import LIMITS
 from pinyin_hanzi.corpus import Example, read_examples
-from pinyin_hanzi.metrics import ABBREVIATION_STYLES, abbreviated_positions, abbreviation, conversion_scores, typed
+from pinyin_hanzi.metrics import ABBREVIATION_STYLES, abbreviated_tokens, conversion_scores, typed
 from pinyin_hanzi.pinyin import is_hanzi
 
 ENGINES = ("ours", "libime")
@@ -74,10 +74,7 @@ def libime_syllable(token: str) -> str | None:
 def abbreviated(example: Example, share: float, style: str = "initial") -> Example:
     """The example with the share ``share`` of its syllables replaced by their typed abbreviation (bei -> b;
     zhong -> zh, or z in the style ``letter``), exactly as ``metrics.typed`` abbreviates for our model."""
-    tokens = list(example.tokens)
-    for position in abbreviated_positions(example.hanzi, tokens, share):
-        tokens[position] = abbreviation(tokens[position], style)
-    return Example(tuple(tokens), example.hanzi)
+    return Example(tuple(abbreviated_tokens(example.tokens, example.hanzi, share, style)), example.hanzi)
 
 
 def pieces(example: Example) -> list[str | list[str]]:
@@ -150,18 +147,22 @@ def convert_libime(binary: str, examples: Sequence[Example], *, unsegmented: boo
                   max(cpu_seconds - startup[1], 1e-9), mismatches, len(runs))
 
 
-def convert_ours(converter, examples: Sequence[Example], *, unsegmented: bool, beam: int, batch_size: int,
-                 split: str, abbreviate: float = 0.0, abbreviate_as: str = "initial") -> Result:
-    """Each example typed as ``translate.py --evaluate`` types it, converted by our model (constrained);
-    abbreviated syllables are read as prefixes."""
-    lines = [typed(example.tokens, example.hanzi, unsegmented, abbreviate=abbreviate, abbreviate_as=abbreviate_as)
-             for example in examples]
-    prefixes = True if abbreviate > 0 else None
+def convert_ours(converter, lines: Sequence[str], *, unsegmented: bool, beam: int, batch_size: int,
+                 split: str, abbreviated: bool = False) -> Result:
+    """The examples' ``lines`` as ``translate.py --evaluate`` types them (:func:`typed_lines`), converted by
+    our model (constrained); with ``abbreviated``, abbreviations are read as prefixes."""
+    prefixes = True if abbreviated else None
     converter.convert_lines(lines[:32], beam=beam, prefixes=prefixes)  # warm-up
     cpu_started, started = time.process_time(), time.perf_counter()
     found = converter.convert_lines(lines, beam=beam, nbest=1, batch_size=batch_size, prefixes=prefixes)
     seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu_started
     return Result(split, "ours", unsegmented, [conversions[0].text for conversions in found], seconds, cpu_seconds)
+
+
+def typed_lines(examples: Sequence[Example], unsegmented: bool, abbreviate: float, abbreviate_as: str) -> list[str]:
+    """Each example typed as ``translate.py --evaluate`` types it (``metrics.typed``)."""
+    return [typed(example.tokens, example.hanzi, unsegmented, abbreviate=abbreviate, abbreviate_as=abbreviate_as)
+            for example in examples]
 
 
 def split_label(path: str) -> str:
@@ -205,7 +206,8 @@ def main() -> int:
                         "decode.beam, as translate.py)")
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (libime uses one)")
-    parser.add_argument("--dump", help="write split, engine, input form, reference, hypothesis, typed line (as our model got it) to this TSV")
+    parser.add_argument("--dump", help="write split, engine, input form, reference, hypothesis, typed line (as our "
+                        "model got it) to this TSV")
     parser.add_argument("--abbreviate", type=float, default=0.0, metavar="P",
                         help="type this share (0-1) of syllables as their initial, the same ones for both engines")
     parser.add_argument("--abbreviate-as", choices=ABBREVIATION_STYLES, default="initial",
@@ -252,27 +254,25 @@ def main() -> int:
         references = [example.hanzi for example in examples]
         label = split_label(path)
         for unsegmented in (False, True):
+            lines = typed_lines(examples, unsegmented, args.abbreviate, args.abbreviate_as)
             for engine in engines:
                 if engine == "ours":
-                    result = convert_ours(converter, examples, unsegmented=unsegmented, beam=args.beam,
-                                          batch_size=args.batch_size, split=label, abbreviate=args.abbreviate,
-                                          abbreviate_as=args.abbreviate_as)
+                    result = convert_ours(converter, lines, unsegmented=unsegmented, beam=args.beam,
+                                          batch_size=args.batch_size, split=label, abbreviated=args.abbreviate > 0)
                 else:
                     result = convert_libime(args.libime, examples, unsegmented=unsegmented, startup=libime_load,
                                             split=label, abbreviate=args.abbreviate,
                                             abbreviate_as=args.abbreviate_as)
                 rows.append(summary_row(result, references))
                 print(json.dumps(rows[-1], ensure_ascii=False), file=sys.stderr, flush=True)
-                dump.extend((label, engine, rows[-1]["input"], example.hanzi, hyp,  # what our model was typed
-                             typed(example.tokens, example.hanzi, unsegmented, abbreviate=args.abbreviate,
-                                   abbreviate_as=args.abbreviate_as))
-                            for example, hyp in zip(examples, result.hypotheses))
+                dump.extend((label, engine, rows[-1]["input"], reference, hyp, line)  # line: what our model got
+                            for reference, hyp, line in zip(references, result.hypotheses, lines))
 
     print()
     print_table(rows)
     if args.abbreviate:
-        style = "initial" if args.abbreviate_as == "initial" else "first letter"
-        print(f"input: {args.abbreviate:.0%} of syllables typed as their {style}, the same ones for both engines")
+        print(f"input: {args.abbreviate:.0%} of syllables typed as their {ABBREVIATION_STYLES[args.abbreviate_as]}, "
+              "the same ones for both engines")
     if ours_load is not None:
         print(f"ours: {'greedy' if args.beam == 1 else f'beam {args.beam}'}, constrained, {args.threads} torch "
               f"thread(s), checkpoint load {ours_load:.2f} s (excluded)")

@@ -179,8 +179,9 @@ class CharNgramLM:
             context_keys, totals, distinct = self.contexts[k]
             runs = torch.bincount(torch.searchsorted(context_keys, gram_keys // self.vocab_size),
                                   minlength=len(context_keys))
-            tables[k] = {"context_key_steps": pack_integers(torch.diff(context_keys, prepend=context_keys[:0].new_zeros(1))),
-                         "totals": pack_integers(totals), "distinct": pack_integers(distinct), "runs": pack_integers(runs),
+            context_key_steps = torch.diff(context_keys, prepend=context_keys[:0].new_zeros(1))
+            tables[k] = {"context_key_steps": pack_integers(context_key_steps), "totals": pack_integers(totals),
+                         "distinct": pack_integers(distinct), "runs": pack_integers(runs),
                          "last_ids": pack_integers(gram_keys % self.vocab_size), "counts": pack_integers(counts)}
         return {"order": self.order, "vocab_size": self.vocab_size, "discount": self.discount,
                 "unigrams": self.unigram_log_probs, "tables": tables}

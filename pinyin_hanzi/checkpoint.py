@@ -254,7 +254,8 @@ def _syllable_lm_problem(state: dict) -> str | None:
             _, unigrams, _, counts = packed_syllable_columns(state)
         except ValueError as error:
             return f"cannot be read ({error})"
-        if any(len(values) and (int(values.min()) < 0 or int(values.max()) > MAX_COUNT) for values in (unigrams, counts)):
+        if any(len(values) and (int(values.min()) < 0 or int(values.max()) > MAX_COUNT)
+               for values in (unigrams, counts)):
             return "has counts outside 0..2**53"
         return None
     for name in ("unigrams", "bigrams"):

@@ -88,9 +88,9 @@ def abbreviated_positions(hanzi: str, tokens: Sequence[str], share: float) -> li
     return chosen
 
 
-# How an abbreviated syllable is typed: its initial (``zh`` for zhong, ``b`` for bei), or its first letter
-# only (``z`` for zhong), as many IME users type: libime and our prefixes read both.
-ABBREVIATION_STYLES = ("initial", "letter")
+# How an abbreviated syllable is typed, and what reports call it: its initial (``zh`` for zhong, ``b`` for
+# bei), or its first letter only (``z`` for zhong), as many IME users type: libime and our prefixes read both.
+ABBREVIATION_STYLES = {"initial": "initial", "letter": "first letter"}
 
 
 def abbreviation(syllable: str, style: str = "initial") -> str:
@@ -99,7 +99,17 @@ def abbreviation(syllable: str, style: str = "initial") -> str:
     unknown style or an empty syllable."""
     if style not in ABBREVIATION_STYLES:
         raise ValueError(f"abbreviation style must be one of {', '.join(ABBREVIATION_STYLES)}, not {style!r}")
-    return prefix_token(syllable)[:-1] if style == "initial" else prefix_token(syllable)[0]
+    initial = prefix_token(syllable)[:-1]
+    return initial if style == "initial" else initial[0]
+
+
+def abbreviated_tokens(tokens: Sequence[str], hanzi: str, share: float, style: str = "initial") -> list[str]:
+    """``tokens`` with the syllables that :func:`abbreviated_positions` picks for ``share`` replaced by their
+    :func:`abbreviation` in ``style``: what a user types, token by token."""
+    tokens = list(tokens)
+    for position in abbreviated_positions(hanzi, tokens, share):
+        tokens[position] = abbreviation(tokens[position], style)
+    return tokens
 
 
 def typed(tokens: Sequence[str], hanzi: str, unsegmented: bool = False, abbreviate: float = 0.0,
@@ -113,9 +123,7 @@ def typed(tokens: Sequence[str], hanzi: str, unsegmented: bool = False, abbrevia
     together, ``wo xiang q b j`` becomes ``woxiangqbj``, with no apostrophe where an abbreviation and what
     follows read as a syllable (``xi'an'g`` typed ``xiang``)."""
     if abbreviate:
-        tokens = list(tokens)
-        for position in abbreviated_positions(hanzi, tokens, abbreviate):
-            tokens[position] = abbreviation(tokens[position], abbreviate_as)
+        tokens = abbreviated_tokens(tokens, hanzi, abbreviate, abbreviate_as)
     out, previous = "", None  # previous: "syllable", "latin" or "other"
     for token, char in zip(tokens, hanzi):
         kind = "syllable" if is_hanzi(char) else "latin" if char.isascii() and char.isalpha() else "other"

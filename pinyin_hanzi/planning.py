@@ -157,8 +157,8 @@ class Planner:
         The syllable model skips prefix tokens (they are no syllables), except a letter typed alone that is
         a syllable itself (``a`` ``e`` ``o``, ``n`` ``m``): it is scored as that syllable, so that its
         abbreviation reading (a*: 爱 安 ...) has the prior of its syllable reading (a: 啊), rather than
-        costing nothing, less ``abbreviation_penalty`` (a user types 啊 as a always, 爱 only when abbreviating), and the
-        model's scores choose between them."""
+        costing nothing, less ``abbreviation_penalty`` (a user types 啊 as a always, 爱 only when
+        abbreviating), and the model's scores choose between them."""
         options = spoken_alternatives(chunk, alternatives_limit)
         fewest = min(len(reading) for reading, _ in options)
         scored = []

@@ -56,8 +56,8 @@ class SyllableBigrams:
         keys = torch.tensor([index[a] * len(names) + index[b] for a, b in pairs], dtype=torch.long)
         keys, order = keys.sort()
         counts = torch.tensor(list(self.bigrams.values()), dtype=torch.long)[order]
-        return {"syllables": names,
-                "unigram_counts": pack_integers(torch.tensor([self.unigrams.get(n, 0) for n in names], dtype=torch.long)),
+        unigram_counts = torch.tensor([self.unigrams.get(name, 0) for name in names], dtype=torch.long)
+        return {"syllables": names, "unigram_counts": pack_integers(unigram_counts),
                 "bigram_key_steps": pack_integers(torch.diff(keys, prepend=keys.new_zeros(1))),
                 "bigram_counts": pack_integers(counts)}
 

@@ -176,6 +176,12 @@ def _split_key(variant: str) -> tuple[str, str]:
     return (variant[:-1], variant[-1]) if variant[-1:].isdigit() else (variant, "")
 
 
+def _typed_variant(key: str) -> tuple[str, str]:
+    """(toneless variant, tone digit or "") of the variant typed, the first: fuzzy pairs add theirs after it
+    (``n*4|l*4`` -> ``n*``, ``4``)."""
+    return _split_key(key.split("|")[0])
+
+
 def key_syllables(key: str) -> tuple[str, ...]:
     """The syllables a constraint key may stand for, in order, without repeats: a syllable key itself
     (``ni`` -> ("ni",), ``ni3`` -> ("ni3",)); a prefix key every syllable it begins that has the prefix's
@@ -467,7 +473,7 @@ def _interjections_alone(pieces: list[Piece], score, fuzzy: frozenset[str]) -> N
         if len(piece.options) != 1 or len(option := piece.options[0]) != 1:
             continue
         token, key = option[0]
-        typed, tone = _split_key(key.split("|")[0])  # the typed prefix, before any fuzzy variants: n*, n*4
+        typed, tone = _typed_variant(key)  # the typed prefix: n*, n*4
         if token not in _INTERJECTION_PREFIXES or typed != token:
             continue
         neighbours = [i for i in (index - 1, index + 1) if 0 <= i < len(pieces)]
@@ -581,7 +587,7 @@ def _spoken(option: Option) -> tuple[str, ...]:
     (``shn``: sh* n*) a prefix stays a prefix: there it competes with other segmentations, not with a
     reading as its own syllable."""
     if len(option) == 1 and is_prefix_token(option[0][0]):
-        letters = _split_key(option[0][1].split("|")[0])[0].removesuffix(PREFIX)
+        letters = _typed_variant(option[0][1])[0].removesuffix(PREFIX)
         if letters in syllables():
             return (letters,)
     return tuple(token for token, _ in option)

@@ -122,8 +122,8 @@ def _evaluate(converter, args, examples, other=None) -> int:
                                                  unsegmented=args.unsegmented, beam=args.beam,
                                                  batch_size=args.batch_size, abbreviate=args.abbreviate,
                                                  abbreviate_as=args.abbreviate_as, prefixes=prefixes)}
-    abbreviated = (f" with {args.abbreviate:.0%} of syllables typed as their {_STYLE_WORDS[args.abbreviate_as]}"
-                   if args.abbreviate else "")
+    style = ABBREVIATION_STYLES[args.abbreviate_as]
+    abbreviated = f" with {args.abbreviate:.0%} of syllables typed as their {style}" if args.abbreviate else ""
     mode = (f"{'unsegmented' if args.unsegmented else 'segmented'} input{abbreviated}, "
             f"{'constrained' if args.constrained else 'unconstrained'} "
             f"{'greedy' if args.beam == 1 else f'beam {args.beam}'}")
@@ -134,9 +134,6 @@ def _evaluate(converter, args, examples, other=None) -> int:
         line += f"  top-1/3/5 {result['top1']:.2%} / {result['top3']:.2%} / {result['top5']:.2%}"
     write_output("\n".join([*report, line, json.dumps(result, ensure_ascii=False)]) + "\n")
     return 0
-
-
-_STYLE_WORDS = {"initial": "initial", "letter": "first letter"}
 
 
 def _report_comparison(path, result: dict, args) -> int:
