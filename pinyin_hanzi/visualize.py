@@ -13,12 +13,14 @@ out.png --dims 0 1 20 40 --d-model 256``.
 from __future__ import annotations
 
 import functools
+import unicodedata
 from pathlib import Path
 from typing import Sequence
 
 import torch
 
 from pinyin_hanzi.model import Transformer, sinusoidal_table
+from pinyin_hanzi.pinyin import is_hanzi
 
 CJK_FONT_NAMES = ("Noto Sans CJK SC", "Noto Sans CJK JP", "Noto Sans SC", "Source Han Sans SC", "Source Han Sans CN",
                   "WenQuanYi Micro Hei", "WenQuanYi Zen Hei", "SimHei", "Microsoft YaHei", "PingFang SC",
@@ -43,11 +45,30 @@ def cjk_font() -> str | None:
     return next((name for name in CJK_FONT_NAMES if name in installed), None)
 
 
+# CJK punctuation that NFKC leaves as it is, written the way a font without CJK glyphs can draw it
+_CJK_PUNCTUATION = str.maketrans({"、": ",", "。": ".", "「": "[", "」": "]", "『": "[", "』": "]", "《": "<<",
+                                  "》": ">>", "〈": "<", "〉": ">", "【": "[", "】": "]", "〔": "(", "〕": ")",
+                                  "・": "·", "〃": '"', "～": "~"})
+
+
+def _is_cjk(char: str) -> bool:
+    return ord(char) >= 0x2E80
+
+
+def drawable(label: str) -> str:
+    """``label`` as a font without CJK glyphs draws it: full-width forms as ASCII (NFKC), CJK punctuation as
+    its nearest ASCII, anything else CJK as ``?``."""
+    plain = unicodedata.normalize("NFKC", label).translate(_CJK_PUNCTUATION)
+    return "".join("?" if _is_cjk(char) else char for char in plain)
+
+
 def hanzi_labels(chars: str, syllables: Sequence[str]) -> tuple[list[str], str | None]:
-    """Labels for target characters, and a note if they had to be romanised for lack of a CJK font."""
-    if cjk_font() is not None or all(ord(char) < 0x2E80 for char in chars):
+    """Labels for target characters, and a note if they had to be romanised for lack of a CJK font: a hanzi
+    as the syllable it was read as and its position, CJK punctuation as ASCII (:func:`drawable`)."""
+    if cjk_font() is not None or not any(map(_is_cjk, chars)):
         return list(chars), None
-    labels = [f"{syllable}:{i}" if ord(char) >= 0x2E80 else char for i, (char, syllable) in enumerate(zip(chars, syllables))]
+    labels = [f"{syllable}:{i}" if is_hanzi(char) else drawable(char)
+              for i, (char, syllable) in enumerate(zip(chars, syllables))]
     return labels, "no CJK font found: hanzi labels are romanised (install fonts-wqy-microhei or fonts-noto-cjk)"
 
 
@@ -92,6 +113,8 @@ def sentence_attention(model: Transformer, source_ids: list[int], target_ids: li
     device = next(model.parameters()).device
     maps = model.attention_maps(torch.tensor([source_ids], device=device), torch.tensor([target_ids], device=device))
     chars, note = hanzi_labels(text, syllables)
+    if note is not None:  # the pinyin side holds the same punctuation (、 “ 》)
+        syllables = [drawable(token) for token in syllables]
     inputs = ["<s>"] + chars[:-1]  # what each decoder position sees as its input
     queries, keys = {"cross": (chars, list(syllables)), "encoder": (list(syllables), list(syllables)),
                      "decoder": ([f"{c} ←" for c in chars], inputs)}[kind]

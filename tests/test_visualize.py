@@ -54,6 +54,24 @@ def test_romanised_labels_without_a_cjk_font(monkeypatch):
     assert len(figure.axes) == 1
 
 
+def test_cjk_punctuation_is_drawn_without_a_cjk_font(monkeypatch, recwarn):
+    """Punctuation is no hanzi to romanise, but DejaVu Sans has no glyph for 、 or 《 either: without a CJK
+    font it is written as ASCII on both sides of the picture, so that no label is drawn as boxes (and
+    matplotlib warns of no missing glyph)."""
+    monkeypatch.setattr(visualize, "cjk_font", lambda: None)
+    syllables = ["ni", "hao", "、", "《", "shi", "》", "！"]
+    labels, note = visualize.hanzi_labels("你好、《是》！", syllables)
+    assert labels == ["ni:0", "hao:1", ",", "<<", "shi:4", ">>", "!"] and note
+    assert [visualize.drawable(token) for token in syllables] == ["ni", "hao", ",", "<<", "shi", ">>", "!"]
+    assert visualize.drawable("㐀") == "?"
+    weights = [torch.full((2, 7, 7), 1 / 7)]
+    figure = visualize.attention_figure(weights, labels, [visualize.drawable(token) for token in syllables])
+    figure.canvas.draw()
+    assert not [w for w in recwarn if "missing from font" in str(w.message)]
+    visualize.attention_figure(weights, labels, syllables).canvas.draw()  # the test can tell: 、 has no glyph
+    assert [w for w in recwarn if "missing from font" in str(w.message)]
+
+
 def test_model_summary_counts_every_parameter_once_and_flops_add_up():
     torch.manual_seed(0)
     model = Transformer(ModelConfig(d_model=32, n_heads=4, n_encoder_layers=2, n_decoder_layers=1, d_ff=64),
