@@ -80,7 +80,6 @@ def test_export_keeps_what_translation_needs_in_half_precision(trained, tmp_path
     assert Converter(*model_from_checkpoint(state)[:3]).convert_tokens(tokens) == original
 
 
-
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
 def test_one_non_finite_weight_in_any_precision_is_refused(trained, dtype, bad):
@@ -94,6 +93,7 @@ def test_one_non_finite_weight_in_any_precision_is_refused(trained, dtype, bad):
     state["model"][name].view(-1)[-1] = bad
     with pytest.raises(CheckpointError, match=f"{name} holds NaN or infinite values"):
         validate_checkpoint(state)
+
 
 def test_export_stores_older_n_gram_and_syllable_tables_in_the_current_compact_form(trained, tmp_path):
     from pinyin_hanzi.char_lm import CharNgramLM, count_for
