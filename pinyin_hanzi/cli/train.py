@@ -22,7 +22,8 @@ def _train(argv) -> int:
     mode.add_argument("--prepare-only", action="store_true", help="build data/prepared/ and stop")
     parser.add_argument("--overwrite", action="store_true",
                         help="start afresh even if checkpoints/<train.name>/ already holds a run")
-    args = parser.parse_args(argv)
+    # Intermixed: overrides may stand before, between or after the flags (`--overwrite train.max_steps=4`).
+    args = parser.parse_intermixed_args(argv)
     if args.resume and args.overwrite:
         parser.error("--resume and --overwrite exclude each other: --resume continues the run, --overwrite "
                      "replaces it")
