@@ -418,9 +418,12 @@ def export_checkpoint(source: str | Path, target: str | Path, half: bool = True,
     their ``state_dict``'s current form); no optimizer, scheduler, data position or RNG state.
     ``decode_overrides``: ``decode.key=value`` settings that the copy decodes with by default (the other
     sections describe how the weights were made, and stay). Returns {"parameters", "bytes"}. Raises
-    CheckpointError as :func:`load_checkpoint` does, ConfigError (one line) for a bad override."""
+    CheckpointError as :func:`load_checkpoint` does, ConfigError (one line) for a bad override, and
+    CheckpointError before anything is read if ``target`` is ``source`` itself or another training checkpoint
+    (see :func:`_check_export_target`)."""
     from pinyin_hanzi.config import apply_overrides, config_from_dict
 
+    _check_export_target(Path(source), Path(target))
     state = load_checkpoint(source)
     model_from_checkpoint(state, str(source))  # the weights must fit their config before we ship them
     if decode_overrides:
@@ -439,3 +442,31 @@ def export_checkpoint(source: str | Path, target: str | Path, half: bool = True,
         state[SYLLABLE_LM_KEY] = SyllableBigrams.from_state_dict(state[SYLLABLE_LM_KEY]).state_dict()
     save_checkpoint(target, {**{key: state[key] for key in EXPORTED_KEYS if key in state}, MODEL_KEY: weights})
     return {"parameters": sum(t.numel() for t in converted.values()), "bytes": Path(target).stat().st_size}
+
+
+def _check_export_target(source: Path, target: Path) -> None:
+    """CheckpointError unless writing an export to ``target`` loses nothing: ``target`` must not be ``source``
+    under any spelling (``./x.pt``, a symlink, a hard link: the same file, by device and inode), nor any other
+    checkpoint that --resume could continue (an export keeps no optimizer, schedule or data position, so
+    writing over a training checkpoint would silently end its run). A previous export may be replaced."""
+    try:
+        same = target.exists() and source.exists() and os.path.samefile(source, target)
+    except OSError:  # unreadable: load_checkpoint or save_checkpoint says why
+        return
+    if same:
+        raise CheckpointError(f"cannot export {source} onto itself ({target} is the same file): the export would "
+                              f"replace the training checkpoint; name another target, e.g. "
+                              f"{source.with_name(source.stem + '.export.pt')}")
+    if target.is_file() and _is_training_checkpoint(target):
+        raise CheckpointError(f"cannot export to {target}: it holds a training checkpoint that --resume continues, "
+                              f"which an inference-only export would replace; name another target")
+
+
+def _is_training_checkpoint(path: Path) -> bool:
+    """Whether ``path`` holds a checkpoint with the state --resume restores. Memory-mapped, so that only the
+    keys are read, not the weights; a file that is no checkpoint is none."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception:  # noqa: BLE001 - junk bytes make torch's unpickler raise about anything
+        return False
+    return isinstance(state, dict) and all(key in state for key in RESUME_KEYS)

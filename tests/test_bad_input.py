@@ -224,6 +224,10 @@ CASES = [
          error=("override 'model.d_model=8': only decode.* settings can be changed here",)),
     Case("export: into a missing folder", EXPORT, ("{ckpt}", "{tmp}/new/folder/model.pt"),
          stdout=lambda out: "parameters" in out),
+    Case("export: onto its own source", EXPORT, ("{tmp}/run/best.pt", "{tmp}/run/../run/best.pt"), status=2,
+         error=("cannot export ", "onto itself (", "is the same file)")),
+    Case("export: over another training checkpoint", EXPORT, ("{ckpt}", "{tmp}/other_run/last.pt"), status=2,
+         error=("cannot export to ", "other_run/last.pt: it holds a training checkpoint that --resume continues",)),
     # ---- train.py
     Case("train: missing config", "train.py", ("--config", "{tmp}/missing.yaml"), status=2,
          error=("config file not found:",)),
@@ -316,6 +320,8 @@ def _write_checkpoints(tmp: Path, best: Path) -> None:
     torch.save({**state, "code": _RunsCode(tmp / "pickled_code_ran")}, tmp / "code.pt")
     (tmp / "checkpoints" / "changed").mkdir(parents=True)  # trained on other prepared data than there is now
     torch.save({**state, "data_fingerprint": "0" * 16}, tmp / "checkpoints" / "changed" / "last.pt")
+    (tmp / "other_run").mkdir()
+    (tmp / "other_run" / "last.pt").write_bytes(data)
 
 
 class _RunsCode:
