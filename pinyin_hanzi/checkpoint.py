@@ -348,9 +348,12 @@ def _word_lm_error(where: str, reason: str) -> str:
 def model_from_checkpoint(state: dict, where: str = "checkpoint") -> tuple[Transformer, Vocab, Vocab, Config]:
     """Rebuild (model, pinyin vocabulary, hanzi vocabulary, config) from a checkpoint that
     :func:`validate_checkpoint` passed: fp32 weights on the CPU. CheckpointError if the config, the
-    vocabularies or the weights do not fit this code."""
+    vocabularies or the weights do not fit this code, or the model would not fit in memory."""
     config, pinyin_vocab, hanzi_vocab = _config_and_vocabularies(state, where)
-    model = Transformer(config.model, source_vocab_size=len(pinyin_vocab), target_vocab_size=len(hanzi_vocab))
+    try:  # a config may describe a model larger than memory: refused before it is allocated
+        model = Transformer(config.model, source_vocab_size=len(pinyin_vocab), target_vocab_size=len(hanzi_vocab))
+    except ConfigError as error:
+        raise CheckpointError(f"{where}: its config asks for a model too large for this machine: {error}") from None
     try:
         model.load_state_dict({name: tensor.float() for name, tensor in state[MODEL_KEY].items()})
     except RuntimeError as error:

@@ -34,8 +34,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from pinyin_hanzi.config import ModelConfig
+from pinyin_hanzi.errors import ConfigError
+from pinyin_hanzi.runtime import memory_bytes, size_text
 from pinyin_hanzi.vocab import BOS_ID, PAD_ID
-
 
 
 def shift_right(target: torch.Tensor) -> torch.Tensor:
@@ -317,10 +318,47 @@ class DecoderLayer(nn.Module):
         return around_feed_forward(x, self.feed_forward)
 
 
+def model_values(config: ModelConfig, *, source_vocab_size: int, target_vocab_size: int) -> int:
+    """The float32 values a :class:`Transformer` of this shape holds, counted from the config alone: its
+    parameters (a tied output projection once) and its two positional-encoding tables."""
+    d, f = config.d_model, config.d_ff
+    attention = 4 * d * d + 4 * d  # query (d x d), keys and values (d x 2d), out (d x d), with biases
+    feed_forward = 2 * d * f + f + d
+    norm = 2 * d
+    encoder_layer = attention + feed_forward + 2 * norm
+    decoder_layer = 2 * attention + feed_forward + 3 * norm
+    final_norms = 2 * norm if config.norm == "pre" else 0
+    embeddings = (source_vocab_size + target_vocab_size) * d
+    output = 0 if config.tie_output else d * target_vocab_size
+    positions = 2 * config.max_positions * d
+    return (config.n_encoder_layers * encoder_layer + config.n_decoder_layers * decoder_layer + final_norms
+            + embeddings + output + positions)
+
+
+def check_memory(config: ModelConfig, *, source_vocab_size: int, target_vocab_size: int, copies: int = 1,
+                 needed_for: str = "of parameters") -> None:
+    """ConfigError (one line, naming the size) if ``copies`` float32 copies of a model of this shape (see
+    :func:`model_values`; training keeps 4: weights, gradients, AdamW's two moments) would not fit in this
+    machine's memory. Asked before anything is allocated: a model of a valid config may still be far larger
+    than any machine (a 400-byte config can ask for terabytes), and the allocator would fail with a
+    traceback, or the kernel end the process, only after minutes of work."""
+    available = memory_bytes()
+    needed = 4 * copies * model_values(config, source_vocab_size=source_vocab_size,
+                                       target_vocab_size=target_vocab_size)
+    if available is not None and needed > available:
+        c = config
+        raise ConfigError(f"model.d_model={c.d_model}, model.d_ff={c.d_ff}, model.n_encoder_layers="
+                          f"{c.n_encoder_layers}, model.n_decoder_layers={c.n_decoder_layers} would need "
+                          f"{size_text(needed)} {needed_for}; this machine has {size_text(available)}")
+
+
 class Transformer(nn.Module):
     """Pinyin encoder + autoregressive hanzi decoder. ``encode`` -> ``decode`` -> logits over hanzi."""
 
     def __init__(self, config: ModelConfig, *, source_vocab_size: int, target_vocab_size: int):
+        """ConfigError before allocating anything if the model would not fit in memory (:func:`check_memory`):
+        every model, new or read from a checkpoint, is built here."""
+        check_memory(config, source_vocab_size=source_vocab_size, target_vocab_size=target_vocab_size)
         super().__init__()
         self.config = config
         c, pre_norm = config, config.norm == "pre"

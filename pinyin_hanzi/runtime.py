@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
+from pathlib import Path
 
 import torch
 
@@ -64,3 +66,33 @@ def set_threads(threads: int) -> None:
     """Use ``threads`` CPU threads for torch's operators; 0 keeps PyTorch's default (one per core)."""
     if threads:
         torch.set_num_threads(threads)
+
+
+# Where a container's memory limit is written (cgroup v2, then v1): below the machine's RAM, it is what counts.
+_CGROUP_LIMITS = (Path("/sys/fs/cgroup/memory.max"), Path("/sys/fs/cgroup/memory/memory.limit_in_bytes"))
+
+
+@functools.cache  # the machine does not change while a process runs
+def memory_bytes() -> int | None:
+    """The memory this process may use, in bytes: the machine's RAM, or a container's smaller limit; None
+    where neither can be read (then nothing is refused for its size)."""
+    try:
+        limit = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):  # no sysconf (Windows) or no such name
+        limit = None
+    for path in _CGROUP_LIMITS:
+        try:
+            text = path.read_text(encoding="ascii").strip()
+        except OSError:
+            continue
+        if text.isdigit() and (limit is None or int(text) < limit):  # "max": no limit
+            limit = int(text)
+    return limit
+
+
+def size_text(n_bytes: float) -> str:
+    """A size for people: ``700.0 GiB``, ``1.4 TiB``, ``12.3 MiB``."""
+    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20)):
+        if n_bytes >= scale:
+            return f"{n_bytes / scale:,.1f} {unit}"
+    return f"{n_bytes / 2**10:,.1f} KiB"

@@ -50,7 +50,7 @@ from pinyin_hanzi.errors import CheckpointError, ConfigError, Interrupted, Train
 from pinyin_hanzi.evaluation import evaluate
 from pinyin_hanzi.files import check_writable, locked, os_error_reason
 from pinyin_hanzi.loss import model_loss_sum
-from pinyin_hanzi.model import Transformer
+from pinyin_hanzi.model import Transformer, check_memory
 from pinyin_hanzi.runtime import autocast_for, resolve_precision, select_device, set_threads
 from pinyin_hanzi.syllable_lm import SyllableBigrams
 from pinyin_hanzi.vocab import Vocab, grown, load_vocab
@@ -314,9 +314,11 @@ def train(config: Config, *, resume: bool = False, init_from: str | None = None,
 
 def _train(run: Run, *, resume: bool) -> Path:
     config, t, log = run.config, run.config.train, run.log
+    _check_trainable(config, 0, 0)  # the layers alone may be too many: say so before preparing the data
     splits = _setup_data(run)
     saved = _load_resumable(run, splits) if resume else None
     model, pinyin_vocab, hanzi_vocab = _setup_model(config, splits, saved, run.kept_path, run.init_from, log)
+    _check_trainable(config, len(pinyin_vocab), len(hanzi_vocab))  # before the optimizer allocates its state
     model.to(run.device)
     syllable_lm, char_lm_state, word_lm_state = _setup_language_models(config, splits.train_examples, hanzi_vocab, log)
     train_encoded = encode_examples(splits.train_examples, pinyin_vocab, hanzi_vocab)
@@ -343,6 +345,13 @@ def _train(run: Run, *, resume: bool) -> Path:
     _train_loop(run, parts, logs)
     log(f"best valid char accuracy {run.best_accuracy:.2%}; checkpoints in {run.checkpoint_dir}")
     return run.best_path
+
+
+def _check_trainable(config: Config, pinyin_vocab_size: int, hanzi_vocab_size: int) -> None:
+    """ConfigError (one line, naming the size) unless training the configured model fits in memory: four
+    float32 copies of it (weights, gradients, AdamW's two moments), activations aside."""
+    check_memory(config.model, source_vocab_size=pinyin_vocab_size, target_vocab_size=hanzi_vocab_size, copies=4,
+                 needed_for="to train (weights, gradients and AdamW's two moments)")
 
 
 def _setup_run(config: Config, process: distributed.Process, *, init_from: str | None, command: str | None,

@@ -228,6 +228,12 @@ CASES = [
          error=("cannot export ", "onto itself (", "is the same file)")),
     Case("export: over another training checkpoint", EXPORT, ("{ckpt}", "{tmp}/other_run/last.pt"), status=2,
          error=("cannot export to ", "other_run/last.pt: it holds a training checkpoint that --resume continues",)),
+    # ---- models larger than the machine's memory, asked for by a config or a checkpoint's config
+    Case("checkpoint whose config asks for a model larger than memory", argv=("--checkpoint", "{tmp}/huge.pt", "ni"),
+         status=2, error=("its config asks for a model too large for this machine: model.d_model=8192",
+                          "of parameters; this machine has ")),
+    Case("export: a checkpoint whose config asks for a model larger than memory", EXPORT,
+         ("{tmp}/huge.pt", "{tmp}/huge_export.pt"), status=2, error=("huge.pt: its config asks for a model too large",)),
     # ---- train.py
     Case("train: missing config", "train.py", ("--config", "{tmp}/missing.yaml"), status=2,
          error=("config file not found:",)),
@@ -249,11 +255,20 @@ CASES = [
          error=("--threads must be between 1 and",)),
     Case("train: override without section.key=", "train.py", ("--config", "{config}", "lr=1"), status=2,
          error=("override 'lr=1': expected section.key=value",)),
+    Case("train: a model larger than memory", "train.py",
+         ("--config", "{config}", "model.d_model=8192", "model.d_ff=65536", "model.n_encoder_layers=128",
+          "model.n_decoder_layers=128", "train.name=huge_model"), status=2,
+         error=("model.d_model=8192, model.d_ff=65536, model.n_encoder_layers=128, model.n_decoder_layers=128 would "
+                "need ", " TiB to train (weights, gradients and AdamW's two moments); this machine has ")),
     # Cases that get as far as locking their run each name their own: the cases run in parallel, and two
     # processes on one run name would make the later one fail with "run tiny is in use" instead.
     Case("train: missing corpus file", "train.py",
          ("--config", "{config}", "data.corpus={tmp}/none.txt", "train.name=no_corpus"),
          status=2, error=("corpus file not found:",)),
+    Case("train: --init-from a checkpoint whose config asks for a model larger than memory", "train.py",
+         ("--config", "{config}", "--init-from", "{tmp}/huge.pt", "train.name=huge_init",
+          "data.prepared_dir={tmp}/prepared_huge_init"), status=2,
+         error=("huge.pt: its config asks for a model too large for this machine",)),
     Case("train: corpus that is not UTF-8", "train.py",
          ("--config", "{config}", "data.corpus={tmp}/gbk.txt", "train.name=gbk_corpus"),
          files={"gbk.txt": "你好，世界。\n".encode("gbk")}, status=2, error=("is not UTF-8 (byte",)),
@@ -322,6 +337,8 @@ def _write_checkpoints(tmp: Path, best: Path) -> None:
     torch.save({**state, "data_fingerprint": "0" * 16}, tmp / "checkpoints" / "changed" / "last.pt")
     (tmp / "other_run").mkdir()
     (tmp / "other_run" / "last.pt").write_bytes(data)
+    huge = {"d_model": 8192, "d_ff": 65536, "n_encoder_layers": 128, "n_decoder_layers": 128}  # about 1.4 TiB
+    torch.save({**state, "config": {**state["config"], "model": {**state["config"]["model"], **huge}}}, tmp / "huge.pt")
 
 
 class _RunsCode:

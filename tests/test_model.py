@@ -3,15 +3,15 @@ import torch
 
 from pinyin_hanzi.config import ModelConfig
 from pinyin_hanzi.vocab import BOS_ID, PAD_ID
-from pinyin_hanzi.model import InferenceView, Transformer, shift_right, sinusoidal_table
+from pinyin_hanzi.model import InferenceView, Transformer, model_values, shift_right, sinusoidal_table
 
 SOURCE_VOCAB, TARGET_VOCAB = 30, 40
 
 
 def _model(**overrides) -> Transformer:
     torch.manual_seed(0)
-    config = ModelConfig(d_model=32, n_heads=4, n_encoder_layers=2, n_decoder_layers=2, d_ff=64, dropout=0.0,
-                         max_positions=64, **overrides)
+    config = ModelConfig(**{"d_model": 32, "n_heads": 4, "n_encoder_layers": 2, "n_decoder_layers": 2, "d_ff": 64,
+                            "dropout": 0.0, "max_positions": 64, **overrides})
     return Transformer(config, source_vocab_size=SOURCE_VOCAB, target_vocab_size=TARGET_VOCAB).eval()
 
 
@@ -23,6 +23,21 @@ def _ids(batch, length, vocab, seed=1):
 def test_shift_right_puts_bos_first_and_drops_the_last_target():
     target = torch.tensor([[5, 6, 7], [8, 9, PAD_ID]])
     assert shift_right(target).tolist() == [[BOS_ID, 5, 6], [BOS_ID, 8, 9]]
+
+
+@pytest.mark.parametrize("overrides", [{}, {"norm": "post", "tie_output": False}, {"n_encoder_layers": 1, "d_ff": 48, "max_positions": 20}])
+def test_the_memory_check_counts_every_value_the_model_holds(overrides):
+    model = _model(**overrides)  # what the check counts from the config alone, before building
+    held = sum(p.numel() for p in model.parameters()) + sum(b.numel() for b in model.buffers())
+    assert model_values(model.config, source_vocab_size=SOURCE_VOCAB, target_vocab_size=TARGET_VOCAB) == held
+
+
+def test_a_model_larger_than_memory_is_refused_before_it_is_allocated():
+    from pinyin_hanzi.errors import ConfigError
+
+    config = ModelConfig(d_model=8192, n_heads=8, d_ff=65536, n_encoder_layers=128, n_decoder_layers=128)
+    with pytest.raises(ConfigError, match=r"would need 1\.4 TiB of parameters; this machine has "):
+        Transformer(config, source_vocab_size=SOURCE_VOCAB, target_vocab_size=TARGET_VOCAB)
 
 
 def test_sinusoidal_table_values():
