@@ -23,6 +23,7 @@ import torch
 from pinyin_hanzi.char_lm import TABLE_COLUMNS, CharNgramLM, table_columns
 from pinyin_hanzi.config import Config, config_from_dict
 from pinyin_hanzi.errors import CheckpointError, ConfigError
+from pinyin_hanzi.files import file_kind
 from pinyin_hanzi.model import Transformer
 from pinyin_hanzi.syllable_lm import SyllableBigrams, packed_columns as packed_syllable_columns
 from pinyin_hanzi.vocab import BOS_ID, Vocab
@@ -113,14 +114,16 @@ def save_checkpoint(path: str | Path, state: dict) -> None:
 
 
 def check_checkpoint_path(path: str | Path) -> Path:
-    """``path`` as a Path if it names a file; CheckpointError (one line) if it is missing or a directory (which
-    then says which checkpoint files it holds)."""
+    """``path`` as a Path if it names a regular file; CheckpointError (one line) if it is missing, a directory
+    (which then says which checkpoint files it holds) or another kind of file (a device, a FIFO)."""
     path = Path(path)
     if path.is_dir():
         held = " or ".join(str(path / name) for name in ("best.pt", "last.pt", "model.pt") if (path / name).is_file())
         hint = f"name a checkpoint file in it ({held})" if held else "name a checkpoint file"
         raise CheckpointError(f"checkpoint {path} is a directory: {hint}")
     if not path.is_file():
+        if path.exists():  # a device or a FIFO: torch.load would read /dev/zero for ever or wait for a writer
+            raise CheckpointError(f"checkpoint {path} is {file_kind(path.stat().st_mode)}, not a checkpoint file")
         raise CheckpointError(f"checkpoint not found: {path}")
     return path
 

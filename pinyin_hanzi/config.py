@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import os
+import stat
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +20,7 @@ from pathlib import Path
 import yaml
 
 from pinyin_hanzi.errors import ConfigError
+from pinyin_hanzi.files import open_input
 from pinyin_hanzi.sources import SOURCES, WORD_TABLES  # named corpus sources and word tables
 
 
@@ -304,21 +307,41 @@ def _apply(config: Config, section: str, key: str, value, where: str) -> None:
     setattr(target, key, _coerce(value, hints[key], f"{section}.{key}", where))
 
 
+MAX_CONFIG_BYTES = 1 << 20  # a config is a few sections of key: value; far larger is no config
+
+
+def _read_config_text(path: str | Path) -> str:
+    """The text of a config file: a regular file, or a pipe (``--config <(...)``), of at most
+    MAX_CONFIG_BYTES. ConfigError (one line) if it is missing, unreadable, another kind of file (a device,
+    a directory), larger, or not UTF-8."""
+    with open_input(path, "config file", ConfigError, pipes=True,
+                    why=" or a pipe: name a YAML file such as configs/quickstart.yaml") as handle:
+        try:
+            data = handle.read(MAX_CONFIG_BYTES + 1)
+        except OSError as error:
+            raise ConfigError(f"cannot read config file {path}: {error.strerror or error}") from None
+        if not data and stat.S_ISFIFO(os.fstat(handle.fileno()).st_mode):
+            raise ConfigError(f"config file {path} is a named pipe that no process writes to")
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"config file {path} is larger than {MAX_CONFIG_BYTES >> 20} MiB: a config is a few "
+                          f"sections of key: value (see configs/quickstart.yaml)")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"cannot read config file {path}: not UTF-8 (byte {error.start})") from None
+
+
 def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
     """Read a YAML config (or start from the defaults) and apply ``section.key=value`` overrides.
 
-    Raises ConfigError (one line, naming the key and file) for a missing or unparsable file, an unknown
-    section or key, a value of the wrong type, or an invalid value.
+    Raises ConfigError (one line, naming the key and file) for a missing, unreadable, oversized or
+    unparsable file (see :func:`_read_config_text`), an unknown section or key, a value of the wrong type,
+    or an invalid value.
     """
     config = Config()
     where = str(path) if path is not None else "<defaults>"
     if path is not None:
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise ConfigError(f"config file not found: {path}") from None
-        except (OSError, UnicodeDecodeError) as error:
-            raise ConfigError(f"cannot read config file {path}: {error}") from None
+        text = _read_config_text(path)
         try:
             raw = yaml.safe_load(text)
         except yaml.YAMLError as error:

@@ -314,7 +314,7 @@ def read_examples(path: str | Path, trusted: bool = False, skipped: Counter | No
         return [Example(tuple(tokens.split(" ")), hanzi) for tokens, hanzi in rows]
     examples = []
     skipped = Counter() if skipped is None else skipped
-    for line in read_text_lines(Path(path), "file"):
+    for line in read_text_lines(Path(path), "file", pipes=True):  # read once: a pipe will do
         if not line.strip():
             continue
         result = _tsv_example(line)

@@ -1,5 +1,7 @@
 """Output folders: one process at a time (an OS lock), checked writable before long work starts, and an
-OSError on a write told in words.
+OSError on a write told in words. Input files: regular files (or, where a tool can take a stream, pipes),
+read with a bound on their size or on the length of a line, so that no input makes a tool wait forever or
+fill the memory (``/dev/zero``, a FIFO that no process writes to).
 
 The locks are ``flock`` locks on a lock file: the operating system releases them when the process ends,
 however it ends (``kill -9`` included), so a crashed run never leaves a folder locked. The lock file stays
@@ -11,13 +13,15 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import BinaryIO
 
-from pinyin_hanzi.errors import OutputError
+from pinyin_hanzi.errors import OutputError, PinyinHanziError
 
 try:
     import fcntl
@@ -31,6 +35,53 @@ _REASONS = {errno.ENOSPC: "disk full", errno.EDQUOT: "disk quota exceeded", errn
 def os_error_reason(error: OSError) -> str:
     """What an OSError means, in a few words: ``disk full``, ``read-only file system``, ..."""
     return _REASONS.get(error.errno) or (error.strerror or str(error) or type(error).__name__).lower()
+
+
+_FILE_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a named pipe (FIFO)"),
+               (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def file_kind(mode: int) -> str:
+    """What a file of ``st_mode`` ``mode`` is, in words: ``a regular file``, ``a character device``, ..."""
+    return next((kind for test, kind in _FILE_KINDS if test(mode)), "a regular file" if stat.S_ISREG(mode)
+                else "not a regular file")
+
+
+def open_input(path: str | os.PathLike, what: str, error: type[PinyinHanziError], *, pipes: bool = False,
+               why: str = "") -> BinaryIO:
+    """``path`` opened for reading, in binary. ``error`` (one line naming ``what``, "corpus file") if it is
+    missing, unreadable, a directory, or anything but a regular file; with ``pipes``, a named pipe is taken
+    too (``--config <(...)``, read as it is written), and one that no process writes to reads as empty
+    instead of waiting forever. ``why`` ends the message for other kinds of file (why a file is needed)."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise error(f"{what} not found: {path}") from None
+    except OSError as problem:
+        raise error(f"cannot read {what} {path}: {os_error_reason(problem)}") from None
+    if stat.S_ISDIR(mode):
+        raise error(f"cannot read {what} {path}: it is a directory")
+    fifo = pipes and stat.S_ISFIFO(mode)
+    if not (stat.S_ISREG(mode) or fifo):
+        raise error(f"{what} {path} is {file_kind(mode)}, not a regular file{why}")
+    try:  # a FIFO opened without O_NONBLOCK would wait for a writer, for ever if none comes
+        descriptor = os.open(path, os.O_RDONLY | (os.O_NONBLOCK if fifo else 0))
+    except OSError as problem:
+        raise error(f"cannot read {what} {path}: {os_error_reason(problem)}") from None
+    if fifo:  # then wait for the writer's data as a pipe does (with no writer at all: end of file)
+        os.set_blocking(descriptor, True)
+    return os.fdopen(descriptor, "rb")
+
+
+def bounded_lines(handle: BinaryIO, limit: int, too_long: Callable[[int], PinyinHanziError]) -> Iterator[bytes]:
+    """The lines of ``handle`` (each with its ``\n``), read one at a time; ``too_long(line number)`` is raised
+    for a line of more than ``limit`` bytes, before more of it is read (``/dev/zero`` has no line end)."""
+    number = 0
+    while line := handle.readline(limit + 1):
+        number += 1
+        if len(line) > limit and not line.endswith(b"\n"):
+            raise too_long(number)
+        yield line
 
 
 def check_writable(directory: str | Path, what: str) -> None:

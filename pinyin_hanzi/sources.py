@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Callable
 
 from pinyin_hanzi.errors import DataError
+from pinyin_hanzi.files import bounded_lines, open_input
 
 
 @dataclass(frozen=True)
@@ -148,17 +149,32 @@ def unpack(package_name: str, raw_dir: str | Path, wanted) -> list[Path]:
     return paths
 
 
-def read_text_lines(path: Path, what: str = "corpus file") -> list[str]:
-    """Lines of a UTF-8 text file (a byte-order mark is dropped). Raises DataError naming ``what`` and the
-    path if it is missing, unreadable or not UTF-8."""
-    try:
-        return path.read_text(encoding="utf-8-sig").splitlines()
-    except FileNotFoundError:
-        raise DataError(f"{what} not found: {path}") from None
-    except UnicodeDecodeError as error:
-        raise DataError(f"{what} {path} is not UTF-8 (byte {error.start}): convert it to UTF-8") from None
-    except OSError as error:
-        raise DataError(f"cannot read {what} {path}: {error.strerror}") from None
+MAX_LINE_BYTES = 1 << 20  # a text line is a sentence or a paragraph; a longer one is no text to learn from
+
+
+def read_text_lines(path: Path, what: str = "corpus file", *, pipes: bool = False) -> list[str]:
+    """Lines of a UTF-8 text file (a byte-order mark is dropped), ended as ``str.splitlines`` ends them, read
+    line by line. Raises DataError naming ``what`` and the path if it is missing, unreadable, not UTF-8,
+    has a line longer than MAX_LINE_BYTES, or is not a regular file (a device, a directory; a named pipe
+    too unless ``pipes``: a corpus is read and hashed more than once, so it must be a file)."""
+    def too_long(number: int) -> DataError:
+        return DataError(f"{what} {path}: line {number} is longer than {MAX_LINE_BYTES >> 20} MiB: a line should "
+                         f"be a sentence or a paragraph (is it a text file?)")
+
+    why = "" if pipes else ": training reads a corpus more than once, so name a .txt or .tsv file"
+    lines, offset = [], 0
+    with open_input(path, what, DataError, pipes=pipes, why=why) as handle:
+        try:
+            for number, raw in enumerate(bounded_lines(handle, MAX_LINE_BYTES, too_long), 1):
+                try:
+                    lines += raw.decode("utf-8-sig" if number == 1 else "utf-8").splitlines()
+                except UnicodeDecodeError as error:
+                    raise DataError(f"{what} {path} is not UTF-8 (byte {offset + error.start}): convert it "
+                                    f"to UTF-8") from None
+                offset += len(raw)
+        except OSError as error:  # an I/O error in the middle of the file
+            raise DataError(f"cannot read {what} {path}: {error.strerror}") from None
+    return lines
 
 
 def _book_splits(names: list[str]) -> dict[str, str]:

@@ -389,6 +389,8 @@ def _owned(run: Run, *, resume: bool, overwrite: bool):
         if not resume and not overwrite and (run.last_path.exists() or run.best_path.exists()):
             raise TrainingError(f"{run.checkpoint_dir} already holds a run named {t.name!r}: continue it with "
                                 f"--resume, name a new one with train.name=..., or replace it with --overwrite")
+        if run.init_from:  # before the data: a missing file or a device is said at once
+            checkpoint.check_checkpoint_path(run.init_from)
         if resume:  # before the data: say it at once
             # last.pt, or best.pt alone when a kill at the first evaluation came between the two writes
             run.kept_path = next((path for path in (run.last_path, run.best_path) if path.is_file()), None)

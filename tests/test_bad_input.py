@@ -255,6 +255,12 @@ CASES = [
          error=("--threads must be between 1 and",)),
     Case("train: override without section.key=", "train.py", ("--config", "{config}", "lr=1"), status=2,
          error=("override 'lr=1': expected section.key=value",)),
+    Case("train: config that is a device", "train.py", ("--config", "/dev/zero"), status=2,
+         error=("config file /dev/zero is a character device, not a regular file or a pipe",)),
+    Case("train: config that is a named pipe no process writes to", "train.py", ("--config", "{tmp}/fifo.yaml"),
+         status=2, error=("fifo.yaml is a named pipe that no process writes to",)),
+    Case("train: config larger than 1 MiB", "train.py", ("--config", "{tmp}/large.yaml"),
+         files={"large.yaml": b"# a comment\n" * 100_000}, status=2, error=("large.yaml is larger than 1 MiB",)),
     Case("train: a model larger than memory", "train.py",
          ("--config", "{config}", "model.d_model=8192", "model.d_ff=65536", "model.n_encoder_layers=128",
           "model.n_decoder_layers=128", "train.name=huge_model"), status=2,
@@ -265,6 +271,23 @@ CASES = [
     Case("train: missing corpus file", "train.py",
          ("--config", "{config}", "data.corpus={tmp}/none.txt", "train.name=no_corpus"),
          status=2, error=("corpus file not found:",)),
+    Case("train: corpus that is a device", "train.py",
+         ("--config", "{config}", "data.corpus={tmp}/zero.txt", "train.name=device_corpus"), status=2,
+         error=("corpus file ", "zero.txt is a character device, not a regular file: training reads a corpus more "
+                "than once",)),
+    Case("train: corpus that is a named pipe", "train.py",
+         ("--config", "{config}", "data.corpus={tmp}/fifo.txt", "train.name=fifo_corpus"), status=2,
+         error=("fifo.txt is a named pipe (FIFO), not a regular file",)),
+    Case("train: corpus that is a directory", "train.py",
+         ("--config", "{config}", "data.corpus={tmp}/folder.txt", "train.name=folder_corpus"), status=2,
+         error=("cannot read corpus file ", "folder.txt: it is a directory",)),
+    Case("train: corpus with a line longer than 1 MiB", "train.py",
+         ("--config", "{config}", "data.corpus={tmp}/one_line.txt", "train.name=long_line_corpus"),
+         files={"one_line.txt": "你好".encode() * 200_000}, status=2,
+         error=("one_line.txt: line 1 is longer than 1 MiB",)),
+    Case("train: --init-from a device", "train.py",
+         ("--config", "{config}", "--init-from", "/dev/zero", "train.name=device_init"), status=2,
+         error=("checkpoint /dev/zero is a character device, not a checkpoint file",)),
     Case("train: --init-from a checkpoint whose config asks for a model larger than memory", "train.py",
          ("--config", "{config}", "--init-from", "{tmp}/huge.pt", "train.name=huge_init",
           "data.prepared_dir={tmp}/prepared_huge_init"), status=2,
@@ -341,6 +364,14 @@ def _write_checkpoints(tmp: Path, best: Path) -> None:
     torch.save({**state, "config": {**state["config"], "model": {**state["config"]["model"], **huge}}}, tmp / "huge.pt")
 
 
+def _write_special_files(tmp: Path) -> None:
+    """Inputs that are no regular files: a device behind a .txt name, named pipes nothing writes to, a folder."""
+    (tmp / "zero.txt").symlink_to("/dev/zero")
+    os.mkfifo(tmp / "fifo.txt")
+    os.mkfifo(tmp / "fifo.yaml")
+    (tmp / "folder.txt").mkdir()
+
+
 class _RunsCode:
     """Unpickling this object would create a file: loading must refuse it without running it."""
 
@@ -371,6 +402,7 @@ def results(trained, tiny_corpus, tmp_path_factory) -> dict[str, tuple[int, str,
     _, _, best = trained
     tmp = tmp_path_factory.mktemp("bad_input")
     _write_checkpoints(tmp, best)
+    _write_special_files(tmp)
     config = write_config(tmp / "tiny.yaml", tiny_config_dict(tmp, tiny_corpus))
     for case in CASES:
         for name, content in case.files.items():
