@@ -588,12 +588,32 @@ class Logs:
     def __init__(self, run: Run, writer: SummaryWriter | None, train_log: TextIO | None):
         self.run, self.writer, self.train_log = run, writer, train_log
         self.progress: tqdm | None = None
+        self.first_step = 0  # the step this process's bar started at (a resumed run's checkpoint step)
         self.window_tokens, self.window_start = 0, time.time()  # tokens/s since the last log_every step
 
     def start_progress(self) -> None:
+        """The bar on stderr, on rank 0, and only when stderr is a terminal: in a log file its redraws would
+        bury the messages."""
         t = self.run.config.train
+        self.first_step = self.run.step
         self.progress = tqdm(total=t.max_steps, initial=self.run.step, desc=t.name, unit="step", dynamic_ncols=True,
-                             file=sys.stderr, mininterval=1.0, disable=not self.run.process.is_main)
+                             file=sys.stderr, mininterval=1.0,
+                             disable=not (self.run.process.is_main and sys.stderr.isatty()))
+
+    def aim_at_the_last_step(self) -> None:
+        """With train.max_minutes, the bar's total is the step the run will stop at: train.max_steps, or the
+        step that the time cap reaches first at the pace so far (evaluations included), so that the bar's
+        ETA is the time left, not that of steps the run will never take."""
+        t, run = self.run.config.train, self.run
+        spent, done = time.time() - run.started, run.step - self.first_step
+        if t.max_minutes <= 0 or self.progress.disable or done < 1 or spent <= 0:
+            return
+        reachable = run.step + int(done / spent * max(t.max_minutes * 60 - spent, 0.0))
+        last_step = min(t.max_steps, max(reachable, run.step))
+        if last_step != self.progress.total:
+            self.progress.total = last_step
+            capped = f"{t.name} (stops at max_minutes={t.max_minutes:g})" if last_step < t.max_steps else t.name
+            self.progress.set_description(capped, refresh=False)
 
     def say(self, message: str) -> None:
         """A message for the user (run.log: stderr, like every message; stdout holds only the result), printed
@@ -609,6 +629,7 @@ class Logs:
         """A step's record: every step in train_log.jsonl, every log_every steps in TensorBoard."""
         step = self.run.step
         self.window_tokens += tokens
+        self.aim_at_the_last_step()
         self.progress.update(1)
         if self.train_log is not None:
             self.train_log.write(json.dumps({"step": step, "loss": loss, "lr": lr, "grad_norm": grad_norm,

@@ -1,9 +1,17 @@
-"""End-to-end: the real train.py and export tool where work could be lost: overrides anywhere on the command
-line, exports that would replace a training checkpoint (issue #37)."""
+"""End-to-end: the real train.py and export tool where work could be lost (issue #37): overrides anywhere on
+the command line, exports that would replace a training checkpoint, and an honest ETA under a time cap."""
 
 import atexit
+import contextlib
+import fcntl
 import os
+import pty
+import re
+import struct
+import subprocess
+import sys
 import tempfile
+import termios
 from pathlib import Path
 
 import forkrun
@@ -72,3 +80,29 @@ def test_export_never_replaces_its_source_or_another_training_checkpoint(tmp_pat
         result = run(export, source, exported)
         assert result.returncode == 0, result.stderr
     assert "optimizer" not in torch.load(exported, weights_only=True)
+
+
+# ---- the progress bar: an honest ETA when train.max_minutes ends the run first
+
+
+def test_the_progress_bar_counts_to_the_step_the_time_cap_reaches(tmp_path, tiny_corpus):
+    config = write_config(tmp_path / "c.yaml", tiny_config_dict(tmp_path, tiny_corpus, max_steps=100_000, eval_every=100_000,
+                                                                batch_tokens=64, attention_sentences=0))
+    controller, terminal = pty.openpty()
+    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 160, 0, 0))  # a terminal 160 columns wide
+    process = subprocess.Popen([sys.executable, str(ROOT / "train.py"), "--config", str(config),
+                                "train.max_minutes=0.1"], stdout=subprocess.DEVNULL, stderr=terminal, env=ENV)
+    os.close(terminal)
+    written = b""
+    with contextlib.suppress(OSError):  # EIO once the process has closed the terminal
+        while chunk := os.read(controller, 65536):
+            written += chunk
+    os.close(controller)
+    assert process.wait(timeout=120) == 0
+    states = re.findall(r"(\d+)/(\d+) \[(\d+):(\d+)<(\d+):(\d+), +[\d.]+step/s",
+                        written.decode("utf-8", errors="replace"))
+    assert len(states) >= 3, written[-2000:]
+    for done, total, *clock in states:  # total: the step 6 seconds reach, not train.max_steps; ETA: seconds left
+        remaining = int(clock[2]) * 60 + int(clock[3])
+        assert int(done) <= int(total) < 100_000 and remaining <= 10, states
+    assert "stops at max_minutes=0.1" in written.decode("utf-8", errors="replace")
