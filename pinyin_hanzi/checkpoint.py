@@ -85,10 +85,11 @@ def save_checkpoint(path: str | Path, state: dict) -> None:
     """Atomically write ``state`` (plain containers and tensors) to ``path``, with the format version: a
     process killed at any moment leaves either the previous file or the new one, never a mix.
 
-    A write that fails (OSError: disk full, read-only) or is interrupted (Ctrl-C) removes its temporary
-    file and leaves the previous ``path`` as it was. CheckpointError (one line) if ``path`` is a directory
-    or cannot be written (a read-only place, a full disk, a parent that is a file); for a failed write its
-    ``__cause__`` is the OSError, so that training can say what it kept."""
+    A write that fails (OSError: disk full, read-only; torch's writer reports one as a RuntimeError of its
+    own) or is interrupted (Ctrl-C) removes its temporary file and leaves the previous ``path`` as it was.
+    CheckpointError (one line) if ``path`` is a directory or cannot be written (a read-only place, a full
+    disk, a parent that is a file); for a failed write its ``__cause__`` is the OSError, so that training
+    can say what it kept."""
     path = Path(path)
     if path.is_dir():
         raise CheckpointError(f"cannot write checkpoint {path}: it is a directory (name a file in it, e.g. "
@@ -97,20 +98,48 @@ def save_checkpoint(path: str | Path, state: dict) -> None:
     if blocking is not None:
         raise CheckpointError(f"cannot write checkpoint {path}: {blocking} is a file, not a folder")
     temporary = path.with_name(path.name + TEMPORARY_SUFFIX)
+    writer = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)  # a missing folder is made, as training makes its own
         with open(temporary, "wb") as handle:
-            torch.save({FORMAT_VERSION_KEY: FORMAT_VERSION, **state}, handle)
+            writer = _RecordingWriter(handle)
+            torch.save({FORMAT_VERSION_KEY: FORMAT_VERSION, **state}, writer)
             handle.flush()
             os.fsync(handle.fileno())  # the bytes are on disk before the rename makes them the checkpoint
         os.replace(temporary, path)
-    except BaseException as error:  # interrupted or failed: no temporary file stays behind
+    except BaseException as raised:  # interrupted or failed: no temporary file stays behind
         with contextlib.suppress(OSError):  # a read-only disk may refuse this too: the first error counts
             temporary.unlink(missing_ok=True)
-        if not isinstance(error, OSError):
+        # torch's writer reports a failed write (a full disk) as a RuntimeError of its own ("unexpected
+        # pos"): the OSError behind it is the one the file raised
+        error = raised if isinstance(raised, OSError) else None
+        if isinstance(raised, Exception) and writer is not None:  # (not Ctrl-C)
+            error = error or writer.error
+        if error is None:
             raise
         where = f" ({error.filename})" if error.filename not in (None, str(path), str(temporary)) else ""
         raise CheckpointError(f"cannot write checkpoint {path}: {error.strerror or error}{where}") from error
+
+
+class _RecordingWriter:
+    """A binary file for torch.save that remembers the OSError its writes raised."""
+
+    def __init__(self, handle):
+        self.handle, self.error = handle, None
+
+    def write(self, data) -> int:
+        try:
+            return self.handle.write(data)
+        except OSError as error:
+            self.error = self.error or error
+            raise
+
+    def flush(self) -> None:
+        try:
+            self.handle.flush()
+        except OSError as error:
+            self.error = self.error or error
+            raise
 
 
 def check_checkpoint_path(path: str | Path) -> Path:

@@ -31,6 +31,7 @@ import math
 import random
 import shlex
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -302,7 +303,7 @@ def train(config: Config, *, resume: bool = False, init_from: str | None = None,
         run = _setup_run(config, process, init_from=init_from, command=command,
                          log=log if process.is_main else lambda message: None)
         try:
-            with _owned(run, resume=resume, overwrite=overwrite):
+            with _owned(run, resume=resume, overwrite=overwrite), _thread_write_errors_raised_later():
                 return _train(run, resume=resume)
         except KeyboardInterrupt:
             raise Interrupted(f"interrupted at step {run.step}: {run.kept()}; {run.next_step()}") from None
@@ -310,6 +311,25 @@ def train(config: Config, *, resume: bool = False, init_from: str | None = None,
             raise run.write_failed(error, error.filename or run.run_dir) from None
     finally:
         distributed.stop()
+
+
+@contextlib.contextmanager
+def _thread_write_errors_raised_later():
+    """TensorBoard writes its events in a thread of its own. An OSError there (a full disk) would print
+    that thread's traceback; TensorBoard raises the same error again in the training thread at its next
+    write or at close, which reports it in one line (see :func:`train`), so the thread's report is left
+    out while training runs."""
+    previous = threading.excepthook
+
+    def report(arguments) -> None:
+        if not issubclass(arguments.exc_type, OSError):
+            previous(arguments)
+
+    threading.excepthook = report
+    try:
+        yield
+    finally:
+        threading.excepthook = previous
 
 
 def _train(run: Run, *, resume: bool) -> Path:

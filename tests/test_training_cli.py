@@ -1,5 +1,6 @@
 """End-to-end: the real train.py and export tool where work could be lost (issue #37): overrides anywhere on
-the command line, exports that would replace a training checkpoint, and an honest ETA under a time cap."""
+the command line, exports that would replace a training checkpoint, a full disk at a save, and an honest
+ETA under a time cap."""
 
 import atexit
 import contextlib
@@ -15,8 +16,11 @@ import termios
 from pathlib import Path
 
 import forkrun
+import pytest
 import torch
 from conftest import ROOT, tiny_config_dict, write_config
+
+from pinyin_hanzi.checkpoint import load_checkpoint
 
 ENV = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
 _server = None
@@ -80,6 +84,55 @@ def test_export_never_replaces_its_source_or_another_training_checkpoint(tmp_pat
         result = run(export, source, exported)
         assert result.returncode == 0, result.stderr
     assert "optimizer" not in torch.load(exported, weights_only=True)
+
+
+# ---- a full disk at the first save and at a later one
+
+
+def _mount_tmpfs(folder: Path, size: int) -> None:
+    """A tmpfs of ``size`` bytes at ``folder`` (root only; the test is skipped where mounting is not allowed)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    result = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size // 4096 * 4}k", "tmpfs", str(folder)],
+                            capture_output=True)
+    if result.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {result.stderr.decode(errors='replace').strip()}")
+
+
+def test_a_full_disk_at_any_save_is_one_line_and_keeps_the_previous_checkpoint(tmp_path, tiny_corpus, trained):
+    _, _, best = trained
+    size = best.stat().st_size  # a checkpoint of this config, give or take a few bytes of state
+    config = write_config(tmp_path / "c.yaml", tiny_config_dict(tmp_path, tiny_corpus, max_steps=4, eval_every=2,
+                                                                attention_sentences=0))
+    first, later, logs = tmp_path / "first", tmp_path / "later", tmp_path / "logs"
+    _mount_tmpfs(first, size // 2)  # the first checkpoint does not fit: torch's writer fails in the middle
+    try:
+        result = run(ROOT / "train.py", "--config", config, f"train.checkpoint_dir={first}")
+        assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+        assert result.stderr.strip().splitlines()[-1] == (
+            f"error: disk full while saving {first / 'tiny' / 'best.pt'}: no checkpoint was written yet; free "
+            f"space, then start again with: python train.py --config {config} train.checkpoint_dir={first}")
+        assert sorted(path.name for path in (first / "tiny").iterdir()) == [".lock"]  # no temporary file
+    finally:
+        subprocess.run(["umount", str(first)], check=False)
+    _mount_tmpfs(later, size * 5 // 2)  # best.pt and last.pt of step 2 fit, a third file does not
+    try:
+        result = run(ROOT / "train.py", "--config", config, f"train.checkpoint_dir={later}", "train.name=later")
+        assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+        folder = later / "later"
+        assert re.fullmatch(rf"error: disk full while saving {folder}/(best|last)\.pt: kept {folder / 'last.pt'} "
+                            rf"\(step 2\); free space, then continue with: python train.py --config .* --resume",
+                            result.stderr.strip().splitlines()[-1]), result.stderr
+        assert sorted(path.name for path in folder.iterdir()) == [".lock", "best.pt", "last.pt"]
+        assert load_checkpoint(folder / "last.pt")["step"] == 2  # intact and loadable
+    finally:
+        subprocess.run(["umount", str(later)], check=False)
+    _mount_tmpfs(logs, 64 * 1024)  # TensorBoard's own thread meets the full disk
+    try:
+        result = run(ROOT / "train.py", "--config", config, f"train.runs_dir={logs}", "train.name=logs")
+        assert result.returncode == 2 and "Traceback" not in result.stderr and "Exception" not in result.stderr
+        assert result.stderr.strip().splitlines()[-1].startswith(f"error: disk full while saving {logs}")
+    finally:
+        subprocess.run(["umount", str(logs)], check=False)
 
 
 # ---- the progress bar: an honest ETA when train.max_minutes ends the run first
