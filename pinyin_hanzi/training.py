@@ -30,6 +30,7 @@ import json
 import math
 import random
 import shlex
+import shutil
 import sys
 import threading
 import time
@@ -195,6 +196,7 @@ class Run:
     data_fingerprint: str | None = None  # corpus.data_fingerprint of the prepared data this run reads
     elapsed_before: float = 0.0  # seconds trained before this process started (by the run it resumes)
     started: float = 0.0  # time.time() at this process's first step
+    set_aside: bool = False  # --overwrite moved the old run's files aside; they go once this run has a checkpoint
 
     @property
     def last_path(self) -> Path:
@@ -391,7 +393,11 @@ def _owned(run: Run, *, resume: bool, overwrite: bool):
     """Hold the run for the block: its output folders are checked writable (so that a read-only or missing
     disk is found now, not at the first checkpoint) and locked, so that no other process trains the same
     run meanwhile (OutputError names the one that does). Then TrainingError if a new run would replace
-    another's checkpoints; CheckpointError if there is nothing to resume. Rank 0 alone writes, and locks."""
+    another's checkpoints; CheckpointError if there is nothing to resume. Rank 0 alone writes, and locks.
+
+    ``overwrite`` moves the old run's files aside (:func:`_set_aside`) rather than deleting them: they are
+    deleted once the new run has written its first checkpoint, and put back if the block ends before that
+    (a typo in the corpus path, an unusable --init-from, Ctrl-C, a signal)."""
     t = run.config.train
     with contextlib.ExitStack() as held:
         if run.process.is_main:
@@ -403,9 +409,7 @@ def _owned(run: Run, *, resume: bool, overwrite: bool):
                                                                              f"process (pid {pid})"))
             for leftover in run.checkpoint_dir.glob(f"*.pt{checkpoint.TEMPORARY_SUFFIX}"):
                 leftover.unlink()  # a save that was killed (kill -9: nothing could clean up then)
-        if overwrite and run.process.is_main:  # the old run goes now: none of it may pass for this one's
-            run.last_path.unlink(missing_ok=True)
-            run.best_path.unlink(missing_ok=True)
+            _settle_set_aside(run)  # of an --overwrite that was killed
         if not resume and not overwrite and (run.last_path.exists() or run.best_path.exists()):
             raise TrainingError(f"{run.checkpoint_dir} already holds a run named {t.name!r}: continue it with "
                                 f"--resume, name a new one with train.name=..., or replace it with --overwrite")
@@ -417,7 +421,66 @@ def _owned(run: Run, *, resume: bool, overwrite: bool):
             if run.kept_path is None:
                 raise CheckpointError(f"checkpoint not found: {run.last_path} (nothing to resume: start without "
                                       f"--resume)")
-        yield
+        try:
+            if overwrite and run.process.is_main:
+                _set_aside(run)
+            yield
+        finally:
+            if run.set_aside:  # the new run wrote no checkpoint: the old one stays what there is
+                _put_back(run)
+
+
+# --overwrite keeps the old run's files here (in checkpoints/NAME/ and runs/NAME/) until the new run has
+# written its first checkpoint.
+SET_ASIDE = ".overwritten"
+
+
+def _run_files(run: Run) -> list[Path]:
+    """The files of a run, as they are now: its checkpoints, logs, resolved config and TensorBoard events."""
+    logs = [run.run_dir / name for name in ("train_log.jsonl", "eval_log.jsonl", "config.yaml")]
+    files = [run.best_path, run.last_path, *logs, *run.run_dir.glob("events.out.tfevents.*")]
+    return [path for path in files if path.is_file()]
+
+
+def _set_aside(run: Run) -> None:
+    """--overwrite: move the old run's files into SET_ASIDE folders; run.set_aside says they are there."""
+    run.set_aside = True  # first: a signal or Ctrl-C in the middle puts back what was moved
+    for path in _run_files(run):
+        (path.parent / SET_ASIDE).mkdir(exist_ok=True)
+        path.replace(path.parent / SET_ASIDE / path.name)
+
+
+def _put_back(run: Run) -> None:
+    """Undo :func:`_set_aside`: the new run's files go (it has no checkpoint, only logs), the old run's
+    files return."""
+    for path in _run_files(run):
+        path.unlink()
+    for folder in (run.checkpoint_dir, run.run_dir):
+        if (folder / SET_ASIDE).is_dir():
+            for path in (folder / SET_ASIDE).iterdir():
+                path.replace(folder / path.name)
+            (folder / SET_ASIDE).rmdir()
+    run.set_aside = False
+
+
+def _drop_set_aside(run: Run) -> None:
+    """The new run has a checkpoint: the old run's files are deleted now."""
+    for folder in (run.checkpoint_dir, run.run_dir):
+        shutil.rmtree(folder / SET_ASIDE, ignore_errors=True)
+    run.set_aside = False
+
+
+def _settle_set_aside(run: Run) -> None:
+    """What an --overwrite killed (kill -9) left set aside: deleted if its new run had written a checkpoint,
+    else put back, with a note."""
+    if not any((folder / SET_ASIDE).is_dir() for folder in (run.checkpoint_dir, run.run_dir)):
+        return
+    if run.last_path.exists() or run.best_path.exists():
+        _drop_set_aside(run)
+    else:
+        _put_back(run)
+        run.log(f"note: put back the run in {run.checkpoint_dir} that a killed --overwrite had set aside before "
+                f"its first checkpoint")
 
 
 def _setup_data(run: Run) -> Splits:
@@ -832,3 +895,5 @@ def save_checkpoint(run: Run, parts: Parts, accuracy: float, elapsed: float, *, 
             raise run.write_failed(error.__cause__, path) from None
         if path == run.last_path or not run.last_path.exists():  # what --resume would continue from
             run.kept_path, run.kept_step = path, run.step
+    if run.set_aside:  # this run now has a checkpoint of its own: the one it overwrites goes
+        _drop_set_aside(run)

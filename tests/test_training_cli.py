@@ -1,18 +1,21 @@
 """End-to-end: the real train.py and export tool where work could be lost (issue #37): overrides anywhere on
-the command line, exports that would replace a training checkpoint, a full disk at a save, and an honest
-ETA under a time cap."""
+the command line, exports that would replace a training checkpoint, --overwrite before the new run's first
+checkpoint, a full disk at a save, and an honest ETA under a time cap."""
 
 import atexit
 import contextlib
 import fcntl
+import json
 import os
 import pty
 import re
+import signal
 import struct
 import subprocess
 import sys
 import tempfile
 import termios
+import time
 from pathlib import Path
 
 import forkrun
@@ -86,6 +89,108 @@ def test_export_never_replaces_its_source_or_another_training_checkpoint(tmp_pat
     assert "optimizer" not in torch.load(exported, weights_only=True)
 
 
+# ---- helpers for runs that Ctrl-C or a kill meets
+
+
+def _train_log(run_dir: Path) -> list[dict]:
+    path = run_dir / "train_log.jsonl"
+    records = []
+    for line in path.read_text(encoding="utf-8").splitlines() if path.exists() else []:
+        try:
+            records.append(json.loads(line))
+        except ValueError:  # a line being written right now
+            break
+    return records
+
+
+def _wait_for_step(process, run_dir: Path, step: int, timeout: float = 120) -> None:
+    """Until ``process`` has logged a training step >= ``step`` in ``run_dir``; fails if it ends first."""
+    deadline = time.time() + timeout
+    while time.time() < deadline and process.poll() is None:
+        logged = _train_log(run_dir)
+        if logged and logged[-1]["step"] >= step:
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"no step {step} logged in {run_dir} (process status {process.poll()})")
+
+
+def _start_training(config: Path, *overrides: str, sigint: bool = False) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, str(ROOT / "train.py"), "--config", str(config), *overrides],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
+                            # A suite started in the background (`pytest &`) ignores SIGINT, and children
+                            # inherit that: Python then installs no KeyboardInterrupt handler.
+                            preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)) if sigint else None)
+
+
+def _stop(process: subprocess.Popen, number: int) -> tuple[str, str]:
+    try:
+        process.send_signal(number)
+        return process.communicate(timeout=120)
+    finally:
+        process.kill()
+
+
+LONG_RUN = {"max_steps": 100_000, "eval_every": 100_000, "batch_tokens": 64, "attention_sentences": 0}
+
+
+# ---- --overwrite: the old run goes only once the new one has a checkpoint
+
+
+def _old_run(tmp_path: Path, best: Path) -> dict[Path, bytes]:
+    """An earlier run's checkpoints and logs in tmp_path (its checkpoint is the trained fixture's)."""
+    files = {tmp_path / "checkpoints" / "tiny" / "best.pt": best.read_bytes(),
+             tmp_path / "checkpoints" / "tiny" / "last.pt": best.read_bytes(),
+             tmp_path / "runs" / "tiny" / "train_log.jsonl": b'{"step": 0, "loss": 1.0}\n',
+             tmp_path / "runs" / "tiny" / "events.out.tfevents.0.old-host": b"old curves"}
+    for path, content in files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(content)
+    return files
+
+
+def _assert_intact(files: dict[Path, bytes]) -> None:
+    for path, content in files.items():
+        assert path.read_bytes() == content, path
+    for folder in {path.parent for path in files}:  # nothing of the new run beside them, nothing set aside
+        assert sorted(path.name for path in folder.iterdir()) == sorted([".lock", *(p.name for p in files
+                                                                                   if p.parent == folder)])
+
+
+def test_overwrite_keeps_the_old_run_until_the_new_one_has_a_checkpoint(tmp_path, tiny_corpus, trained):
+    _, _, best = trained
+    config = write_config(tmp_path / "c.yaml", tiny_config_dict(tmp_path, tiny_corpus, **LONG_RUN))
+    old = _old_run(tmp_path, best)
+    _one_line_error(run(ROOT / "train.py", "--config", config, "--overwrite", f"data.corpus={tmp_path}/typo.txt"),
+                    "corpus file not found")
+    _assert_intact(old)
+    _one_line_error(run(ROOT / "train.py", "--config", config, "--overwrite", "--init-from", best, "model.d_ff=256"),
+                    "cannot start from", "model.d_ff is 256 now but 128")
+    _assert_intact(old)
+
+    process = _start_training(config, "--overwrite", sigint=True)  # Ctrl-C before the new run's first checkpoint
+    _wait_for_step(process, tmp_path / "runs" / "tiny", 2)
+    _, stderr = _stop(process, signal.SIGINT)
+    assert process.returncode == 130 and "Traceback" not in stderr, stderr
+    assert re.fullmatch(rf"interrupted at step \d+: no checkpoint was written yet; start again with: python "
+                        rf"train.py --config {re.escape(str(config))} --overwrite", stderr.strip().splitlines()[-1])
+    _assert_intact(old)
+
+    process = _start_training(config, "--overwrite")  # kill -9 before it: the next start puts the old run back
+    _wait_for_step(process, tmp_path / "runs" / "tiny", 2)
+    _stop(process, signal.SIGKILL)
+    again = run(ROOT / "train.py", "--config", config)
+    assert again.returncode == 2 and "put back the run in " in again.stderr, again.stderr
+    assert again.stderr.strip().splitlines()[-1].endswith("or replace it with --overwrite")
+    _assert_intact(old)
+
+    replaced = run(ROOT / "train.py", "--config", config, "--overwrite", "train.max_steps=2", "train.eval_every=2")
+    assert replaced.returncode == 0, replaced.stderr
+    assert torch.load(tmp_path / "checkpoints" / "tiny" / "last.pt", weights_only=True)["step"] == 2
+    assert [record["step"] for record in _train_log(tmp_path / "runs" / "tiny")] == [1, 2]
+    assert not (tmp_path / "runs" / "tiny" / "events.out.tfevents.0.old-host").exists()
+    assert not list(tmp_path.glob("*/tiny/.overwritten"))
+
+
 # ---- a full disk at the first save and at a later one
 
 
@@ -139,8 +244,7 @@ def test_a_full_disk_at_any_save_is_one_line_and_keeps_the_previous_checkpoint(t
 
 
 def test_the_progress_bar_counts_to_the_step_the_time_cap_reaches(tmp_path, tiny_corpus):
-    config = write_config(tmp_path / "c.yaml", tiny_config_dict(tmp_path, tiny_corpus, max_steps=100_000, eval_every=100_000,
-                                                                batch_tokens=64, attention_sentences=0))
+    config = write_config(tmp_path / "c.yaml", tiny_config_dict(tmp_path, tiny_corpus, **LONG_RUN))
     controller, terminal = pty.openpty()
     fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 160, 0, 0))  # a terminal 160 columns wide
     process = subprocess.Popen([sys.executable, str(ROOT / "train.py"), "--config", str(config),
