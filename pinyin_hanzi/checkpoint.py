@@ -42,7 +42,8 @@ STEP_KEY = "step"  # int: optimizer steps taken
 SYLLABLE_LM_KEY = "syllable_lm"  # SyllableBigrams.state_dict(), the prior of readings
 CHAR_LM_KEY = "char_lm"  # CharNgramLM.state_dict(); only when the run counted one (decode.lm_weight > 0)
 WORD_LM_KEY = "word_lm"  # WordLexiconLM.state_dict(); only when the run counted one (decode.word_weight > 0)
-VALID_ACCURACY_KEY = "valid_char_accuracy"  # float: this checkpoint's validation character accuracy
+VALID_ACCURACY_KEY = "valid_char_accuracy"  # float: this checkpoint's validation character accuracy (none if saved
+# without an evaluation: training stopped by a signal)
 ELAPSED_KEY = "elapsed_seconds"  # float: training wall time up to this checkpoint, resumed runs included
 # What only --resume needs:
 OPTIMIZER_KEY = "optimizer"  # AdamW state_dict
@@ -61,16 +62,18 @@ EXPORTED_KEYS = (CONFIG_KEY, PINYIN_VOCAB_KEY, HANZI_VOCAB_KEY, STEP_KEY, SYLLAB
 
 def training_checkpoint(*, config: dict, pinyin_vocab: list[str], hanzi_vocab: list[str], model: dict,
                         optimizer: dict, scheduler: dict, step: int, best_accuracy: float,
-                        valid_char_accuracy: float, batches: dict, rng: dict, syllable_lm: dict,
+                        valid_char_accuracy: float | None, batches: dict, rng: dict, syllable_lm: dict,
                         char_lm: dict | None, elapsed_seconds: float, word_lm: dict | None = None,
                         data_fingerprint: str | None = None) -> dict:
     """The state training writes to ``last.pt`` and ``best.pt``, from plain values and state dicts (see the
-    ``*_KEY`` constants for what each one is); ``char_lm``, ``word_lm`` or ``data_fingerprint`` None leaves
-    its entry out."""
+    ``*_KEY`` constants for what each one is); ``valid_char_accuracy`` (None for a checkpoint saved without
+    an evaluation, when a signal stops training), ``char_lm``, ``word_lm`` or ``data_fingerprint`` None
+    leaves its entry out."""
     state = {CONFIG_KEY: config, PINYIN_VOCAB_KEY: pinyin_vocab, HANZI_VOCAB_KEY: hanzi_vocab, MODEL_KEY: model,
              OPTIMIZER_KEY: optimizer, SCHEDULER_KEY: scheduler, STEP_KEY: step, BEST_ACCURACY_KEY: best_accuracy,
-             VALID_ACCURACY_KEY: valid_char_accuracy, BATCHES_KEY: batches, RNG_KEY: rng,
-             SYLLABLE_LM_KEY: syllable_lm}
+             BATCHES_KEY: batches, RNG_KEY: rng, SYLLABLE_LM_KEY: syllable_lm}
+    if valid_char_accuracy is not None:
+        state[VALID_ACCURACY_KEY] = valid_char_accuracy
     if char_lm is not None:
         state[CHAR_LM_KEY] = char_lm
     if word_lm is not None:

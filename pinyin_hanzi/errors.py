@@ -27,5 +27,11 @@ class OutputError(PinyinHanziError):
 
 
 class Interrupted(KeyboardInterrupt):
-    """Ctrl-C, with what was kept and how to go on: the command-line tools print it and exit 130. A
-    KeyboardInterrupt, so that whatever lets Ctrl-C through lets this through too."""
+    """Ctrl-C, or a signal that asks a process to stop (SIGTERM, SIGUSR1), with what was kept and how to go
+    on: the command-line tools print it and exit with 128 + ``signal_number`` (130 for Ctrl-C), as a shell
+    reports a process that a signal ended. A KeyboardInterrupt, so that whatever lets Ctrl-C through lets
+    this through too."""
+
+    def __init__(self, message: str = "", signal_number: int = 2):  # 2: SIGINT, Ctrl-C
+        super().__init__(message)
+        self.signal_number = signal_number

@@ -31,10 +31,11 @@ import math
 import random
 import shlex
 import shutil
+import signal
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, TextIO
 
@@ -176,6 +177,47 @@ def _truncate_log(path: Path, last_step: int) -> None:
 # ------------------------------------------------------------------------------------------ the recipe
 
 
+# What job schedulers, `timeout`, container stops and cloud preemptions send (SIGTERM), and what SLURM sends
+# ahead of a time limit (`--signal=USR1@60`): training stops at the next step boundary with last.pt saved.
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGUSR1") if hasattr(signal, name))
+
+
+class StopSignals:
+    """The signals of STOP_SIGNALS as requests to stop, for the block it is entered for (in the main thread;
+    the previous handlers come back after it). Before the training loop a signal stops at once, as Ctrl-C
+    does (there is nothing to save yet); once :meth:`defer` is called, it is only recorded in ``received``,
+    and the loop stops at the next step boundary, saving last.pt first."""
+
+    def __init__(self):
+        self.received: int | None = None  # the first stop signal's number
+        self.deferred = False
+        self._previous: dict[int, object] = {}
+
+    def __enter__(self) -> StopSignals:
+        if threading.current_thread() is threading.main_thread():  # signal.signal works only there
+            for number in STOP_SIGNALS:
+                self._previous[number] = signal.signal(number, self._receive)
+        return self
+
+    def __exit__(self, *exception) -> None:
+        for number, handler in self._previous.items():
+            signal.signal(number, handler)
+        self._previous.clear()
+
+    def defer(self) -> None:
+        self.deferred = True
+
+    def _receive(self, number: int, frame) -> None:
+        self.received = self.received or number
+        if not self.deferred:
+            raise Interrupted("", number)
+
+
+def stop_message(number: int) -> str:
+    """How a run that ``number`` stopped begins its message: "interrupted" (Ctrl-C), "stopped by SIGTERM"."""
+    return "interrupted" if number == signal.SIGINT else f"stopped by {signal.Signals(number).name}"
+
+
 @dataclass
 class Run:
     """One training run: its settings, where it writes, and how far it has come. The loop advances it and
@@ -196,6 +238,7 @@ class Run:
     data_fingerprint: str | None = None  # corpus.data_fingerprint of the prepared data this run reads
     elapsed_before: float = 0.0  # seconds trained before this process started (by the run it resumes)
     started: float = 0.0  # time.time() at this process's first step
+    signals: StopSignals = field(default_factory=StopSignals)  # SIGTERM / SIGUSR1 received
     set_aside: bool = False  # --overwrite moved the old run's files aside; they go once this run has a checkpoint
 
     @property
@@ -293,7 +336,8 @@ def train(config: Config, *, resume: bool = False, init_from: str | None = None,
     the loss or gradient is not finite for ``train.max_bad_steps`` batches in a row, or a checkpoint cannot
     be written (a full disk); OutputError if an output folder is not writable or another process trains
     the run; CheckpointError, ConfigError, DataError for unusable checkpoints, settings or data;
-    errors.Interrupted (a KeyboardInterrupt) on Ctrl-C, saying what was kept and how to go on."""
+    errors.Interrupted (a KeyboardInterrupt) on Ctrl-C, saying what was kept and how to go on, and on
+    SIGTERM or SIGUSR1 (see :class:`StopSignals`), which in the training loop save last.pt first."""
     process = distributed.from_environment()
     t = config.train
     if resume and overwrite:
@@ -305,10 +349,14 @@ def train(config: Config, *, resume: bool = False, init_from: str | None = None,
         run = _setup_run(config, process, init_from=init_from, command=command,
                          log=log if process.is_main else lambda message: None)
         try:
-            with _owned(run, resume=resume, overwrite=overwrite), _thread_write_errors_raised_later():
+            with run.signals, _owned(run, resume=resume, overwrite=overwrite), _thread_write_errors_raised_later():
                 return _train(run, resume=resume)
-        except KeyboardInterrupt:
-            raise Interrupted(f"interrupted at step {run.step}: {run.kept()}; {run.next_step()}") from None
+        except KeyboardInterrupt as interrupt:
+            number = getattr(interrupt, "signal_number", signal.SIGINT)
+            stopped = f"{stop_message(number)} at step {run.step}"
+            if not run.process.is_main:  # only rank 0 writes checkpoints, and says which it kept
+                raise Interrupted(f"{stopped} (rank 0 keeps the checkpoint)", number) from None
+            raise Interrupted(f"{stopped}: {run.kept()}; {run.next_step()}", number) from None
         except OSError as error:  # a log or TensorBoard write (checkpoints say so themselves)
             raise run.write_failed(error, error.filename or run.run_dir) from None
     finally:
@@ -790,9 +838,11 @@ def _log_setup(run: Run, parts: Parts, splits: Splits, logs: Logs) -> None:
 
 def _train_loop(run: Run, parts: Parts, logs: Logs) -> None:
     """Step until train.max_steps (or train.max_minutes): evaluate and save every train.eval_every steps
-    and at the end. TrainingError after train.max_bad_steps non-finite batches in a row."""
+    and at the end. TrainingError after train.max_bad_steps non-finite batches in a row; errors.Interrupted
+    after a stop signal (SIGTERM, SIGUSR1), at the end of the step it came in, with last.pt saved."""
     t = run.config.train
     run.started = time.time()
+    run.signals.defer()  # from now on a stop signal ends the step first, then saves
     logs.restart_window()
     logs.start_progress()
     bad_in_a_row = 0
@@ -810,17 +860,42 @@ def _train_loop(run: Run, parts: Parts, logs: Logs) -> None:
             bad_in_a_row = 0
             run.step += 1
             logs.record_step(loss, lr, grad_norm, tokens, parts.scheduler)
-            out_of_time = _out_of_time(run)
+            out_of_time, stop_signal = _stop_requests(run)
             if run.step % t.eval_every == 0 or run.step == t.max_steps or out_of_time:
                 if run.process.is_main:
                     evaluate_and_save(run, parts, logs)
                 distributed.barrier()  # the others wait for the evaluation and the checkpoint
                 logs.restart_window()
+            if stop_signal and not out_of_time and run.step < t.max_steps:  # (a finished run just ends)
+                _save_and_stop(run, parts, stop_signal)
             if out_of_time:
                 logs.say(f"stopping: train.max_minutes={t.max_minutes} reached at step {run.step}")
                 break
     finally:
         logs.close()
+
+
+def _stop_requests(run: Run) -> tuple[bool, int | None]:
+    """(whether train.max_minutes is reached, the stop signal received or None), the same on every process:
+    under DDP when any process's clock or signal says so (torchrun passes a signal to each process, but a
+    scheduler may reach one alone, or one a step later), so that all stop after the same step."""
+    t = run.config.train
+    requests = [float(t.max_minutes > 0 and time.time() - run.started >= t.max_minutes * 60)]
+    requests += [float(run.signals.received == number) for number in STOP_SIGNALS]
+    if run.process.world_size > 1:
+        requests = distributed.sum_over_processes(requests, run.device)
+    received = [number for number, count in zip(STOP_SIGNALS, requests[1:]) if count > 0]
+    return requests[0] > 0, received[0] if received else None
+
+
+def _save_and_stop(run: Run, parts: Parts, number: int) -> None:
+    """A stop signal came: rank 0 saves last.pt at this step (without an evaluation, which could take
+    longer than a scheduler waits before it kills), unless this step's checkpoint is written already; then
+    every process raises errors.Interrupted (see :func:`train` for its message)."""
+    if run.process.is_main and run.kept_step != run.step:
+        save_checkpoint(run, parts, None, run.elapsed(), improved=False)
+    distributed.barrier()
+    raise Interrupted("", number)
 
 
 def _global_step(run: Run, parts: Parts) -> tuple[float, float, float, int, bool]:
@@ -836,15 +911,6 @@ def _global_step(run: Run, parts: Parts) -> tuple[float, float, float, int, bool
     loss, grad_norm, stepped = train_step(parts.trained_model, mine, tokens, parts.optimizer, parts.scheduler, t,
                                           run.device, parts.candidates, process.world_size)
     return loss, grad_norm, lr, tokens, stepped
-
-
-def _out_of_time(run: Run) -> bool:
-    """Whether train.max_minutes is reached; under DDP when any process's clock says so, so all stop."""
-    t = run.config.train
-    out_of_time = t.max_minutes > 0 and time.time() - run.started >= t.max_minutes * 60
-    if t.max_minutes > 0 and run.process.world_size > 1:
-        out_of_time = distributed.sum_over_processes([float(out_of_time)], run.device)[0] > 0
-    return out_of_time
 
 
 def evaluate_and_save(run: Run, parts: Parts, logs: Logs) -> None:
@@ -867,10 +933,11 @@ def evaluate_and_save(run: Run, parts: Parts, logs: Logs) -> None:
                         f"{' (best)' if improved else ''}, {elapsed / 60:.1f} min | {result['samples'][0]}")
 
 
-def save_checkpoint(run: Run, parts: Parts, accuracy: float, elapsed: float, *, improved: bool) -> None:
+def save_checkpoint(run: Run, parts: Parts, accuracy: float | None, elapsed: float, *, improved: bool) -> None:
     """Write ``best.pt`` when ``improved``, then ``last.pt``: the whole training state (see
     :func:`pinyin_hanzi.checkpoint.training_checkpoint`) at ``run.step``, with this evaluation's
-    ``accuracy`` and ``elapsed`` training seconds, and the prepared data's fingerprint.
+    ``accuracy`` (None: saved without one) and ``elapsed`` training seconds, and the prepared data's
+    fingerprint.
 
     best.pt first: last.pt records the best score, and a resumed run rewrites best.pt only when it beats
     that score. Were last.pt written first, a kill between the two writes would leave a best.pt that no

@@ -1,12 +1,18 @@
 """Multi-process training: two CPU processes under torchrun (gloo) against one process with gradient
-accumulation over the same global batch, from scratch and resumed."""
+accumulation over the same global batch, from scratch and resumed; a stop signal to one of them."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -22,11 +28,13 @@ SETTINGS = {"max_steps": 8, "eval_every": 4, "log_every": 1, "batch_tokens": 64,
 TOLERANCE = 1e-4  # relative; on this CPU the two agree exactly, but summation order may differ elsewhere
 
 
+ENV = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+
+
 def _torchrun(config, *extra):
     return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
                            str(ROOT / "train.py"), "--config", str(config), *extra],
-                          capture_output=True, text=True, check=False, timeout=300,
-                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"})
+                          capture_output=True, text=True, check=False, timeout=300, env=ENV)
 
 
 def _losses(run_dir):
@@ -81,6 +89,55 @@ def test_two_processes_match_one_process_with_accumulation(tmp_path, tiny_corpus
     for mine, theirs in zip(after, reference[4:]):
         assert mine["loss"] == pytest.approx(theirs["loss"], rel=TOLERANCE)
     _assert_close(load_checkpoint(resumed_dir / "checkpoints" / "tiny" / "last.pt")["model"], final["model"])
+
+
+def _worker_of_rank(launcher_pid: int, rank: int, timeout: float = 60) -> int:
+    """The pid of torchrun's worker process of ``rank`` (its children, found in /proc, by their RANK)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        pending = [launcher_pid]
+        while pending:
+            pid = pending.pop()
+            with contextlib.suppress(OSError):
+                if f"RANK={rank}" in Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace").split("\0"):
+                    return pid
+                for task in Path(f"/proc/{pid}/task").iterdir():
+                    pending += [int(child) for child in (task / "children").read_text().split()]
+        time.sleep(0.2)
+    raise AssertionError(f"no worker of rank {rank} under process {launcher_pid}")
+
+
+def test_a_stop_signal_to_one_process_stops_all_after_the_same_step(tmp_path, tiny_corpus):
+    """SLURM may signal one task, or one sooner than another: the processes agree on the step where they
+    stop (a stop flag summed over them every step), rank 0 saves last.pt there, and the run resumes."""
+    if not Path("/proc/self/task").is_dir():
+        pytest.skip("finding torchrun's workers needs /proc")
+    settings = {**SETTINGS, "max_steps": 100_000, "eval_every": 100_000, "attention_sentences": 0}
+    config = write_config(tmp_path / "c.yaml", tiny_config_dict(tmp_path, tiny_corpus, **settings))
+    launcher = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
+                                 "2", str(ROOT / "train.py"), "--config", str(config)], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=ENV)
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and launcher.poll() is None and not (
+                (tmp_path / "runs" / "tiny" / "train_log.jsonl").is_file() and
+                len(_losses(tmp_path / "runs" / "tiny")) >= 3):
+            time.sleep(0.05)
+        os.kill(_worker_of_rank(launcher.pid, 1), signal.SIGUSR1)  # rank 1 alone
+        _, stderr = launcher.communicate(timeout=120)
+    finally:
+        launcher.kill()
+    stopped = re.findall(r"^(\[rank 1\] )?stopped by SIGUSR1 at step (\d+)", stderr, flags=re.MULTILINE)
+    assert sorted(rank for rank, _ in stopped) == ["", "[rank 1] "] and len({step for _, step in stopped}) == 1, stderr
+    step = int(stopped[0][1])
+    folder = tmp_path / "checkpoints" / "tiny"
+    assert f"stopped by SIGUSR1 at step {step}: kept {folder / 'last.pt'} (step {step}); continue with: " in stderr
+    assert load_checkpoint(folder / "last.pt")["step"] == step == _losses(tmp_path / "runs" / "tiny")[-1]["step"]
+    # One process with the same accumulation goes on from there.
+    resumed = subprocess.run([sys.executable, str(ROOT / "train.py"), "--config", str(config), "--resume",
+                              f"train.max_steps={step + 1}"], capture_output=True, text=True, env=ENV, timeout=300)
+    assert resumed.returncode == 0 and f"at step {step}" in resumed.stderr, resumed.stderr
+    assert load_checkpoint(folder / "last.pt")["step"] == step + 1
 
 
 def test_accumulation_must_divide_among_the_processes(tmp_path, tiny_corpus, monkeypatch):

@@ -1,6 +1,6 @@
 """End-to-end: the real train.py and export tool where work could be lost (issue #37): overrides anywhere on
-the command line, exports that would replace a training checkpoint, --overwrite before the new run's first
-checkpoint, a full disk at a save, and an honest ETA under a time cap."""
+the command line, exports that would replace a training checkpoint, SIGTERM and SIGUSR1, --overwrite before
+the new run's first checkpoint, a full disk at a save, and an honest ETA under a time cap."""
 
 import atexit
 import contextlib
@@ -89,7 +89,7 @@ def test_export_never_replaces_its_source_or_another_training_checkpoint(tmp_pat
     assert "optimizer" not in torch.load(exported, weights_only=True)
 
 
-# ---- helpers for runs that Ctrl-C or a kill meets
+# ---- helpers for runs that a signal, a kill or a full disk meets
 
 
 def _train_log(run_dir: Path) -> list[dict]:
@@ -130,7 +130,33 @@ def _stop(process: subprocess.Popen, number: int) -> tuple[str, str]:
         process.kill()
 
 
+# ---- SIGTERM and SIGUSR1: saved at the next step boundary, one line, resumable
+
 LONG_RUN = {"max_steps": 100_000, "eval_every": 100_000, "batch_tokens": 64, "attention_sentences": 0}
+
+
+def test_sigterm_saves_last_pt_at_the_next_step_and_resume_continues_from_it(tmp_path, tiny_corpus):
+    config = write_config(tmp_path / "c.yaml", tiny_config_dict(tmp_path, tiny_corpus, **LONG_RUN))
+    process = _start_training(config, "train.log_every=1")
+    _wait_for_step(process, tmp_path / "runs" / "tiny", 3)
+    stdout, stderr = _stop(process, signal.SIGTERM)
+    assert process.returncode == 128 + signal.SIGTERM and stdout == "" and "Traceback" not in stderr, stderr
+    folder = tmp_path / "checkpoints" / "tiny"
+    command = f"python train.py --config {config} train.log_every=1"
+    match = re.fullmatch(rf"stopped by SIGTERM at step (\d+): kept {folder / 'last.pt'} \(step (\d+)\); continue "
+                         rf"with: {re.escape(command)} --resume", stderr.strip().splitlines()[-1])
+    assert match and match[1] == match[2], stderr.strip().splitlines()[-1]
+    step = int(match[1])  # saved at the end of the step the signal came in, the last one logged
+    assert step >= 3 and _train_log(tmp_path / "runs" / "tiny")[-1]["step"] == step
+    assert torch.load(folder / "last.pt", weights_only=True)["step"] == step
+    assert sorted(path.name for path in folder.iterdir()) == [".lock", "last.pt"]  # no evaluation, no temporary
+    assert "step/s" not in stderr  # no progress bar when stderr is not a terminal
+
+    resumed = run(ROOT / "train.py", "--config", config, "train.log_every=1", "--resume", f"train.max_steps={step + 2}")
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"resumed {folder / 'last.pt'} at step {step}" in resumed.stderr
+    assert [record["step"] for record in _train_log(tmp_path / "runs" / "tiny")][-3:] == [step, step + 1, step + 2]
+    assert torch.load(folder / "last.pt", weights_only=True)["step"] == step + 2
 
 
 # ---- --overwrite: the old run goes only once the new one has a checkpoint

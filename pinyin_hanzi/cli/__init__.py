@@ -11,7 +11,7 @@
 
 Library modules never print usage or exit: they raise the project's errors (errors.py), which :func:`run`
 turns into one line on stderr and exit status 2 (an OSError too: a full or read-only disk); Ctrl-C is one
-line and exit status 130.
+line and exit status 130, a training stopped by SIGTERM or SIGUSR1 one line and 128 + the signal's number.
 """
 
 from __future__ import annotations
@@ -106,8 +106,9 @@ def run(main, argv=None) -> int:
             _discard_output()  # else the interpreter's own flush at exit fails again, with a traceback-like note
         return EXIT_USER_ERROR
     except KeyboardInterrupt as interrupt:  # errors.Interrupted says what was kept and how to go on
-        print(str(interrupt) or "interrupted", file=sys.stderr)
-        return 130
+        rank = os.environ.get("RANK", "0")
+        print(f"{'' if rank == '0' else f'[rank {rank}] '}{str(interrupt) or 'interrupted'}", file=sys.stderr)
+        return 128 + getattr(interrupt, "signal_number", 2)  # 130 for Ctrl-C (SIGINT), 143 for SIGTERM
     except BrokenPipeError:  # output piped into `head` and the like
         _discard_output()
         return 0
