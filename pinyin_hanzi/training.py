@@ -729,7 +729,7 @@ class Logs:
         self.first_step = self.run.step
         self.progress = tqdm(total=t.max_steps, initial=self.run.step, desc=t.name, unit="step", dynamic_ncols=True,
                              file=sys.stderr, mininterval=1.0,
-                             disable=not (self.run.process.is_main and sys.stderr.isatty()))
+                             disable=not (self.run.process.is_main and sys.stderr is not None and sys.stderr.isatty()))
 
     def aim_at_the_last_step(self) -> None:
         """With train.max_minutes, the bar's total is the step the run will stop at: train.max_steps, or the
