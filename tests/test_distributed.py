@@ -11,6 +11,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -110,8 +111,8 @@ def _worker_of_rank(launcher_pid: int, rank: int, timeout: float = 60) -> int:
 def test_a_stop_signal_to_one_process_stops_all_after_the_same_step(tmp_path, tiny_corpus):
     """SLURM may signal one task, or one sooner than another: the processes agree on the step where they
     stop (a stop flag summed over them every step), rank 0 saves last.pt there, and the run resumes."""
-    if not Path("/proc/self/task").is_dir():
-        pytest.skip("finding torchrun's workers needs /proc")
+    if not Path(f"/proc/{os.getpid()}/task/{threading.get_native_id()}/children").is_file():
+        pytest.skip("finding torchrun's workers needs /proc/PID/task/TID/children")
     settings = {**SETTINGS, "max_steps": 100_000, "eval_every": 100_000, "attention_sentences": 0}
     config = write_config(tmp_path / "c.yaml", tiny_config_dict(tmp_path, tiny_corpus, **settings))
     launcher = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",

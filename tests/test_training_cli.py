@@ -285,7 +285,9 @@ def test_the_progress_bar_counts_to_the_step_the_time_cap_reaches(tmp_path, tiny
     states = re.findall(r"(\d+)/(\d+) \[(\d+):(\d+)<(\d+):(\d+), +[\d.]+step/s",
                         written.decode("utf-8", errors="replace"))
     assert len(states) >= 3, written[-2000:]
-    for done, total, *clock in states:  # total: the step 6 seconds reach, not train.max_steps; ETA: seconds left
+    # total: the step 6 seconds reach, not train.max_steps; ETA: about the seconds left, not the ~20 minutes
+    # that 100,000 steps would take (tqdm's rate is a moving average: a loaded machine makes it jumpy)
+    for done, total, *clock in states:
         remaining = int(clock[2]) * 60 + int(clock[3])
-        assert int(done) <= int(total) < 100_000 and remaining <= 10, states
+        assert int(done) <= int(total) < 100_000 and remaining <= 60, states
     assert "stops at max_minutes=0.1" in written.decode("utf-8", errors="replace")
