@@ -22,11 +22,12 @@ from typing import Callable, Iterable, Sequence
 
 import torch
 
+from pinyin_hanzi import arguments
 from pinyin_hanzi.char_lm import CharNgramLM
 from pinyin_hanzi.checkpoint import load_for_inference
-from pinyin_hanzi.config import MAX_NBEST, Config, DecodeConfig, check_range
+from pinyin_hanzi.config import MAX_NBEST, Config, DecodeConfig, check_range, shown
 from pinyin_hanzi.data import pad
-from pinyin_hanzi.errors import ConfigError
+from pinyin_hanzi.errors import ConfigError, DataError
 from pinyin_hanzi.lexicon import PAD_ROW, Lexicon, token_key
 from pinyin_hanzi.model import Transformer
 from pinyin_hanzi.planning import CLAUSE_END_MARK, Candidate, Plan, Planner, assemble
@@ -49,7 +50,7 @@ def _check_call(*, beam: int | None = None, nbest: int = 1, batch_size: int = 1,
     check_range("decode.batch_sentences", batch_size, "batch_size")
     for value, label, high in ((nbest, "nbest", MAX_NBEST), (alternatives_limit, "alternatives_limit", 64)):
         if not (isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= high):
-            raise ConfigError(f"{label}={value!r:.40} is invalid: expected an integer in 1..{high}")
+            raise ConfigError(f"{label}={shown(value)} is invalid: expected an integer in 1..{high}")
 
 
 def resolve_checkpoint(path: str | Path | None = None) -> tuple[Path, str]:
@@ -96,7 +97,10 @@ class Converter:
 
     Raises DataError for an unknown fuzzy pair or shuangpin layout, ConfigError (one line) for a number outside
     the range of its decode.* key (config.LIMITS: beam 1..64, weights 0..100, ...) or ``nbest`` outside
-    1..MAX_NBEST, here and in every method that takes one."""
+    1..MAX_NBEST, here and in every method that takes one; ConfigError for a ``device`` that is not one or is
+    not available here. Every public method checks its arguments' types first (:mod:`pinyin_hanzi.arguments`):
+    text that is not a str (or a list of str where a list is taken) or holds a lone surrogate is a DataError,
+    a flag that is not a bool a ConfigError, each naming the method and the argument."""
 
     def __init__(self, model: Transformer, pinyin_vocab: Vocab, hanzi_vocab: Vocab,
                  device: torch.device | str = "cpu", window: int | None = None, split_penalty: float = 3.0,
@@ -115,9 +119,10 @@ class Converter:
                                   ("decode.abbreviation_penalty", abbreviation_penalty, "abbreviation_penalty"),
                                   ("decode.reading_margin", reading_margin, "reading_margin")):
             check_range(key, value, label)
+        device = arguments.inference_device(device)
         self.model = model.to(device).eval()
         self.pinyin_vocab, self.hanzi_vocab = pinyin_vocab, hanzi_vocab
-        self.device = torch.device(device)
+        self.device = device
         self.lexicon = Lexicon(hanzi_vocab)
         self.char_lm = char_lm if lm_weight > 0 else None
         self.lm_weight = lm_weight
@@ -161,10 +166,12 @@ class Converter:
         than them reads full pinyin, with prefixes on only for a model trained with abbreviations), syllable
         model, character n-gram model and word model. ``lm_weight`` and ``word_weight`` replace the
         checkpoint's decode.lm_weight and decode.word_weight; ``log`` receives a note when such a weight is > 0
-        but the checkpoint has no such model. ``device``: cpu, cuda, mps or auto. Raises CheckpointError (one
-        line) for a missing or unreadable checkpoint, ConfigError for an unavailable device."""
-        from pinyin_hanzi.runtime import select_device
-
+        but the checkpoint has no such model. ``device``: cpu, cuda, cuda:N, mps or auto. Raises CheckpointError (one
+        line) for a missing or unreadable checkpoint or a path that is no str or Path, ConfigError for a device
+        that is no device or not available here, or an argument of the wrong type, before the checkpoint
+        is read."""
+        arguments.loading_options("from_checkpoint", path=path, lm_weight=lm_weight, word_weight=word_weight, log=log)
+        device = arguments.inference_device(device)
         path, _ = resolve_checkpoint(path)
         parts = load_for_inference(path)
         config = parts.config
@@ -175,7 +182,7 @@ class Converter:
                                           (decode.word_weight, parts.word_lm, "word model", "word_lm")):
             if weight > 0 and model is None and log is not None:
                 log(f"note: {path} has no {what}: decoding without one (add one with python -m pinyin_hanzi.cli.{tool})")
-        return cls(parts.model, parts.pinyin_vocab, parts.hanzi_vocab, select_device(device), window=config.data.max_len,
+        return cls(parts.model, parts.pinyin_vocab, parts.hanzi_vocab, device, window=config.data.max_len,
                    split_penalty=decode.split_penalty, syllable_lm=parts.syllable_lm, clause_end=decode.clause_end,
                    char_lm=parts.char_lm, lm_weight=decode.lm_weight, reading_margin=decode.reading_margin,
                    beam=decode.beam, constrained=decode.constrained, config=config, checkpoint=path,
@@ -193,14 +200,17 @@ class Converter:
 
     def convert(self, text: str | Sequence[str]) -> str | list[str]:
         """The best conversion of a typed line (str -> str), or of each of several (list -> list, batched),
-        with this converter's ``beam`` and ``constrained``."""
-        lines = [text] if isinstance(text, str) else list(text)
+        with this converter's ``beam`` and ``constrained``. DataError (one line) for anything but a str or a
+        list (tuple, ...) of str, and for text holding a lone surrogate."""
+        lines = arguments.text_lines(text, "convert", single=True)
         found = self.convert_lines(lines, beam=self.beam, constrained=self.constrained)
         outputs = [candidates[0].text for candidates in found]
         return outputs[0] if isinstance(text, str) else outputs
 
     def candidates(self, text: str, n: int = 5) -> list[Candidate]:
-        """Up to ``n`` distinct conversions of a typed line, best first (beam: the larger of ``beam`` and n)."""
+        """Up to ``n`` distinct conversions of a typed line, best first (beam: the larger of ``beam`` and n).
+        DataError (one line) unless ``text`` is a str, ConfigError unless ``n`` is an integer in 1..MAX_NBEST."""
+        text = arguments.text_line(text, "candidates")
         _check_call(nbest=n)
         return self.convert_lines([text], beam=max(self.beam, n), nbest=n, constrained=self.constrained)[0]
 
@@ -220,8 +230,14 @@ class Converter:
         its pinyin and the context around it. A line holding line ends (``typed_input.split_lines``) is
         converted line by line and its output lines are joined by "\\n": n lines in, n lines out.
         ``chinese_punctuation``: ASCII , . ? ! right after a hanzi become ，。？！. ``constrained`` None: this
-        converter's own setting."""
+        converter's own setting. DataError (one line) unless ``lines`` is a list (tuple, ...) of str without
+        lone surrogates (a str alone is refused: its characters would be taken for lines), ConfigError for a
+        flag that is not a bool."""
+        lines = arguments.text_lines(lines, "convert_lines", single=False)
         _check_call(beam=beam, nbest=nbest, batch_size=batch_size, alternatives_limit=alternatives_limit)
+        arguments.check_flags("convert_lines", optional=("constrained", "prefixes"), constrained=constrained,
+                              prefixes=prefixes, chinese_punctuation=chinese_punctuation)
+        fuzzy = arguments.typing_options("convert_lines", fuzzy, shuangpin)
         constrained = self.constrained if constrained is None else constrained
         beam = max(beam or self.beam, nbest)
         fused = fusion_for(beam, self.fusion) is not None
@@ -236,8 +252,10 @@ class Converter:
                        batch_size: int = 256, beam: int = 1) -> list[str]:
         """One output per list of corpus tokens (same order; an empty list gives ""), each constrained by
         :func:`pinyin_hanzi.lexicon.token_key`. Token lists longer than the window are converted window by
-        window."""
+        window. DataError (one line) unless ``token_lists`` is a list of lists of str."""
+        token_lists = arguments.token_lists(token_lists, "convert_tokens")
         _check_call(beam=beam, batch_size=batch_size)
+        arguments.check_flags("convert_tokens", constrained=constrained)
         pieces = [(i, list(tokens[start : start + self.window]))
                   for i, tokens in enumerate(token_lists) for start in range(0, max(len(tokens), 1), self.window)]
         found = self._decode([(tokens, [token_key(token) for token in tokens]) for _, tokens in pieces], beam,
@@ -251,7 +269,11 @@ class Converter:
                beam: int = 1, constrained: bool = True) -> list[list[Hypothesis]]:
         """The search's hypotheses for token lists (keys: the lexicon's constraint keys, unless given those of
         corpus tokens, :func:`pinyin_hanzi.lexicon.token_key`): per list, up to ``beam`` (hanzi ids, score),
-        best first. No fallbacks, no chunking."""
+        best first. No fallbacks, no chunking. DataError (one line) unless both are lists of non-empty lists of
+        str, with as many keys as tokens; ConfigError for a beam out of range."""
+        token_lists, key_lists = self._search_arguments(token_lists, key_lists, beam, constrained)
+        if not token_lists:
+            return []
         key_lists = key_lists or [[token_key(token) for token in tokens] for tokens in token_lists]
         length = max(len(tokens) for tokens in token_lists)
         source = pad([self.pinyin_vocab.encode(tokens) for tokens in token_lists]).to(self.device)
@@ -259,6 +281,23 @@ class Converter:
                              for keys in key_lists])
         return beam_search(self.model, source, Constraint(self.lexicon, rows, constrained), beam=beam,
                            fusion=self.fusion)
+
+    @staticmethod
+    def _search_arguments(token_lists, key_lists, beam, constrained) -> tuple[list[list[str]], list[list[str]] | None]:
+        token_lists = arguments.token_lists(token_lists, "search")
+        check_range("decode.beam", beam, "beam")
+        arguments.check_flags("search", constrained=constrained)
+        if key_lists is not None:
+            key_lists = arguments.token_lists(key_lists, "search", "key_lists")
+            if len(key_lists) != len(token_lists):
+                raise DataError(f"search(): {len(key_lists)} key lists for {len(token_lists)} token lists")
+        for index, tokens in enumerate(token_lists):
+            if not tokens:
+                raise DataError(f"search(): token list {index} is empty: the model needs at least one token")
+            if key_lists is not None and len(key_lists[index]) != len(tokens):
+                raise DataError(f"search(): key list {index} has {len(key_lists[index])} keys for "
+                                f"{len(tokens)} tokens: expected one key per token")
+        return token_lists, key_lists
 
     # ------------------------------------------------------------------------------------------ decoding
 

@@ -3,7 +3,7 @@ import torch
 from conftest import UNTRAINED_HANZI, UNTRAINED_PINYIN, untrained_converter
 
 from pinyin_hanzi.converter import CHECKPOINT_VARIABLE, SHIPPED_MODEL, Candidate, Converter, resolve_checkpoint
-from pinyin_hanzi.errors import ConfigError, DataError
+from pinyin_hanzi.errors import CheckpointError, ConfigError, DataError, PinyinHanziError
 from pinyin_hanzi.lexicon import Lexicon
 from pinyin_hanzi.pinyin import readings
 from pinyin_hanzi.typed_input import alternatives, fewest_syllables, key_syllables, parse_pieces
@@ -90,6 +90,82 @@ def test_convert_is_convert_lines_with_the_converters_beam():
     assert converter.convert(lines) == [c[0].text for c in converter.convert_lines(lines, beam=3)]
     assert converter.convert(lines[0]) == converter.convert(lines)[0]
     assert converter.candidates("ni hao", n=4) == converter.convert_lines(["ni hao"], beam=4, nbest=4)[0]
+
+
+def _refused(call, error_class, *fragments):
+    """``call()`` raises ``error_class`` (one of the project's errors) in one line holding ``fragments``."""
+    with pytest.raises(PinyinHanziError) as raised:
+        call()
+    message = str(raised.value)
+    assert type(raised.value) is error_class and "\n" not in message, message
+    assert all(fragment in message for fragment in fragments), message
+
+
+@pytest.mark.parametrize("call, error_class, fragments", [
+    (lambda c: c.convert(b"ni hao"), DataError, ["convert() takes a str or a list of str, got bytes"]),
+    (lambda c: c.convert(bytearray(b"ni")), DataError, ["convert()", "got bytearray"]),
+    (lambda c: c.convert(["ni hao", None]), DataError, ["convert()", "got a list whose item 1 is None"]),
+    (lambda c: c.convert([["ni", "hao"]]), DataError, ["got a list whose item 0 is list"]),
+    (lambda c: c.convert({"ni hao": 1}), DataError, ["convert()", "got dict"]),  # never the dict's keys
+    (lambda c: c.convert({"ni hao"}), DataError, ["got set"]),
+    (lambda c: c.convert(123), DataError, ["convert()", "got int"]),
+    (lambda c: c.convert(None), DataError, ["got None"]),
+    (lambda c: c.convert(line for line in ["ni"]), DataError, ["got generator"]),
+    (lambda c: c.convert("ni\ud800hao"), DataError, ["lone surrogate U+D800 (character 3)"]),
+    (lambda c: c.convert(["ni", "hao\udcff"]), DataError, ["item 1 holds a lone surrogate U+DCFF"]),
+    (lambda c: c.candidates(None), DataError, ["candidates() takes a str, got None"]),
+    (lambda c: c.candidates(["ni"]), DataError, ["candidates() takes a str, got list"]),
+    (lambda c: c.candidates("ni", n="3"), ConfigError, ["nbest='3'"]),
+    (lambda c: c.convert_lines([1, 2]), DataError, ["convert_lines()", "whose item 0 is int"]),
+    (lambda c: c.convert_lines("ni hao"), DataError, ["convert_lines() takes a list of str, got a str"]),
+    (lambda c: c.convert_lines(["ni"], constrained="no"), ConfigError, ["constrained='no'", "True, False or None"]),
+    (lambda c: c.convert_lines(["ni"], prefixes=1), ConfigError, ["prefixes=1"]),
+    (lambda c: c.convert_lines(["ni"], chinese_punctuation=None), ConfigError, ["chinese_punctuation=None"]),
+    (lambda c: c.convert_lines(["ni"], fuzzy=3), DataError, ["fuzzy=3"]),
+    (lambda c: c.convert_lines(["ni"], fuzzy=["z-zh", None]), DataError, ["fuzzy=('z-zh', None)"]),
+    (lambda c: c.convert_lines(["ni"], shuangpin=3), DataError, ["shuangpin=3"]),
+    (lambda c: c.convert_tokens("ni hao"), DataError, ["convert_tokens()", "got str"]),  # never its letters
+    (lambda c: c.convert_tokens(["ni hao"]), DataError, ["whose item 0 is str"]),
+    (lambda c: c.convert_tokens([["ni", 3]]), DataError, ["item 0 holds int"]),
+    (lambda c: c.convert_tokens([["ni"]], constrained="yes"), ConfigError, ["constrained='yes'"]),
+    (lambda c: c.search([[]]), DataError, ["search(): token list 0 is empty"]),
+    (lambda c: c.search([["ni"]], [["ni", "hao"]]), DataError, ["key list 0 has 2 keys for 1 tokens"]),
+    (lambda c: c.search([["ni"]], [["ni"], ["hao"]]), DataError, ["2 key lists for 1 token lists"]),
+    (lambda c: c.search([["ni"]], beam=0), ConfigError, ["beam=0"]),
+])
+def test_arguments_of_the_wrong_type_are_refused_in_one_line_naming_them(call, error_class, fragments):
+    _refused(lambda: call(untrained_converter()), error_class, *fragments)
+
+
+def test_arguments_of_the_right_type_in_any_sequence_still_convert():
+    converter = untrained_converter()
+    as_list = converter.convert(["ni hao", "wo men"])
+    assert converter.convert(("ni hao", "wo men")) == as_list and len(as_list) == 2
+    assert converter.convert([]) == [] and converter.convert_lines(()) == [] and converter.search([]) == []
+    assert converter.convert_lines(["ni"], fuzzy=(name for name in ["z-zh"])) == converter.convert_lines(["ni"])
+    assert converter.convert_tokens((("ni", "hao"),)) == converter.convert_tokens([["ni", "hao"]])
+
+
+def test_loading_options_and_devices_are_checked_before_the_checkpoint_is_read(tmp_path):
+    missing = tmp_path / "not-read.pt"  # never opened: each argument fails first
+    for options, error_class, fragments in (
+            ({"device": "nonsense"}, ConfigError, ["device='nonsense' is not a device: use cpu, cuda, cuda:N, mps"]),
+            ({"device": 3}, ConfigError, ["device=3 is not a device"]),
+            ({"device": "meta"}, ConfigError, ["device='meta' cannot convert"]),
+            ({"device": "cuda:99"}, ConfigError, ["device='cuda:99', but this machine has"]),
+            ({"lm_weight": "1"}, ConfigError, ["lm_weight='1'"]),
+            ({"word_weight": float("nan")}, ConfigError, ["word_weight=nan"]),
+            ({"log": 3}, ConfigError, ["from_checkpoint(): log=3"])):
+        _refused(lambda: Converter.from_checkpoint(missing, **options), error_class, *fragments)
+        _refused(lambda: Converter.from_pretrained(**options), error_class, *fragments)
+    if not torch.cuda.is_available():
+        _refused(lambda: Converter.from_checkpoint(missing, device="cuda"), ConfigError,
+                 "device='cuda', but this machine has no CUDA device")
+    _refused(lambda: Converter.from_checkpoint(123), CheckpointError, "from_checkpoint() takes a checkpoint path",
+             "got int")
+    _refused(lambda: Converter.from_checkpoint(bytes(missing)), CheckpointError, "got bytes")
+    _refused(lambda: untrained_converter(device="nonsense"), ConfigError, "device='nonsense' is not a device")
+    assert untrained_converter(device=torch.device("cpu")).device == torch.device("cpu")
 
 
 def test_greedy_converts_typed_lines_as_token_lists():
