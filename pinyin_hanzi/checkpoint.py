@@ -14,6 +14,8 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import stat
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -21,7 +23,7 @@ from typing import Callable
 import torch
 
 from pinyin_hanzi.char_lm import TABLE_COLUMNS, CharNgramLM, table_columns
-from pinyin_hanzi.config import Config, config_from_dict
+from pinyin_hanzi.config import Config, config_from_dict, shown
 from pinyin_hanzi.errors import CheckpointError, ConfigError
 from pinyin_hanzi.files import file_kind
 from pinyin_hanzi.model import Transformer
@@ -147,16 +149,23 @@ class _RecordingWriter:
 
 def check_checkpoint_path(path: str | Path) -> Path:
     """``path`` as a Path if it names a regular file; CheckpointError (one line) if it is missing, a directory
-    (which then says which checkpoint files it holds) or another kind of file (a device, a FIFO)."""
+    (which then says which checkpoint files it holds), or another kind of file (a device, a FIFO: torch.load
+    reads a checkpoint by seeking in it, and /dev/zero would never end)."""
     path = Path(path)
-    if path.is_dir():
+    try:
+        mode = path.stat().st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        raise CheckpointError(f"checkpoint not found: {path}") from None
+    except ValueError as error:  # a NUL in the name
+        raise CheckpointError(f"checkpoint {shown(str(path))} is not a valid path ({error})") from None
+    except OSError as error:  # no permission to look into its folder, a name too long, a symlink loop
+        raise CheckpointError(f"cannot read checkpoint {path}: {error.strerror or error}") from None
+    if stat.S_ISDIR(mode):
         held = " or ".join(str(path / name) for name in ("best.pt", "last.pt", "model.pt") if (path / name).is_file())
         hint = f"name a checkpoint file in it ({held})" if held else "name a checkpoint file"
         raise CheckpointError(f"checkpoint {path} is a directory: {hint}")
-    if not path.is_file():
-        if path.exists():  # a device or a FIFO: torch.load would read /dev/zero for ever or wait for a writer
-            raise CheckpointError(f"checkpoint {path} is {file_kind(path.stat().st_mode)}, not a checkpoint file")
-        raise CheckpointError(f"checkpoint not found: {path}")
+    if not stat.S_ISREG(mode):
+        raise CheckpointError(f"{path} is not a pinyin_hanzi checkpoint ({file_kind(mode)}, not a file)")
     return path
 
 
@@ -170,11 +179,46 @@ def load_checkpoint(path: str | Path) -> dict:
     except OSError as error:  # no permission, an I/O error
         raise CheckpointError(f"cannot read checkpoint {path}: {error.strerror or error}") from None
     except Exception as error:  # noqa: BLE001 - on junk bytes torch's unpickler raises about anything
-        # (IndexError, KeyError, UnpicklingError, RuntimeError, EOFError, ...); all of them mean "not a checkpoint"
-        reason = str(error).strip().splitlines()[0][:120] if str(error).strip() else type(error).__name__
-        raise CheckpointError(f"cannot read checkpoint {path}: truncated, corrupt or not a checkpoint ({reason})") from None
+        # (IndexError, KeyError, UnpicklingError, RuntimeError, EOFError, ...); all of them mean "not a checkpoint",
+        # and torch's words (a paragraph about weights_only, "internal miniz error") would not tell a user why
+        raise CheckpointError(f"{path} is not a pinyin_hanzi checkpoint ({_unreadable_reason(path, error)})") from None
     validate_checkpoint(state, str(path))
     return state
+
+
+
+def _unreadable_reason(path: Path, error: Exception) -> str:
+    """Why torch.load could not read ``path``, in a user's words, from what the file holds: torch.save writes
+    a zip archive with a pickle in it (older versions: the pickle alone)."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(4096)
+    except OSError as read_error:
+        return f"cannot be read: {read_error.strerror or read_error}"
+    if not head:
+        return "an empty file"
+    if head[:4] in (b"PK\x03\x04", b"PK\x05\x06"):  # a zip archive's first entry, or an empty archive
+        if not zipfile.is_zipfile(path):
+            return "a truncated or damaged torch.save file"
+        with zipfile.ZipFile(path) as archive:
+            if not any(name.endswith("data.pkl") for name in archive.namelist()):
+                return "a zip archive, but not one that torch.save wrote"
+    elif not head.startswith(b"\x80"):  # every pickle torch writes starts with its protocol byte
+        return "a text file" if _is_text(head) else "not a torch.save file"
+    if "weights only" in str(error).lower():
+        return "it holds pickled Python objects, which are never loaded: only tensors and plain values are"
+    return "a truncated or damaged torch.save file"
+
+
+def _is_text(head: bytes) -> bool:
+    """Whether the first bytes of a file read as UTF-8 text (the last character may be cut off)."""
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError as error:
+        if error.start < len(head) - 3:
+            return False
+        text = head[: error.start].decode("utf-8")
+    return not any(char < " " and char not in "\t\n\r\f" for char in text)
 
 
 def validate_checkpoint(state, where: str = "checkpoint") -> None:
@@ -211,6 +255,16 @@ def require_resumable(state: dict, where: str) -> None:
     if missing:
         raise CheckpointError(f"cannot resume from {where}: it holds no {', '.join(missing)} (an inference-only "
                               f"export?); start a new run from its weights with --init-from")
+
+
+def clipped(text: str, limit: int) -> str:
+    """``text`` on one line and at most ``limit`` characters, cut at a space (never inside a word) with "…"
+    where it was cut: what a message may quote of another library's error."""
+    text = " ".join(text.split())
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 1]
+    return (cut.rsplit(" ", 1)[0] if " " in cut else cut).rstrip(" ,;:") + "…"
 
 
 def _is_int(value) -> bool:
@@ -393,7 +447,7 @@ def model_from_checkpoint(state: dict, where: str = "checkpoint") -> tuple[Trans
         model.load_state_dict({name: tensor.float() for name, tensor in state[MODEL_KEY].items()})
     except RuntimeError as error:
         details = [line.strip() for line in str(error).splitlines()[1:] if line.strip()]
-        first = (details[0] if details else str(error).strip())[:160]
+        first = clipped(details[0] if details else str(error).strip(), 160)
         raise CheckpointError(f"{where}: weights do not fit the model its config describes ({first})") from None
     return model, pinyin_vocab, hanzi_vocab, config
 
@@ -443,7 +497,7 @@ def _rebuilt(cls, state: dict, hanzi_vocab_size: int, error: Callable[[str], str
         context = torch.full((1, lm.order), BOS_ID, dtype=torch.long)
         scores = lm.log_prob(context, torch.arange(min(hanzi_vocab_size, 8))[None, :])
     except Exception as exception:  # noqa: BLE001 - whatever the tables make the arithmetic raise
-        raise CheckpointError(error(f"{type(exception).__name__}: {str(exception)[:120]}")) from None
+        raise CheckpointError(error(f"{type(exception).__name__}: {clipped(str(exception), 120)}")) from None
     if bool(scores.isnan().any()):
         raise CheckpointError(error("its scores are NaN"))
     return lm

@@ -15,6 +15,7 @@ import contextlib
 import os
 import subprocess
 import sys
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -184,13 +185,19 @@ CASES = [
          error=("checkpoint", "run is a directory: name a checkpoint file in it (", "run/best.pt)")),
     Case("no --checkpoint", argv=("ni hao",), stdout="你好", note="using the shipped model"),
     Case("truncated checkpoint", argv=("--checkpoint", "{tmp}/truncated.pt", "ni"), status=2,
-         error=("truncated, corrupt or not a checkpoint",)),
+         error=("truncated.pt is not a pinyin_hanzi checkpoint (a truncated or damaged torch.save file)",)),
     Case("corrupt checkpoint", argv=("--checkpoint", "{tmp}/garbage.pt", "ni"), status=2,
-         error=("truncated, corrupt or not a checkpoint",)),
+         error=("garbage.pt is not a pinyin_hanzi checkpoint (not a torch.save file)",)),
     Case("checkpoint of a few bytes of text", argv=("--checkpoint", "{tmp}/text.pt", "ni"), status=2,
-         error=("truncated, corrupt or not a checkpoint",)),
+         error=("text.pt is not a pinyin_hanzi checkpoint (a text file)",)),
+    Case("empty checkpoint file", argv=("--checkpoint", "{tmp}/empty.pt", "ni"), status=2,
+         error=("empty.pt is not a pinyin_hanzi checkpoint (an empty file)",)),
+    Case("zip archive as checkpoint", argv=("--checkpoint", "{tmp}/archive.zip", "ni"), status=2,
+         error=("archive.zip is not a pinyin_hanzi checkpoint (a zip archive, but not one that torch.save wrote)",)),
+    Case("device as checkpoint", argv=("--checkpoint", "/dev/zero", "ni"), status=2,
+         error=("/dev/zero is not a pinyin_hanzi checkpoint (a character device, not a file)",)),
     Case("checkpoint with pickled code", argv=("--checkpoint", "{tmp}/code.pt", "ni"), status=2,
-         error=("truncated, corrupt or not a checkpoint",)),
+         error=("code.pt is not a pinyin_hanzi checkpoint (it holds pickled Python objects, which are never loaded",)),
     Case("foreign checkpoint", argv=("--checkpoint", "{tmp}/foreign.pt", "ni"), status=2,
          error=("is not a pinyin_hanzi checkpoint",)),
     Case("checkpoint of another format version", argv=("--checkpoint", "{tmp}/version99.pt", "ni"), status=2,
@@ -287,7 +294,7 @@ CASES = [
          error=("one_line.txt: line 1 is longer than 1 MiB",)),
     Case("train: --init-from a device", "train.py",
          ("--config", "{config}", "--init-from", "/dev/zero", "train.name=device_init"), status=2,
-         error=("checkpoint /dev/zero is a character device, not a checkpoint file",)),
+         error=("/dev/zero is not a pinyin_hanzi checkpoint (a character device, not a file)",)),
     Case("train: --init-from a checkpoint whose config asks for a model larger than memory", "train.py",
          ("--config", "{config}", "--init-from", "{tmp}/huge.pt", "train.name=huge_init",
           "data.prepared_dir={tmp}/prepared_huge_init"), status=2,
@@ -340,6 +347,9 @@ def _write_checkpoints(tmp: Path, best: Path) -> None:
     (tmp / "text.pt").write_bytes(b"this is not a checkpoint")
     (tmp / "truncated.pt").write_bytes(data[: len(data) // 2])
     (tmp / "garbage.pt").write_bytes(b"\x00\x01 not a checkpoint at all")
+    (tmp / "empty.pt").write_bytes(b"")
+    with zipfile.ZipFile(tmp / "archive.zip", "w") as archive:
+        archive.writestr("notes.txt", "not a checkpoint")
     torch.save({"weights": torch.zeros(2)}, tmp / "foreign.pt")
     state = torch.load(best, weights_only=True)
     torch.save({**state, "format_version": 99}, tmp / "version99.pt")
