@@ -65,6 +65,7 @@ class Case:
     files: dict[str, bytes] = field(default_factory=dict)  # name -> content, written under {tmp}
     training_log: bool = False  # stderr also holds training's log: the error is its last line
     stdout_to: str | None = None  # "closed" (started with `>&-`) or a file such as /dev/full, instead of a pipe
+    stdin_from: str | None = None  # "closed" (started with `<&-`) or a file such as /dev/zero, instead of ``stdin``
 
 
 CASES = [
@@ -119,15 +120,31 @@ CASES = [
     Case("line ends on stdin", argv=("--input", "-"), stdin=b"ni hao\rni hao\r\n", stdout="你好\n你好"),
     Case("line ends in the argument", argv=("ni hao\rni hao\u2028xyz",), stdout="你好\n你好\nxyz"),
     Case("input file that is not UTF-8 after CR line ends", argv=("--input", "{tmp}/latin1_cr.txt"),
-         files={"latin1_cr.txt": b"ni hao\rni hao\rni h\xe4o\r"}, status=2,
+         files={"latin1_cr.txt": b"ni hao\rni hao\rni h\xe4o\r"}, status=2, stdout="你好\n你好",
          error=("latin1_cr.txt: line 3 is not valid UTF-8",)),
     Case("input file that is not UTF-8", argv=("--input", "{tmp}/latin1.txt"),
-         files={"latin1.txt": b"ni hao\nni h\xe4o\n"}, status=2, error=("latin1.txt: line 2 is not valid UTF-8",)),
+         files={"latin1.txt": b"ni hao\nni h\xe4o\n"}, status=2, stdout="你好",
+         error=("latin1.txt: line 2 is not valid UTF-8",)),
     Case("stdin that is not UTF-8", argv=("--input", "-"), stdin=b"\xff\xfe\n", status=2,
-         error=("-: line 1 is not valid UTF-8",)),
+         error=("standard input: line 1 is not valid UTF-8",)),
     Case("missing input file", argv=("--input", "{tmp}/missing.txt"), status=2, error=("input file not found:",)),
     Case("unreadable input file (a directory)", argv=("--input", "{tmp}"), status=2,
-         error=("cannot read input file", "Is a directory")),
+         error=("cannot read input file", "it is a directory, not a file of text lines")),
+    Case("`-` as the pinyin argument", argv=("-",), stdin=b"ni hao\n\nni hao", stdout="你好\n\n你好"),
+    Case("`-` among pinyin words", argv=("ni", "-", "hao"), stdout="你-好"),
+    Case("`-` and --input together", argv=("--input", "{tmp}/empty.txt", "-"), status=2, usage=True,
+         error=("not several",)),
+    Case("closed standard input", stdin_from="closed", status=2,
+         error=("cannot read input: standard input is closed",)),
+    Case("closed standard input with `--input -`", argv=("--input", "-"), stdin_from="closed", status=2,
+         error=("cannot read input: standard input is closed",)),
+    Case("`/dev/zero` as --input", argv=("--input", "/dev/zero"), status=2,
+         error=("/dev/zero: line 1 is longer than 1,048,576 bytes, the most translate.py reads as one line",)),
+    Case("`/dev/zero` on standard input", stdin_from="/dev/zero", status=2,
+         error=("standard input: line 1 is longer than 1,048,576 bytes",)),
+    Case("a line longer than 1 MiB", argv=("--input", "{tmp}/long_line.txt"),
+         files={"long_line.txt": b"ni hao\n" + b"x" * (1 << 20) + b"x\nni hao\n"}, status=2, stdout="你好",
+         error=("long_line.txt: line 2 is longer than 1,048,576 bytes",)),
     Case("--beam 0", argv=("--beam", "0", "ni"), status=2, usage=True, error=("--beam must be between 1 and 64",)),
     # ---- translate.py: numbers out of range, images and output that cannot be written
     Case("--beam 100000", argv=("--beam", "100000", "ni"), status=2, usage=True,
@@ -176,6 +193,8 @@ CASES = [
          note="skipped 2 of 3 lines of", error=()),
     Case("--evaluate of a file with no usable line", argv=("--evaluate", "{tmp}/all_bad.tsv"),
          files={"all_bad.tsv": b"no tab here\n"}, status=2, error=("no usable pinyin<TAB>hanzi lines",)),
+    Case("--evaluate of a device", argv=("--evaluate", "/dev/zero"), status=2,
+         error=("cannot read /dev/zero: --evaluate reads a regular file of pinyin<TAB>hanzi lines",)),
     Case("--evaluate of a file that is not UTF-8", argv=("--evaluate", "{tmp}/gbk.tsv"),
          files={"gbk.tsv": "ni hao\t你好\n".encode("gbk")}, status=2, error=("is not UTF-8",)),
     # ---- translate.py: checkpoints
@@ -392,17 +411,22 @@ class _RunsCode:
         return (os.makedirs, (str(self.marker),))
 
 
-def _run(script: str, argv: list[str], stdin: bytes | None, cwd: Path,
-         stdout_to: str | None = None) -> subprocess.CompletedProcess:
+def _run(script: str, argv: list[str], stdin: bytes | None, cwd: Path, stdout_to: str | None = None,
+         stdin_from: str | None = None) -> subprocess.CompletedProcess:
     with contextlib.ExitStack() as stack:
         stdout = subprocess.PIPE
         if stdout_to == "closed":
             stdout = subprocess.DEVNULL  # then closed in the child, before Python starts
         elif stdout_to is not None:
             stdout = stack.enter_context(open(stdout_to, "wb"))
-        return subprocess.run([sys.executable, str(ROOT / script), *argv], input=stdin or b"", stdout=stdout,
+        streams = {"input": stdin or b""}
+        if stdin_from is not None:
+            streams = {"stdin": subprocess.DEVNULL if stdin_from == "closed" else
+                       stack.enter_context(open(stdin_from, "rb"))}
+        closed = [fd for fd, how in ((0, stdin_from), (1, stdout_to)) if how == "closed"]
+        return subprocess.run([sys.executable, str(ROOT / script), *argv], **streams, stdout=stdout,
                               stderr=subprocess.PIPE, cwd=cwd, timeout=300, check=False,
-                              preexec_fn=(lambda: os.close(1)) if stdout_to == "closed" else None,
+                              preexec_fn=(lambda: [os.close(fd) for fd in closed]) if closed else None,
                               env=ENV)
 
 
@@ -427,19 +451,19 @@ def results(trained, tiny_corpus, tmp_path_factory) -> dict[str, tuple[int, str,
     line_cases = [case for case in CASES if case.line is not None]
     lines_file = tmp / "lines.txt"
     lines_file.write_bytes("".join(case.line + "\n" for case in line_cases).encode("utf-8"))
-    jobs["<lines>"] = ("translate.py", ["--checkpoint", str(best), "--input", str(lines_file)], None, None)
+    jobs["<lines>"] = ("translate.py", ["--checkpoint", str(best), "--input", str(lines_file)], None, None, None)
     for case in CASES:
         if case.line is None:
             argv = [expand(arg) for arg in case.argv]
             if case.script == "translate.py" and case.name != "no --checkpoint" and "--checkpoint" not in argv:
                 argv = ["--checkpoint", str(best), *argv]
-            jobs[case.name] = (case.script, argv, case.stdin, case.stdout_to)
+            jobs[case.name] = (case.script, argv, case.stdin, case.stdout_to, case.stdin_from)
     busy = locked(tmp / "checkpoints" / "busy" / ".lock")  # as a training process holds its run
-    forked = {name: ([ROOT / script, *argv], stdin, workdir) for name, (script, argv, stdin, stdout_to) in jobs.items()
-              if stdout_to is None}
+    forked = {name: ([ROOT / script, *argv], stdin, workdir)  # a fork cannot start with a stream closed
+              for name, (script, argv, stdin, stdout_to, stdin_from) in jobs.items() if stdout_to is stdin_from is None}
     with busy, concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        futures = {name: pool.submit(_run, script, argv, stdin, workdir, stdout_to)
-                   for name, (script, argv, stdin, stdout_to) in jobs.items() if name not in forked}
+        futures = {name: pool.submit(_run, script, argv, stdin, workdir, stdout_to, stdin_from)
+                   for name, (script, argv, stdin, stdout_to, stdin_from) in jobs.items() if name not in forked}
         done = run_all(forked, ENV, tmp / "forkrun", parallel=3)
         done.update({name: future.result() for name, future in futures.items()})
 
@@ -481,7 +505,7 @@ def test_case(results, case):
             assert case.note in stderr
         assert "error" not in stderr
         return
-    assert stdout == ""
+    assert stdout == (case.stdout + "\n" if isinstance(case.stdout, str) else "")  # the lines before the bad one
     lines = stderr.strip().splitlines()
     if case.usage:  # argparse: usage lines, then one error line
         assert lines[0].startswith("usage: ") and lines[-1].startswith(f"{case.script}: error: "), stderr

@@ -235,6 +235,55 @@ def test_translate_interactive_prompt_on_a_terminal(trained):
     assert b"error: that line is not valid UTF-8" in output and b"Traceback" not in output
 
 
+def _line_within(stream, seconds: float) -> bytes:
+    """What ``stream`` (a pipe) gives up to its next line end, waiting at most ``seconds`` for it."""
+    import os
+    import select
+    import time
+
+    deadline, line = time.monotonic() + seconds, b""
+    while not line.endswith(b"\n"):
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([stream], [], [], left)[0]:
+            break
+        byte = os.read(stream.fileno(), 1)
+        if not byte:
+            break
+        line += byte
+    return line
+
+
+def test_translate_streams_lines_from_a_fifo_and_a_pipe_as_they_arrive(trained, tmp_path):
+    """Each line's output comes while the writer still holds the input open, as an interactive program
+    feeding translate.py through a pipe or FIFO needs."""
+    import os
+
+    _, _, best = trained
+    fifo = tmp_path / "lines.fifo"
+    os.mkfifo(fifo)
+    for source in ("fifo", "pipe"):
+        extra = ["--input", str(fifo)] if source == "fifo" else []
+        process = subprocess.Popen([sys.executable, str(ROOT / "translate.py"), "--checkpoint", str(best), *extra],
+                                   stdin=subprocess.PIPE if source == "pipe" else subprocess.DEVNULL,
+                                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=ENV)
+        # O_RDWR: a FIFO opened so never waits for its reader (a translate.py that failed would leave it waiting)
+        writer = open(fifo, "r+b", buffering=0) if source == "fifo" else process.stdin
+        try:
+            writer.write(b"ni hao\n")
+            writer.flush()
+            assert _line_within(process.stdout, 120) == "你好\n".encode(), source
+            writer.write(b"wo men\n")
+            writer.flush()
+            assert _line_within(process.stdout, 60) == "我们\n".encode(), source
+            writer.close()  # the end of the input: translate.py ends
+            assert process.wait(timeout=60) == 0 and process.stdout.read() == b"", source
+        finally:
+            writer.close()
+            process.kill()
+            process.wait()
+            process.stdout.close()
+
+
 def test_train_refuses_to_overwrite_a_run(trained):
     _, config_path, best = trained
     before = best.read_bytes()

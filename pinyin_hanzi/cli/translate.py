@@ -7,48 +7,14 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Iterable, Iterator
 
 from pinyin_hanzi.cli import check_bounds, check_image_path, load_converter, max_threads, run, write_output
+from pinyin_hanzi.cli.line_stream import MAX_LINE_BYTES, check_input, line_batches
 from pinyin_hanzi.config import LIMITS, MAX_NBEST, shown
 from pinyin_hanzi.errors import DataError, OutputError
 from pinyin_hanzi.metrics import ABBREVIATION_STYLES
 from pinyin_hanzi.shuangpin import LAYOUTS
 from pinyin_hanzi.typed_input import FUZZY_PAIRS, split_lines
-
-
-def _open_input(name: str):
-    """A binary stream of the input file (stdin for '-'); DataError if it is missing or unreadable."""
-    if name == "-":
-        return sys.stdin.buffer
-    if not Path(name).exists():
-        raise DataError(f"input file not found: {name}")
-    try:
-        return open(name, "rb")
-    except OSError as error:  # a directory, no permission
-        raise DataError(f"cannot read input file {name}: {error.strerror}") from None
-
-
-def _open_lines(name: str) -> Iterator[str]:
-    """Lines of a UTF-8 file (or stdin for '-'), without their line ends, split as
-    :func:`pinyin_hanzi.typed_input.split_lines` splits (``\\n``, ``\\r\\n``, a lone ``\\r``, U+2028, ...).
-    Read as bytes and decoded a ``\\n``-ended piece at a time, so that an invalid line is reported with its
-    number."""
-    stream = _open_input(name)
-    count = 0  # lines yielded so far
-    try:
-        for raw in stream:
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError as error:
-                before = raw[: error.start].decode("utf-8")
-                raise DataError(f"{name}: line {count + len((before + '.').splitlines())} is not valid UTF-8") from None
-            lines = text.splitlines()
-            count += len(lines)
-            yield from lines
-    finally:
-        if name != "-":
-            stream.close()
 
 
 def _check_typed(text: str, where: str) -> str:
@@ -57,17 +23,6 @@ def _check_typed(text: str, where: str) -> str:
     if any("\udc80" <= char <= "\udcff" for char in text):
         raise DataError(f"{where} is not valid UTF-8")
     return text
-
-
-def _chunks(lines: Iterable[str], size: int) -> Iterator[list[str]]:
-    chunk: list[str] = []
-    for line in lines:
-        chunk.append(line)
-        if len(chunk) == size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
 
 
 def _read_pairs(name: str):
@@ -80,6 +35,8 @@ def _read_pairs(name: str):
     path = Path(name)
     if not path.exists():
         raise DataError(f"file not found: {path}")
+    if not path.is_file():  # a directory; a device or FIFO, which scoring would read whole (/dev/zero: forever)
+        raise DataError(f"cannot read {path}: --evaluate reads a regular file of pinyin<TAB>hanzi lines")
     skipped: Counter = Counter()
     examples = read_examples(path, skipped=skipped)
     if skipped:
@@ -238,8 +195,8 @@ def _fail_fast(args) -> None:
 
         for path in named:
             check_checkpoint_path(path)  # CheckpointError for a missing file or a directory
-    if args.input not in (None, "-"):
-        _open_input(args.input).close()  # raises DataError for a missing or unreadable file
+    if args.evaluate is None and not args.text:  # lines come from --input FILE or standard input
+        check_input(args.input or "-")
 
 
 def _translate(argv) -> int:
@@ -247,11 +204,13 @@ def _translate(argv) -> int:
         prog="translate.py", description="Convert pinyin into hanzi with a trained checkpoint.",
         epilog='examples: python translate.py "ni hao" | python translate.py --nbest 5 xian | '
                "python translate.py --input lines.txt | python translate.py --evaluate test --beam 1")
-    parser.add_argument("text", nargs="*", help="pinyin to convert (all arguments form one line); without "
-                        "text or --input, an interactive prompt on a terminal, else standard input")
+    parser.add_argument("text", nargs="*", help="pinyin to convert (all arguments form one line); a lone '-': "
+                        "standard input; without text or --input, an interactive prompt on a terminal, else "
+                        "standard input")
     parser.add_argument("--checkpoint", help="checkpoint file (default: the one $PINYIN_HANZI_CHECKPOINT names, "
                         "else the shipped pinyin_hanzi/pretrained/model.pt)")
-    parser.add_argument("--input", metavar="FILE", help="convert each line of FILE ('-' for stdin)")
+    parser.add_argument("--input", metavar="FILE", help="convert each line of FILE ('-' for stdin), printed as it "
+                        f"arrives from a pipe or FIFO; a line may hold up to {MAX_LINE_BYTES:,} bytes")
     parser.add_argument("--beam", type=int, help="beam size, 1 for greedy (default: the checkpoint's decode.beam, "
                         "5 unless its config says otherwise)")
     parser.add_argument("--lm-weight", type=float, metavar="W",
@@ -303,6 +262,10 @@ def _translate(argv) -> int:
                         help="CPU threads (default: 1 for text typed on the command line or at the prompt, "
                              "one per core for --input and --evaluate)")
     args = parser.parse_args(argv)
+    if args.text == ["-"]:  # as in most Unix tools, a lone '-' is standard input
+        if args.input is not None or args.evaluate is not None:
+            parser.error("give pinyin text, --input FILE or --evaluate SPLIT_OR_FILE, not several")
+        args.text, args.input = [], "-"
     if sum([bool(args.text), args.input is not None, args.evaluate is not None]) > 1:
         parser.error("give pinyin text, --input FILE or --evaluate SPLIT_OR_FILE, not several")
     check_bounds(parser, [("--beam", args.beam, *LIMITS["decode.beam"]), ("--nbest", args.nbest, 1, MAX_NBEST),
@@ -359,8 +322,8 @@ def _translate(argv) -> int:
         return 0
     if args.input is None and sys.stdin.isatty():
         return _interactive(converter, args)
-    for chunk in _chunks(_open_lines(args.input or "-"), args.batch_size):
-        _convert_and_print(converter, chunk, args)
+    for batch in line_batches(args.input or "-", args.batch_size):
+        _convert_and_print(converter, batch, args)
     return 0
 
 
