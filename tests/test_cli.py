@@ -235,6 +235,64 @@ def test_translate_interactive_prompt_on_a_terminal(trained):
     assert b"error: that line is not valid UTF-8" in output and b"Traceback" not in output
 
 
+def _on_a_terminal(args, stream: str) -> tuple[int, str, str]:
+    """(status, stdout, stderr) of ``python ARGS`` with ``stream`` ("stdout" or "stderr") a terminal (a pty,
+    its "\r\n" read back as "\n") and the other a pipe."""
+    import fcntl
+    import os
+    import pty
+    import struct
+    import termios
+
+    controller, terminal = pty.openpty()
+    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))  # tqdm draws nothing on 0 columns
+    streams = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, stream: terminal}
+    process = subprocess.Popen([sys.executable, *map(str, args)], stdin=subprocess.DEVNULL, cwd=ROOT, env=ENV,
+                               **streams)
+    os.close(terminal)
+    other = process.stderr if stream == "stdout" else process.stdout
+    shown = b""
+    try:
+        while True:
+            try:
+                chunk = os.read(controller, 4096)
+            except OSError:  # EIO: the process closed the terminal
+                break
+            if not chunk:
+                break
+            shown += chunk
+        piped = other.read()
+        status = process.wait(timeout=120)
+    finally:
+        process.kill()
+        other.close()
+        os.close(controller)
+    shown_text = shown.decode("utf-8").replace("\r\n", "\n")
+    piped_text = piped.decode("utf-8")
+    return (status, shown_text, piped_text) if stream == "stdout" else (status, piped_text, shown_text)
+
+
+def test_translate_nbest_on_a_terminal_is_one_candidate_a_line(trained):
+    import re
+
+    _, _, best = trained
+    status, stdout, stderr = _on_a_terminal([ROOT / "translate.py", "--checkpoint", best, "--nbest", "3",
+                                             "shi\rni hao"], "stdout")  # two input lines
+    assert status == 0, stderr
+    blocks = [block.splitlines() for block in stdout.rstrip("\n").split("\n\n")]  # a blank line between
+    assert len(blocks) == 2
+    rows = [re.fullmatch(r"(\d)  (\S+)\s+(-\d+\.\d{3})  ([a-z ]+)", line) for block in blocks for line in block]
+    assert all(rows), stdout
+    shi, ni_hao = [[rows.pop(0).groups() for _ in block] for block in blocks]
+    assert [rank for rank, *_ in shi] == [str(i) for i in range(1, len(shi) + 1)] and len(shi) >= 2
+    assert {text for _, text, *_ in shi} <= set("世是市") and len({text for _, text, *_ in shi}) == len(shi)
+    assert [float(score) for _, _, score, _ in shi] == sorted((float(score) for _, _, score, _ in shi), reverse=True)
+    assert ni_hao[0][1] == "你好" and ni_hao[0][3] == "ni hao" and {row[3] for row in shi} == {"shi"}
+    piped = run(ROOT / "translate.py", "--checkpoint", best, "--nbest", "3", "shi\rni hao")  # one line per line
+    lines = piped.stdout.splitlines()
+    assert len(lines) == 2 and lines[0].split("\t")[0::3] == [text for _, text, *_ in shi]
+
+
 def _line_within(stream, seconds: float) -> bytes:
     """What ``stream`` (a pipe) gives up to its next line end, waiting at most ``seconds`` for it."""
     import os

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import unicodedata
 from pathlib import Path
 
 from pinyin_hanzi.cli import check_bounds, check_image_path, load_converter, max_threads, run, write_output
@@ -110,8 +111,9 @@ def _report_comparison(path, result: dict, args) -> int:
 
 def _format(line: str, conversions, args) -> str:
     """One output line: the best text; with --nbest, text, score and the syllables it was read as of each
-    candidate, tab-separated; with --json, a JSON object whose candidates each carry their own reading
-    (segmentation: the model tokens, b* for an abbreviation; syllables: what each character was read as)."""
+    candidate, tab-separated (on a terminal: :func:`_nbest_table`); with --json, a JSON object whose
+    candidates each carry their own reading (segmentation: the model tokens, b* for an abbreviation;
+    syllables: what each character was read as)."""
     if args.json:
         best = conversions[0]
         return json.dumps({"input": line, "output": best.text, "segmentation": best.syllables,
@@ -119,9 +121,24 @@ def _format(line: str, conversions, args) -> str:
                            "candidates": [{"text": c.text, "score": round(c.score, 4), "segmentation": c.syllables,
                                            "syllables": c.read_as} for c in conversions],
                            "notes": best.notes}, ensure_ascii=False)
+    if args.nbest > 1 and args.nbest_table:
+        return _nbest_table(conversions)
     if args.nbest > 1:
         return "\t".join(f"{c.text}\t{c.score:.3f}\t{' '.join(c.read_as)}" for c in conversions)
     return conversions[0].text
+
+
+def _nbest_table(conversions) -> str:
+    """The candidates of one line for a reader, one per line: rank, text, score, the syllables read, in
+    columns (a hanzi takes two columns of a terminal)."""
+    def width(text: str) -> int:
+        return sum(2 if unicodedata.east_asian_width(char) in "WF" else 1 for char in text)
+
+    widest = max(width(c.text) for c in conversions)
+    scores = [f"{c.score:.3f}" for c in conversions]
+    rank_width, score_width = len(str(len(conversions))), max(map(len, scores))
+    return "\n".join(f"{rank:>{rank_width}}  {c.text}{' ' * (widest - width(c.text))}  {score:>{score_width}}  "
+                     f"{' '.join(c.read_as)}".rstrip() for rank, (c, score) in enumerate(zip(conversions, scores), 1))
 
 
 def _convert_and_print(converter, lines: list[str], args) -> None:
@@ -132,7 +149,10 @@ def _convert_and_print(converter, lines: list[str], args) -> None:
         if args.verbose:
             for note in conversions[0].notes:
                 print(f"note: {note}", file=sys.stderr)
+        if args.nbest_table and args.lines_printed:
+            output.append("\n")  # a blank line between one line's candidates and the next one's
         output.append(_format(line, conversions, args) + "\n")
+        args.lines_printed += 1
     write_output("".join(output))
 
 
@@ -220,8 +240,9 @@ def _translate(argv) -> int:
                         help="weight of the checkpoint's word model in beam search (default: its decode.word_weight; "
                              "0: none; greedy decoding never uses it)")
     parser.add_argument("--nbest", type=int, default=1,
-                        help=f"print the N best conversions (1-{MAX_NBEST}), each as text, score and the syllables "
-                             "it was read as, tab-separated")
+                        help=f"print the N best conversions (1-{MAX_NBEST}): on a terminal one per line (rank, text, "
+                             "score, the syllables it was read as), a blank line between input lines; piped, "
+                             "one output line per input line: text, score, syllables of each, all tab-separated")
     parser.add_argument("--json", action="store_true", help="one JSON object per line: input, output, "
                         "segmentation, syllables, candidates with scores, notes")
     parser.add_argument("--fuzzy", action="append", metavar="PAIRS",
@@ -288,6 +309,9 @@ def _translate(argv) -> int:
             parser.error(f"--fuzzy: unknown pair {shown(unknown[0])} (known: {', '.join(FUZZY_PAIRS)})")
         args.fuzzy = frozenset(names)
     _fail_fast(args)
+    # On a terminal a person reads the n best one per line; piped, a program reads one line per input line.
+    args.nbest_table = args.nbest > 1 and not args.json and sys.stdout.isatty()
+    args.lines_printed = 0
     interactive = args.input is None and args.evaluate is None and (args.text or sys.stdin.isatty())
     threads = args.threads or (1 if interactive else 0)
     if threads:
