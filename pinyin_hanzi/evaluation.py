@@ -4,9 +4,11 @@ compared on the same sentences (:func:`compare_file`, ``translate.py --evaluate 
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING, Sequence
 
 import torch
+from tqdm import tqdm
 
 from pinyin_hanzi.config import Config
 from pinyin_hanzi.data import collate
@@ -49,7 +51,7 @@ def evaluate(model, valid_encoded, valid_examples, converter: Converter, config:
 
 def evaluate_file(converter, examples: Sequence, *, constrained: bool = True, unsegmented: bool = False, beam: int = 1,
                   batch_size: int = 256, abbreviate: float = 0.0, abbreviate_as: str = "initial",
-                  prefixes: bool | None = None) -> dict:
+                  prefixes: bool | None = None, progress: bool = False) -> dict:
     """Scores of converting ``examples`` (corpus Examples) typed as a user would: syllables separated by
     spaces, or run together (``unsegmented``), with the share ``abbreviate`` (0..1) of syllables typed
     abbreviated (chosen by :func:`pinyin_hanzi.metrics.abbreviated_positions`, the same for every run and
@@ -57,13 +59,15 @@ def evaluate_file(converter, examples: Sequence, *, constrained: bool = True, un
     ``prefixes``: whether the converter reads abbreviations (None: yes when
     ``abbreviate`` > 0, else the converter's own setting). Returns the settings and the scores of
     :func:`pinyin_hanzi.metrics.conversion_scores`, plus top1 (and top3, top5 from the 5-best list when
-    beam >= 5): the share of sentences whose reference is among the k best conversions. Raises ValueError
+    beam >= 5): the share of sentences whose reference is among the k best conversions. ``progress``: a bar
+    on stderr (sentences, rate, time left) while it converts, where stderr is a terminal. Raises ValueError
     for a share outside [0, 1]."""
     references = [e.hanzi for e in examples]
     nbest = 5 if beam >= 5 else 1
     prefixes = _reads_prefixes(converter, prefixes, abbreviate)
-    found = _convert_typed(converter, examples, unsegmented, abbreviate, abbreviate_as, prefixes, beam=beam,
-                           nbest=nbest, constrained=constrained, batch_size=batch_size)
+    found = _convert_typed(converter, examples, unsegmented, abbreviate, abbreviate_as, prefixes,
+                           "converting" if progress else None, beam=beam, nbest=nbest, constrained=constrained,
+                           batch_size=batch_size)
     scores = conversion_scores([conversions[0].text for conversions in found], references)
     for k in (1, 3, 5) if nbest == 5 else (1,):
         hits = sum(ref in [c.text for c in conversions[:k]] for conversions, ref in zip(found, references))
@@ -74,17 +78,19 @@ def evaluate_file(converter, examples: Sequence, *, constrained: bool = True, un
 
 def compare_file(converter, other, examples: Sequence, *, constrained: bool = True, unsegmented: bool = False,
                  beam: int = 1, batch_size: int = 256, abbreviate: float = 0.0, abbreviate_as: str = "initial",
-                 prefixes: bool | None = None, resamples: int = 2000) -> dict:
+                 prefixes: bool | None = None, resamples: int = 2000, progress: bool = False) -> dict:
     """``other`` against ``converter`` on the same ``examples``, typed alike (arguments as in
     :func:`evaluate_file`; ``prefixes`` None: on for abbreviated input, else each converter's own setting).
     Two CERs a tenth of a point apart on a thousand sentences may be noise; this says whether they are:
     returns the settings and :func:`pinyin_hanzi.metrics.paired_difference` of the two (difference =
-    other's CER - first's, with its 95% bootstrap interval over sentences)."""
+    other's CER - first's, with its 95% bootstrap interval over sentences). ``progress``: a bar per model, as
+    :func:`evaluate_file` shows one."""
     references = [e.hanzi for e in examples]
     errors = []
-    for model in (converter, other):
+    for number, model in enumerate((converter, other), 1):
+        label = f"model {number} of 2" if progress else None
         found = _convert_typed(model, examples, unsegmented, abbreviate, abbreviate_as,
-                               _reads_prefixes(model, prefixes, abbreviate), beam=beam, nbest=1,
+                               _reads_prefixes(model, prefixes, abbreviate), label, beam=beam, nbest=1,
                                constrained=constrained, batch_size=batch_size)
         errors.append([edit_distance(conversions[0].text, ref) for conversions, ref in zip(found, references)])
     return {"constrained": constrained, "unsegmented": unsegmented, "beam": beam, "abbreviate": abbreviate,
@@ -102,9 +108,17 @@ def _reads_prefixes(converter, prefixes: bool | None, abbreviate: float) -> bool
 
 
 def _convert_typed(converter, examples: Sequence, unsegmented: bool, abbreviate: float, abbreviate_as: str,
-                   prefixes: bool, **options):
-    """The conversions of ``examples`` typed as :func:`pinyin_hanzi.metrics.typed` types them. ValueError
-    for a share outside [0, 1] or an unknown abbreviation style."""
+                   prefixes: bool, progress: str | None, **options):
+    """The conversions of ``examples`` typed as :func:`pinyin_hanzi.metrics.typed` types them, ``batch_size``
+    sentences at a time, with a progress bar labelled ``progress`` (None: none). ValueError for a share
+    outside [0, 1] or an unknown abbreviation style."""
     lines = [typed(e.tokens, e.hanzi, unsegmented, abbreviate=abbreviate, abbreviate_as=abbreviate_as)
              for e in examples]
-    return converter.convert_lines(lines, prefixes=prefixes, **options)
+    step = options["batch_size"]  # converted in the same pieces with or without a bar: the same scores either way
+    found = []
+    with tqdm(total=len(lines), desc=progress, unit=" sentences", file=sys.stderr, dynamic_ncols=True,
+              disable=progress is None or sys.stderr is None or not sys.stderr.isatty()) as bar:
+        for begin in range(0, len(lines), step):
+            found += converter.convert_lines(lines[begin : begin + step], prefixes=prefixes, **options)
+            bar.update(min(step, len(lines) - begin))
+    return found

@@ -293,6 +293,18 @@ def test_translate_nbest_on_a_terminal_is_one_candidate_a_line(trained):
     assert len(lines) == 2 and lines[0].split("\t")[0::3] == [text for _, text, *_ in shi]
 
 
+def test_translate_evaluate_shows_progress_on_a_terminal_only(trained):
+    tmp, _, best = trained
+    split = tmp / "prepared" / "tiny" / "train.tsv"
+    status, stdout, stderr = _on_a_terminal([ROOT / "translate.py", "--checkpoint", best, "--evaluate", split,
+                                             "--batch-size", "4"], "stderr")
+    assert status == 0 and "character accuracy 100.00%" in stdout
+    sentences = json.loads(stdout.splitlines()[-1])["sentences"]
+    assert "converting: 100%" in stderr and f"{sentences}/{sentences} [" in stderr and "sentences/s]" in stderr
+    piped = run(ROOT / "translate.py", "--checkpoint", best, "--evaluate", split, "--batch-size", "4")
+    assert piped.stdout == stdout and "converting" not in piped.stderr  # the same scores; no bar in a log
+
+
 def _line_within(stream, seconds: float) -> bytes:
     """What ``stream`` (a pipe) gives up to its next line end, waiting at most ``seconds`` for it."""
     import os

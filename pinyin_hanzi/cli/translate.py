@@ -75,11 +75,12 @@ def _evaluate(converter, args, examples, other=None) -> int:
         return _report_comparison(path, compare_file(
             converter, other, examples, constrained=args.constrained, unsegmented=args.unsegmented, beam=args.beam,
             batch_size=args.batch_size, abbreviate=args.abbreviate, abbreviate_as=args.abbreviate_as,
-            prefixes=prefixes), args)
+            prefixes=prefixes, progress=True), args)
     result = {"file": str(path), **evaluate_file(converter, examples, constrained=args.constrained,
                                                  unsegmented=args.unsegmented, beam=args.beam,
                                                  batch_size=args.batch_size, abbreviate=args.abbreviate,
-                                                 abbreviate_as=args.abbreviate_as, prefixes=prefixes)}
+                                                 abbreviate_as=args.abbreviate_as, prefixes=prefixes,
+                                                 progress=True)}
     style = ABBREVIATION_STYLES[args.abbreviate_as]
     abbreviated = f" with {args.abbreviate:.0%} of syllables typed as their {style}" if args.abbreviate else ""
     mode = (f"{'unsegmented' if args.unsegmented else 'segmented'} input{abbreviated}, "
