@@ -93,7 +93,7 @@ def test_translate_prints_one_line_per_input_line(converter, lines, nbest, as_js
     Its input lines never hold a line end (it splits its input by typed_input.split_lines), so neither do these."""
     lines = [" ".join(split_lines(line)) for line in lines]
     args = argparse.Namespace(beam=3, nbest=nbest, constrained=True, batch_size=256, chinese_punctuation=False,
-                              verbose=False, json=as_json)
+                              verbose=False, json=as_json, nbest_table=False, lines_printed=0)  # piped output
     output = io.StringIO()
     with contextlib.redirect_stdout(output):
         translate._convert_and_print(converter, lines, args)
