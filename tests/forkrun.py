@@ -61,8 +61,9 @@ class Server:
         return subprocess.CompletedProcess(args, json.loads(reply)["status"], *outputs)
 
     def close(self) -> None:
-        self.process.stdin.close()
+        self.process.stdin.close()  # the server's loop ends at the end of its input
         self.process.wait(timeout=30)
+        self.process.stdout.close()  # else the pipe is left to the garbage collector, with a ResourceWarning
 
 
 def run_all(jobs: dict[str, tuple[list, bytes | None, Path]], env: dict[str, str], workdir: Path,

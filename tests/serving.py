@@ -54,7 +54,8 @@ def _output(process: subprocess.Popen) -> str:
 
 
 def stop_service(process: subprocess.Popen, timeout: float = 30) -> tuple[int, str]:
-    """SIGTERM, then the exit status and output (SIGKILL after ``timeout``: status -9)."""
+    """SIGTERM, then the exit status and output (SIGKILL after ``timeout``: status -9). Closes the output
+    file (a second call returns the same output): left to the garbage collector, it is a ResourceWarning."""
     if process.poll() is None:
         process.send_signal(signal.SIGTERM)
     try:
@@ -62,4 +63,7 @@ def stop_service(process: subprocess.Popen, timeout: float = 30) -> tuple[int, s
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
-    return process.returncode, _output(process)
+    if not process.log.closed:
+        process.output = _output(process)
+        process.log.close()
+    return process.returncode, process.output

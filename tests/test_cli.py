@@ -354,6 +354,20 @@ def test_translate_streams_lines_from_a_fifo_and_a_pipe_as_they_arrive(trained, 
             process.stdout.close()
 
 
+def test_a_forkrun_server_leaves_no_pipe_to_the_garbage_collector(tmp_path):
+    import gc
+    import warnings
+
+    server = forkrun.Server(ENV, tmp_path)
+    assert server.run([ROOT / "translate.py", "--help"]).returncode == 0
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        server.close()
+        del server
+        gc.collect()
+    assert not [warning for warning in caught if issubclass(warning.category, ResourceWarning)]
+
+
 def test_train_refuses_to_overwrite_a_run(trained):
     _, config_path, best = trained
     before = best.read_bytes()
@@ -414,7 +428,8 @@ def test_kill_9_then_resume_reproduces_the_uninterrupted_losses(tmp_path, tiny_c
     resumed = run(ROOT / "train.py", "--config", killed, "--resume")
     assert resumed.returncode == 0, resumed.stderr
     assert f"resumed {killed_dir / 'checkpoints' / 'tiny' / 'last.pt'} at step {checkpoint['step']}" in resumed.stderr
-    assert reference.wait(timeout=300) == 0, reference.stderr.read()
+    _, reference_errors = reference.communicate(timeout=300)  # which closes its stderr pipe too
+    assert reference.returncode == 0, reference_errors
     # ... and trained again: the record is clean (each step once) and equal to the uninterrupted run's.
     after_resume, uninterrupted = _train_log(killed_dir / "runs" / "tiny"), _train_log(straight_dir / "runs" / "tiny")
     assert [record["step"] for record in uninterrupted] == list(range(1, 101))

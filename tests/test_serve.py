@@ -246,7 +246,7 @@ def test_a_killed_server_leaves_no_model_process_behind():
     process, url = start_service()
     worker = httpx.get(f"{url}/health").json()["workers"][0]["pid"]
     process.kill()
-    process.wait()
+    stop_service(process)  # waits for it, and closes its output file
     _wait_until(lambda: not _alive(worker), 30, "gone")
 
 
