@@ -136,6 +136,15 @@ def test_translate_errors_are_one_line(trained, tmp_path):
         assert usage.returncode == 2 and "Traceback" not in usage.stderr and "must be" in usage.stderr
 
 
+def test_translate_device_the_machine_lacks_is_one_line(trained):
+    _, _, best = trained
+    if torch.cuda.is_available():  # then the one after the last is missing
+        device, message = f"cuda:{torch.cuda.device_count()}", "but this machine has"
+    else:
+        device, message = "cuda", "device='cuda', but this machine has no CUDA device: use cpu, or auto"
+    _one_line_error(run(ROOT / "translate.py", "--checkpoint", best, "--device", device, "ni hao"), message)
+
+
 def test_a_character_ngram_model_added_to_a_checkpoint_is_used_and_can_be_turned_off(trained, tmp_path):
     tmp, _, best = trained
     with_lm = tmp_path / "with_lm.pt"

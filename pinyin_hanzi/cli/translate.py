@@ -205,8 +205,9 @@ def _set_typing_options(converter, args) -> None:
 
 
 def _fail_fast(args) -> None:
-    """The errors that do not need the model (missing files, text that is not UTF-8), before the seconds it
-    takes to load it. DataError, CheckpointError or OutputError."""
+    """The errors that do not need the model (missing files, text that is not UTF-8, a closed standard input
+    or output, an input that is a directory), before the seconds it takes to load it. DataError,
+    CheckpointError or OutputError."""
     _check_typed(" ".join(args.text), "the pinyin argument")
     if sys.stdout is None:
         raise OutputError("cannot write output: standard output is closed")
@@ -279,7 +280,8 @@ def _translate(argv) -> int:
     parser.add_argument("--unconstrained", action="store_true",
                         help="let the model choose any character (the checkpoint's decode.constrained=false does too)")
     parser.add_argument("--batch-size", type=int, default=256, help="sentences decoded together (default 256)")
-    parser.add_argument("--device", default="cpu", choices=("auto", "cpu", "cuda", "mps"))
+    parser.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N, mps, or auto: CUDA, then "
+                        "MPS, then the CPU")
     parser.add_argument("--threads", type=int, default=0,
                         help="CPU threads (default: 1 for text typed on the command line or at the prompt, "
                              "one per core for --input and --evaluate)")
