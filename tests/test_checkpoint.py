@@ -54,10 +54,13 @@ def test_broken_checkpoints_give_one_line_errors(trained, tmp_path):
     binary = tmp_path / "binary.pt"
     binary.write_bytes(bytes(range(256)))
     not_ours = "is not a pinyin_hanzi checkpoint"
-    cases = [(tmp_path / "missing.pt", "checkpoint not found"), (truncated, f"{not_ours} (a truncated or damaged torch.save file)"),
-             (garbage, f"{not_ours} (a text file)"), (text, f"{not_ours} (a text file)"), (empty, f"{not_ours} (an empty file)"),
+    cases = [(tmp_path / "missing.pt", "checkpoint not found"),
+             (truncated, f"{not_ours} (a truncated or damaged torch.save file)"),
+             (garbage, f"{not_ours} (a text file)"), (text, f"{not_ours} (a text file)"),
+             (empty, f"{not_ours} (an empty file)"),
              (archive, f"{not_ours} (a zip archive, but not one that torch.save wrote)"),
-             (binary, f"{not_ours} (not a torch.save file)"), ("/dev/zero", f"{not_ours} (a character device, not a file)"),
+             (binary, f"{not_ours} (not a torch.save file)"),
+             ("/dev/zero", f"{not_ours} (a character device, not a file)"),
              (tmp_path / "nul\0.pt", "is not a valid path (embedded null byte)"),
              (foreign, f"{not_ours} (missing keys)"), (old, "format 99")]
     for path, message in cases:
