@@ -25,7 +25,7 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 DEVICES_HINT = "use cpu, cuda, cuda:N, mps or auto"
 
 
-def kind_of(value) -> str:
+def _kind_of(value) -> str:
     """What a message calls a value's type: ``None``, ``bytes``, ``dict``, ..."""
     return "None" if value is None else type(value).__name__
 
@@ -43,7 +43,7 @@ def _is_list_like(value) -> bool:
 
 def _refuse(method: str, expected: str, value) -> DataError:
     hint = ": decode it first (data.decode('utf-8'))" if isinstance(value, (bytes, bytearray, memoryview)) else ""
-    return DataError(f"{method}() takes {expected}, got {kind_of(value)}{hint}")
+    return DataError(f"{method}() takes {expected}, got {_kind_of(value)}{hint}")
 
 
 def text_lines(value, method: str, *, single: bool) -> list[str]:
@@ -61,8 +61,8 @@ def text_lines(value, method: str, *, single: bool) -> list[str]:
     lines = list(value)
     for index, line in enumerate(lines):
         if not isinstance(line, str):
-            raise DataError(f"{method}() takes {expected}, got a {kind_of(value)} whose item {index} is "
-                            f"{kind_of(line)}")
+            raise DataError(f"{method}() takes {expected}, got a {_kind_of(value)} whose item {index} is "
+                            f"{_kind_of(line)}")
         _check_unicode(line, method, f"item {index}")
     return lines
 
@@ -83,10 +83,10 @@ def token_lists(value, method: str, argument: str = "token_lists") -> list[list[
     lists = []
     for index, tokens in enumerate(value):
         if not _is_list_like(tokens):
-            raise DataError(f"{method}() takes {expected}, got one whose item {index} is {kind_of(tokens)}")
+            raise DataError(f"{method}() takes {expected}, got one whose item {index} is {_kind_of(tokens)}")
         for token in tokens:
             if not isinstance(token, str):
-                raise DataError(f"{method}() takes {expected}, got one whose item {index} holds {kind_of(token)}")
+                raise DataError(f"{method}() takes {expected}, got one whose item {index} holds {_kind_of(token)}")
             _check_unicode(token, method, f"{argument}[{index}]")
         lists.append(list(tokens))
     return lists
@@ -120,7 +120,7 @@ def loading_options(method: str, *, path, lm_weight, word_weight, log) -> None:
     """CheckpointError or ConfigError (one line) for a bad argument of ``from_checkpoint``/``from_pretrained``,
     before seconds go into loading the checkpoint."""
     if not (path is None or isinstance(path, (str, os.PathLike))) or isinstance(path, bytes):
-        raise CheckpointError(f"{method}() takes a checkpoint path (a str or pathlib.Path), got {kind_of(path)}")
+        raise CheckpointError(f"{method}() takes a checkpoint path (a str or pathlib.Path), got {_kind_of(path)}")
     for value, key in ((lm_weight, "lm_weight"), (word_weight, "word_weight")):
         if value is not None:
             check_range(f"decode.{key}", value, key)
