@@ -13,6 +13,7 @@ interpreter of its own, and the server only pickles lines over a pipe and candid
 from __future__ import annotations
 
 import multiprocessing
+import multiprocessing.connection
 import pickle
 import signal
 import sys
@@ -51,10 +52,18 @@ CALLS = {"convert": convert, "attention": attention_layers}
 
 
 def describe(converter) -> dict:
-    """What the server needs to know of the model without holding it."""
+    """What the server needs to know of the model without holding it: its default beam, its checkpoint, how
+    it reads input and cuts it into windows (for request_cost.CostModel) and how many positions its
+    attention spans (a stand-in converter in the tests may lack the latter two: None)."""
     checkpoint = getattr(converter, "checkpoint", None)
+    model_config = getattr(getattr(converter, "model", None), "config", None)
+    fuzzy = getattr(converter, "fuzzy", None)
     return {"beam": converter.beam, "constrained": converter.constrained,
-            "checkpoint": str(checkpoint) if checkpoint else None}
+            "checkpoint": str(checkpoint) if checkpoint else None,
+            "window": getattr(converter, "window", None), "prefix_beam": getattr(converter, "prefix_beam", None),
+            "prefixes": getattr(converter, "prefixes", False), "fuzzy": sorted(fuzzy) if fuzzy else [],
+            "shuangpin": getattr(converter, "shuangpin", None),
+            "max_positions": getattr(model_config, "max_positions", None)}
 
 
 class ModelThread:
@@ -77,6 +86,9 @@ class ModelThread:
 
     def stop(self) -> None:
         pass
+
+    def exited(self) -> str | None:
+        return None  # the server's own process
 
 
 class ModelProcess:
@@ -177,6 +189,17 @@ class ModelProcess:
         self._conn = None
         if self._state != "dead":
             self._state = "stopped"
+
+    def exited(self) -> str | None:
+        """Why the process has ended (killed, out of memory) if it has while ready and between calls, else
+        None; it is then marked dead. Asked by the server's event loop while no call holds the model: the
+        process's sentinel says whether it has ended without reaping it, so this never races the calling
+        thread's own look at it."""
+        process = self._process
+        if self._state != "ready" or process is None or not multiprocessing.connection.wait([process.sentinel], 0):
+            return None
+        self._state = "dead"
+        return f"the model process {self._exit()}"
 
     def state(self) -> dict:
         process = self._process

@@ -8,26 +8,32 @@ The model runs in a process of its own (:class:`~pinyin_hanzi.model_worker.Model
 that parses and answers requests never waits for the interpreter lock the search holds; it is loaded once and
 takes one call at a time. A :class:`DynamicBatcher` feeds it: conversion requests that arrive while it is
 busy, or within ``max_wait_ms`` of each other, are decoded in one ``convert_lines`` call, so throughput grows
-with the number of clients instead of requests queueing one sentence at a time. A model process that dies
-costs the requests it held a 503 and is restarted; ``/health`` reports its state.
+with the number of clients instead of requests queueing one sentence at a time. Each request's decoding work
+is estimated first (:mod:`pinyin_hanzi.request_cost`): one over the budget is refused, and a large one is
+decoded in slices with the requests that arrive meanwhile decoded between them. A model process that dies
+costs the requests it held a 503 and is restarted; ``/health`` reports its state, looking at the process
+when asked.
 
 Errors are JSON ``{"error": message, "field": name-or-null}``: 413 for a body, a line or a batch over the
-limits, 415 for a body not declared JSON, 422 for malformed JSON and wrong types or values (naming the
-field), 400 for a body that is not UTF-8, JSON nested too deep to parse, and input the converter rejects,
-404 and 405 for unknown paths and methods, 503 (with Retry-After) while the model process restarts, 500
-(logged) for anything else; none of them stops the service.
+limits, a request over the work budget or an /attention text longer than the model's positions, 415 for a
+body not declared JSON, 421 for a Host header that names no name of this service (DNS rebinding), 422 for
+malformed JSON and wrong types or values (naming the field), 400 for a body that is not UTF-8, JSON nested
+too deep to parse, and input the converter rejects, 404 and 405 for unknown paths and methods, 503 (with
+Retry-After) while the model process restarts, 500 (logged in one line) for anything else; none of them
+stops the service. The connections below the app (timeouts, their number) are pinyin_hanzi/connections.py's.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -39,22 +45,29 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pinyin_hanzi.errors import PinyinHanziError
 from pinyin_hanzi.model_worker import ModelThread, WorkerDied
 from pinyin_hanzi.pinyin import syllables as known_syllables
+from pinyin_hanzi.request_cost import CostModel
 
 WEB_DIR = Path(__file__).resolve().parent / "web"
 MAX_BEAM = 16  # beyond this a request costs seconds of the shared worker for no gain in accuracy
 MAX_NBEST = 10
 RETRY_AFTER_S = 5  # a 503's Retry-After: about what restarting the model process takes
+WATCH_INTERVAL_S = 1.0  # how often the batcher looks for a model process that died while idle
 LOG = logging.getLogger("pinyin_hanzi.serve")
 
 
 @dataclass(frozen=True)
 class Limits:
-    """What one request may hold; a request over a limit gets 413 naming it. The defaults keep the
-    worst request (every line at full length) to a few seconds of decoding."""
+    """What one request may hold; a request over a limit gets 413 naming it. Decoding work is counted in
+    the units of :mod:`pinyin_hanzi.request_cost` (about a millisecond of one core of the development
+    machine each): the budget keeps the worst request to a few seconds of the model, and ``slice_cost``
+    bounds one decoding call, so a request that costs more is decoded in slices with other requests'
+    lines decoded between them."""
 
     max_body_bytes: int = 256 * 1024
     max_line_chars: int = 256  # characters of one text (longer ones are converted window by window)
     max_lines: int = 256  # texts in one batch request
+    max_request_cost: float = 4000.0  # estimated decoding work of one /convert request
+    slice_cost: float = 500.0  # estimated work of one decoding call, at least one line
 
 
 class RequestError(Exception):
@@ -67,11 +80,17 @@ class RequestError(Exception):
 
 # ------------------------------------------------------------------------------------------- batching
 
-@dataclass
+@dataclass(eq=False)
 class _Job:
+    """One conversion request: its lines, each line's estimated cost (request_cost.py), the options the lines
+    are decoded with (only jobs with equal options share a call), and how far its decoding has got."""
+
     lines: list[str]
-    options: tuple  # (beam, nbest, chinese_punctuation): only jobs with equal options share a call
+    costs: list[float]
+    options: tuple  # (beam, nbest, chinese_punctuation)
     future: asyncio.Future
+    taken: int = 0  # lines handed to a model so far
+    results: list = field(default_factory=list)  # candidate lists of the lines decoded so far
 
 
 class DynamicBatcher:
@@ -79,21 +98,24 @@ class DynamicBatcher:
     :class:`ModelThread`, or a converter (run as one). Each model takes one call at a time, from a thread
     of its own; jobs that arrive together are decoded in one call.
 
-    When a model is free, the feeder takes the first waiting job, then every job already queued (those that
-    arrived while the models were busy) and any arriving within ``max_wait_ms`` of the first, up to
-    ``max_lines`` lines; jobs with the same options are converted in one ``convert_lines`` call. With
-    ``enabled=False`` each job is converted alone, in arrival order (the baseline the load benchmark compares
-    against). If a shared call fails, its jobs are retried one by one, so one bad input fails only its own
-    request.
+    When a model is free, the feeder waits up to ``max_wait_ms`` for more jobs (unless ``max_lines`` lines
+    are waiting already), then takes lines from the waiting jobs with the first one's options, in arrival
+    order, up to ``max_lines`` lines and ``slice_cost`` of estimated cost (at least one line), and decodes
+    them in one ``convert_lines`` call. A job that does not fit is decoded in slices: after each slice it
+    waits behind the jobs that arrived meanwhile, so a large request never holds the model for more than
+    one slice while a small one waits. With ``enabled=False`` each call takes lines of one job only, in
+    arrival order (the baseline the load benchmark compares against). If a shared call fails, its jobs are
+    retried one by one, so one bad input fails only its own request.
 
-    If a model process dies, the requests it held get 503, and so do those arriving while no model is ready;
-    it is restarted, unless model processes died more than ``max_restarts`` times within ``restart_window_s``
-    or one cannot load the model again: then ``fatal`` says why, every request gets 503 and
+    If a model process dies (during a call, or while idle: :meth:`unavailable` and a watchdog look every
+    second), the requests it held get 503, and so do those arriving while no model is ready; it is
+    restarted, unless model processes died more than ``max_restarts`` times within ``restart_window_s`` or
+    one cannot load the model again: then ``fatal`` says why, every request gets 503 and
     ``on_fatal(message)`` is called (the command line stops the service with that message).
     """
 
     def __init__(self, model, *, max_wait_ms: float = 5.0, max_lines: int = 64, enabled: bool = True,
-                 max_restarts: int = 3, restart_window_s: float = 60.0,
+                 slice_cost: float = 500.0, max_restarts: int = 3, restart_window_s: float = 60.0,
                  on_fatal: Callable[[str], None] | None = None):
         models = model if isinstance(model, (list, tuple)) else [model]
         if not models:
@@ -101,18 +123,21 @@ class DynamicBatcher:
         self.models = [ModelThread(m) if hasattr(m, "convert_lines") else m for m in models]  # a converter
         self.info = self.models[0].info
         self.max_wait_s, self.max_lines, self.enabled = max_wait_ms / 1000, max_lines, enabled
+        self.slice_cost = slice_cost
         self.max_restarts, self.restart_window_s, self.on_fatal = max_restarts, restart_window_s, on_fatal
         self.calls = 0  # convert_lines calls made
         self.lines = 0  # lines converted
         self.largest_call = 0  # most lines in one call
         self.decoding = 0  # lines in the calls in progress
         self.fatal: str | None = None
+        self._last_death: str | None = None  # why a model process ended, until it is back
         self._crashes: list[float] = []
         self._executors: list[ThreadPoolExecutor] = []
         self._idle: asyncio.Queue[int] | None = None  # models free for a call
-        self._queue: asyncio.Queue[_Job] | None = None
+        self._pending: collections.deque[_Job] = collections.deque()  # waiting for their (next) slice
+        self._arrived: asyncio.Event | None = None  # set when a job joins _pending
         self._tasks: set[asyncio.Task] = set()  # batches being decoded, restarts
-        self._worker: asyncio.Task | None = None
+        self._workers: list[asyncio.Task] = []  # the feeder and the watchdog
 
     async def start(self) -> None:
         self._executors = [ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"model{index}")
@@ -120,16 +145,15 @@ class DynamicBatcher:
         self._idle = asyncio.Queue()
         for index in range(len(self.models)):
             self._idle.put_nowait(index)
-        self._queue = asyncio.Queue()
-        self._worker = asyncio.create_task(self._run())
+        self._arrived = asyncio.Event()
+        self._workers = [asyncio.create_task(self._run()), asyncio.create_task(self._watch())]
 
     async def stop(self) -> None:
         """Cancel the feeder, fail what is still queued, wait for the calls in progress to end."""
-        for task in [self._worker, *self._tasks]:
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+        for task in [*self._workers, *self._tasks]:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
         self._fail_queued("the service is shutting down")
         for executor in self._executors:
             executor.shutdown(wait=True, cancel_futures=True)
@@ -138,14 +162,16 @@ class DynamicBatcher:
         return [model.state() for model in self.models]
 
     def unavailable(self) -> str | None:
-        """Why no model can take calls now, or None."""
+        """Why no model can take calls now, or None. A model process found dead here is restarted."""
         if self.fatal:
             return f"the model is not available: {self.fatal}"
         if self._idle is None:
             return "the service is not running"
+        self._reap_idle()
         states = [model.state()["state"] for model in self.models]
         if "ready" not in states:
-            return f"the model process is {states[0]} (restarting after a crash): try again in a few seconds"
+            why = self._last_death or f"the model process is {states[0]}"
+            return f"{why}; it is being restarted: try again in a few seconds"
         return None
 
     async def call(self, kind: str, *args) -> Any:
@@ -154,7 +180,7 @@ class DynamicBatcher:
         reason = self.unavailable()
         if reason:
             raise RequestError(503, reason)
-        index = await self._idle.get()
+        index = await self._acquire()
         try:
             result = await self._call(index, kind, *args)
         except _ModelLost:
@@ -175,14 +201,44 @@ class DynamicBatcher:
             self._died(index, str(error))
             raise _ModelLost(503, f"{error}; it is being restarted: try again in a few seconds") from None
 
-    async def convert(self, lines: list[str], *, beam: int, nbest: int,
-                      chinese_punctuation: bool = False) -> list[list]:
-        """Up to ``nbest`` Candidates per line, best first (``Converter.convert_lines``)."""
+    async def _acquire(self) -> int:
+        """The next free model whose process is alive (one found dead meanwhile is restarted)."""
+        while True:
+            index = await self._idle.get()
+            death = self.models[index].exited()
+            if death is None:
+                return index
+            self._died(index, death)
+
+    def _reap_idle(self) -> None:
+        """Restart the free models whose process has ended (killed, out of memory) while no call held it."""
+        for _ in range(self._idle.qsize()):
+            index = self._idle.get_nowait()
+            death = self.models[index].exited()
+            if death is None:
+                self._idle.put_nowait(index)
+            else:
+                self._died(index, death)
+
+    async def _watch(self) -> None:
+        while True:  # so that a model process killed while idle is restarted before anyone asks for it
+            await asyncio.sleep(WATCH_INTERVAL_S)
+            if not self.fatal:
+                self._reap_idle()
+
+    async def convert(self, lines: list[str], *, beam: int, nbest: int, chinese_punctuation: bool = False,
+                      costs: Sequence[float] | None = None) -> list[list]:
+        """Up to ``nbest`` Candidates per line, best first (``Converter.convert_lines``); ``costs``: each
+        line's estimated cost (default 1), which decides how the lines are sliced."""
         reason = self.unavailable()
-        if reason or self._queue is None:
-            raise RequestError(503, reason or "the service is not running")
+        if reason:
+            raise RequestError(503, reason)
+        if not lines:
+            return []
         future = asyncio.get_running_loop().create_future()
-        self._queue.put_nowait(_Job(lines, (beam, nbest, chinese_punctuation), future))
+        costs = list(costs) if costs is not None else [1.0] * len(lines)
+        self._pending.append(_Job(list(lines), costs, (beam, nbest, chinese_punctuation), future))
+        self._arrived.set()
         return await future
 
     def _spawn(self, coroutine) -> None:
@@ -193,6 +249,7 @@ class DynamicBatcher:
     def _died(self, index: int, message: str) -> None:
         now = time.monotonic()
         self._crashes = [t for t in self._crashes if now - t < self.restart_window_s] + [now]
+        self._last_death = message
         LOG.error("%s", message)
         if len(self._crashes) > self.max_restarts:
             self._give_up(f"{message}, {len(self._crashes)} times within {self.restart_window_s:g} s")
@@ -207,6 +264,7 @@ class DynamicBatcher:
             self._give_up(f"the model process could not be restarted: {error}")
             return
         LOG.warning("the model process is back (pid %s)", self.models[index].state()["pid"])
+        self._last_death = None
         self._idle.put_nowait(index)
 
     def _give_up(self, message: str) -> None:
@@ -217,96 +275,125 @@ class DynamicBatcher:
             self.on_fatal(message)
 
     def _fail_queued(self, message: str) -> None:
-        while self._queue is not None and not self._queue.empty():
-            job = self._queue.get_nowait()
-            if not job.future.done():
-                job.future.set_exception(RequestError(503, message))
-
-    async def _collect(self, first: _Job) -> list[_Job]:
-        jobs = [first]
-        if not self.enabled:
-            return jobs
-        size = len(jobs[0].lines)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.max_wait_s
-        while size < self.max_lines:
-            try:
-                job = self._queue.get_nowait()
-            except asyncio.QueueEmpty:
-                remaining = deadline - loop.time()
-                if remaining <= 0:
-                    break
-                try:
-                    job = await asyncio.wait_for(self._queue.get(), remaining)
-                except asyncio.TimeoutError:
-                    break
-            jobs.append(job)
-            size += len(job.lines)
-        return jobs
+        _fail(list(self._pending), RequestError(503, message))
+        self._pending.clear()
 
     async def _run(self) -> None:
         while True:
-            first = await self._queue.get()
-            index = None
+            await self._jobs_waiting()
+            index = await self._acquire()
             try:
-                index = await self._idle.get()  # a free model: more jobs gather in the queue meanwhile
-                jobs = [job for job in await self._collect(first) if not job.future.done()]  # done: client left
+                await self._gather()
+                batch = self._take_batch()
             except BaseException:
-                _fail([first], RequestError(503, "the service is shutting down"))
-                if index is not None:
-                    self._idle.put_nowait(index)
+                self._idle.put_nowait(index)
                 raise
-            self._spawn(self._decode_jobs(index, jobs))
+            if batch:
+                self._spawn(self._decode_batch(index, batch))
+            else:
+                self._idle.put_nowait(index)
 
-    async def _decode_jobs(self, index: int, jobs: list[_Job]) -> None:
-        """``jobs`` on model ``index``, one call per set of options, then the model is free again."""
-        groups: dict[tuple, list[_Job]] = {}
-        for job in jobs:
-            groups.setdefault(job.options, []).append(job)
+    async def _jobs_waiting(self) -> None:
+        while True:
+            live = [job for job in self._pending if not job.future.done()]  # done: the request was cancelled
+            if len(live) != len(self._pending):
+                self._pending = collections.deque(live)
+            if live:
+                return
+            self._arrived.clear()
+            await self._arrived.wait()
+
+    async def _gather(self) -> None:
+        """Wait up to max_wait_ms for more jobs to share the call, unless max_lines lines wait already."""
+        if not self.enabled:
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.max_wait_s
+        while sum(len(job.lines) - job.taken for job in self._pending) < self.max_lines:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return
+            self._arrived.clear()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._arrived.wait(), remaining)
+
+    def _take_batch(self) -> list[tuple[_Job, int, int]]:
+        """(job, first line, end) of each job taking part in the next call (see the class docstring); the
+        jobs taking part leave the queue until their lines are decoded."""
+        live = [job for job in self._pending if not job.future.done()]
+        if not live:
+            return []
+        options = live[0].options
+        batch, lines, cost = [], 0, 0.0
+        for job in live:
+            if job.options != options:
+                continue
+            start = end = job.taken
+            while end < len(job.lines) and lines < self.max_lines:
+                if lines and cost + job.costs[end] > self.slice_cost:
+                    break
+                lines, cost, end = lines + 1, cost + job.costs[end], end + 1
+            if end == start:
+                break  # the call is full
+            batch.append((job, start, end))
+            job.taken = end
+            self._pending.remove(job)
+            if not self.enabled:
+                break
+        return batch
+
+    async def _decode_batch(self, index: int, batch: list[tuple[_Job, int, int]]) -> None:
+        """One call on model ``index``; then the jobs with lines left queue again, behind those that arrived
+        meanwhile, and the model is free again."""
         try:
-            for options, group in groups.items():
-                try:
-                    index = await self._decode(index, group, options)
-                except asyncio.CancelledError:
-                    raise
-                except Exception as error:  # the feeder must outlive any one call
-                    LOG.exception("conversion failed")
-                    _fail(group, error)
+            index = await self._decode(index, batch)
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:  # the feeder must outlive any one call
+            LOG.error("conversion failed: %s: %s", type(error).__name__, error,
+                      exc_info=LOG.isEnabledFor(logging.DEBUG))
+            _fail([job for job, _, _ in batch], error)
         finally:
+            for job, _, _ in batch:
+                if not job.future.done() and job.taken < len(job.lines):
+                    self._pending.append(job)
+                    self._arrived.set()
             if index is not None:
                 self._idle.put_nowait(index)
 
-    async def _decode(self, index: int | None, group: list[_Job], options: tuple) -> int | None:
-        """Decode ``group`` on model ``index``, which this holds; the model it still holds (None where the
+    async def _decode(self, index: int | None, batch: list[tuple[_Job, int, int]]) -> int | None:
+        """Decode ``batch`` on model ``index``, which this holds; the model it still holds (None where the
         model died: the jobs left get 503)."""
+        jobs = [job for job, _, _ in batch]
         if index is None:
-            _fail(group, RequestError(503, "the model process died during this batch; it is being restarted: "
-                                           "try again in a few seconds"))
+            _fail(jobs, RequestError(503, "the model process died during this batch; it is being restarted: "
+                                          "try again in a few seconds"))
             return None
-        lines = [line for job in group for line in job.lines]
+        lines = [line for job, start, end in batch for line in job.lines[start:end]]
         self.decoding += len(lines)
         try:
-            found = await self._call(index, "convert", lines, *options)
+            found = await self._call(index, "convert", lines, *jobs[0].options)
         except _ModelLost as error:  # not the lines' fault: no retry
-            _fail(group, error)
+            _fail(jobs, error)
             return None
         except Exception as error:
-            if len(group) == 1:
-                _fail(group, error)
+            if len(batch) == 1:
+                _fail(jobs, error)
                 return index
-            for job in group:
-                index = await self._decode(index, [job], options)
+            for part in batch:
+                index = await self._decode(index, [part])
             return index
         finally:
             self.decoding -= len(lines)
         self.calls += 1
         self.lines += len(lines)
         self.largest_call = max(self.largest_call, len(lines))
-        start = 0
-        for job in group:
-            if not job.future.done():
-                job.future.set_result(found[start: start + len(job.lines)])
-            start += len(job.lines)
+        offset = 0
+        for job, start, end in batch:
+            job.results += found[offset: offset + end - start]
+            offset += end - start
+            if len(job.results) == len(job.lines) and not job.future.done():
+                job.future.set_result(job.results)
         return index
 
 
@@ -443,10 +530,28 @@ def _check_lines(lines: list[str], limits: Limits) -> None:
             raise RequestError(413, f"{len(line)} characters in one text; at most {limits.max_line_chars}", where)
 
 
-def _check_attention(text: str, syllables: Sequence[str], limits: Limits) -> None:
+def _check_cost(costs: list[float], lines: list[str], limits: Limits) -> None:
+    """413 for a request whose estimated decoding work (``costs``: per line, as far as the estimate went
+    before it passed the budget) is over ``limits.max_request_cost``."""
+    total = sum(costs)
+    if total > limits.max_request_cost:
+        at_least = "at least " if len(costs) < len(lines) else ""
+        raise RequestError(413, f"this request would cost {at_least}{total:.0f} units of decoding work; the budget "
+                                f"is {limits.max_request_cost:.0f} per request (texts x syllables x beam; "
+                                f"abbreviated syllables cost more): send fewer or shorter texts, or a smaller "
+                                f"beam or nbest", "text")
+
+
+def _check_attention(text: str, syllables: Sequence[str], limits: Limits, max_positions: int | None) -> None:
+    """413 for a text longer than the service takes, or than the model's attention spans (its
+    max_positions: a longer sequence has no positional encoding), 422 for text and syllables that do not
+    pair up one to one."""
     _check_lines([text], limits)
     if len(syllables) > limits.max_line_chars:
         raise RequestError(413, f"{len(syllables)} syllables; at most {limits.max_line_chars}", "syllables")
+    if max_positions is not None and max(len(text), len(syllables)) > max_positions:
+        raise RequestError(413, f"{max(len(text), len(syllables))} syllables; this model attends over at most "
+                                f"{max_positions} positions", "syllables")
     if not text or len(text) != len(syllables):
         raise RequestError(422, f"text has {len(text)} characters and syllables {len(syllables)} entries: "
                                 f"they must pair up one to one (and not be empty)", "syllables")
@@ -517,18 +622,91 @@ class BodyCheck:
         return await self.app(scope, replay, send)
 
 
+LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1")  # the Host names answered unless the operator names others
+
+
+def host_name(header: str) -> str | None:
+    """The host a Host header names, lower case, without its port or an IPv6 address's brackets
+    (``LocalHost:8000`` -> ``localhost``, ``[::1]:8000`` -> ``::1``); None for a header that is no
+    ``host[:port]``."""
+    header = header.strip().lower()
+    if header.startswith("["):
+        address, bracket, rest = header[1:].partition("]")
+        return address if bracket and (not rest or (rest[:1] == ":" and rest[1:].isdigit())) else None
+    name, colon, port = header.partition(":")
+    return name if name and (not colon or port.isdigit()) else None
+
+
+class HostCheck:
+    """ASGI middleware, first of all: a request is answered only if its Host header names this service: a
+    loopback name (:data:`LOCAL_HOSTS`), the address the service is bound to, or a name the operator allowed
+    (``"*"``: any), with or without a port. Anything else gets 421: else a web page open in the user's browser
+    could reach the service through a DNS name of its own that resolves to 127.0.0.1 (DNS rebinding) and read
+    its answers as its own."""
+
+    def __init__(self, app, allowed: Iterable[str]):
+        allowed = list(allowed)
+        self.app, self.any = app, "*" in allowed
+        self.allowed = {host_name(name) or name.lower() for name in allowed if name != "*"}
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or self.any:
+            return await self.app(scope, receive, send)
+        values = [value.decode("latin-1") for key, value in scope.get("headers") or [] if key == b"host"]
+        if len(values) == 1 and host_name(values[0]) in self.allowed:
+            return await self.app(scope, receive, send)
+        served = ", ".join(f"[{name}]" if ":" in name else name for name in sorted(self.allowed))
+        asked = f"Host {values[0][:100]!r}" if len(values) == 1 else f"{len(values)} Host headers"
+        message = (f"{asked} is not a name of this service (it answers {served}); start serve.py with "
+                   f"--allow-host NAME to serve another name")
+        return await _error(421, message, None)(scope, receive, send)
+
+
+class InternalErrors:
+    """ASGI middleware, outermost: an exception no handler turned into a response is a JSON 500 and one log
+    line (the traceback too at log level debug), and a request cancelled (a shutdown that ran out of time)
+    a 503. The framework's own last resort answers 500 but re-raises, and the server logs a traceback of
+    it; every request it answers logs at most a line."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        started = False
+
+        async def tracking_send(message):
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            return await self.app(scope, receive, tracking_send)
+        except Exception as error:
+            LOG.error("%s %s failed: %s: %s", scope["method"], scope["path"], type(error).__name__, error,
+                      exc_info=LOG.isEnabledFor(logging.DEBUG))
+            answer = _error(500, f"internal error: {type(error).__name__}", None)
+        except asyncio.CancelledError:  # answered, not re-raised: the server would log its traceback
+            LOG.warning("%s %s cancelled: the service is stopping", scope["method"], scope["path"])
+            answer = _error(503, "the service is stopping", None)
+        if not started:
+            await answer(scope, receive, send)
+
+
 def create_app(model, *, limits: Limits = Limits(), batching: bool = True, max_wait_ms: float = 5.0,
-               max_batch_lines: int = 64, on_fatal: Callable[[str], None] | None = None) -> FastAPI:
+               max_batch_lines: int = 64, allowed_hosts: Iterable[str] = LOCAL_HOSTS,
+               on_fatal: Callable[[str], None] | None = None) -> FastAPI:
     """The FastAPI app serving ``model``: a list of started :class:`ModelProcess` (what serve.py runs; its
     owner stops them), or a ``Converter`` (run on a thread of this process), loaded once and shared by all
-    requests.
+    requests. It answers requests whose Host is one of ``allowed_hosts`` (see :class:`HostCheck`).
     Its batcher starts and stops with the app's lifespan (uvicorn, or ``with TestClient(app)``)."""
     batcher = DynamicBatcher(model, max_wait_ms=max_wait_ms, max_lines=max_batch_lines, enabled=batching,
-                             on_fatal=on_fatal)
-    info = batcher.info
+                             slice_cost=limits.slice_cost, on_fatal=on_fatal)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
+        asyncio.get_running_loop().set_exception_handler(_loop_exception)
         await batcher.start()
         try:
             yield
@@ -538,7 +716,25 @@ def create_app(model, *, limits: Limits = Limits(), batching: bool = True, max_w
     app = FastAPI(title="pinyin_hanzi", summary="Pinyin to Chinese characters with a Transformer",
                   version=_version(), lifespan=lifespan)
     app.state.batcher, app.state.limits = batcher, limits
+    _add_error_handlers(app)
+    _add_conversion_routes(app, batcher, limits)
+    _add_service_routes(app, batcher)
+    app.add_middleware(BodyCheck, max_bytes=limits.max_body_bytes)
+    app.add_middleware(HostCheck, allowed=allowed_hosts)
+    app.add_middleware(InternalErrors)
+    return app
 
+
+def _loop_exception(loop: asyncio.AbstractEventLoop, context: dict) -> None:
+    """The event loop's errors as one line each (asyncio's own handler logs a traceback: for a failed accept()
+    when the process is out of file descriptors, one on every retry); serve.py's log filter holds back
+    repeats."""
+    error = context.get("exception")
+    LOG.error("%s%s", context.get("message", "event loop error"),
+              f": {type(error).__name__}: {error}" if error is not None else "")
+
+
+def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestError)
     async def request_error(request: Request, error: RequestError):
         answer = _error(error.status, error.message, error.field)
@@ -564,13 +760,12 @@ def create_app(model, *, limits: Limits = Limits(), batching: bool = True, max_w
     async def converter_error(request: Request, error: PinyinHanziError):
         return _error(400, str(error), "text")
 
-    @app.exception_handler(Exception)
-    async def internal_error(request: Request, error: Exception):
-        LOG.exception("request failed")
-        return _error(500, f"internal error: {type(error).__name__}", None)
+
+def _add_conversion_routes(app: FastAPI, batcher: DynamicBatcher, limits: Limits) -> None:
+    info, cost_model = batcher.info, CostModel.for_model(batcher.info)
 
     @app.post("/convert", response_model=Conversion | BatchConversion,
-              responses={413: {"description": "body, text or batch over the limits"},
+              responses={413: {"description": "body, text or batch over the limits, or over the work budget"},
                          422: {"description": "malformed JSON, wrong type or value (names the field)"},
                          415: {"description": "body not declared JSON"},
                          400: {"description": "body not UTF-8, or input the converter rejects"}})
@@ -579,17 +774,23 @@ def create_app(model, *, limits: Limits = Limits(), batching: bool = True, max_w
         lines = [request.text] if isinstance(request.text, str) else request.text
         _check_lines(lines, limits)
         beam = request.beam or info["beam"]
+        costs = cost_model.line_costs(lines, max(beam, request.nbest), limits.max_request_cost)
+        _check_cost(costs, lines, limits)
         found = await batcher.convert(lines, beam=beam, nbest=request.nbest,
-                                      chinese_punctuation=request.chinese_punctuation)
+                                      chinese_punctuation=request.chinese_punctuation, costs=costs)
         results = [_conversion(line, candidates) for line, candidates in zip(lines, found)]
         return results[0] if isinstance(request.text, str) else {"results": results}
 
     @app.post("/attention", response_model=Attention)
     async def attention(request: AttentionRequest):
         """Cross-attention of one conversion (a candidate's ``text`` and ``syllables`` from /convert)."""
-        _check_attention(request.text, request.syllables, limits)
+        _check_attention(request.text, request.syllables, limits, info.get("max_positions"))
         layers = await batcher.call("attention", request.text, request.syllables)
         return {"chars": list(request.text), "syllables": list(request.syllables), "layers": layers}
+
+
+def _add_service_routes(app: FastAPI, batcher: DynamicBatcher) -> None:
+    info = batcher.info
 
     @app.get("/health", response_model=Health, responses={503: {"model": Health, "description": "the model is "
                                                                 "restarting after a crash, or gone"}})
@@ -606,8 +807,6 @@ def create_app(model, *, limits: Limits = Limits(), batching: bool = True, max_w
         return FileResponse(WEB_DIR / "index.html", media_type="text/html; charset=utf-8")
 
     app.mount("/web", StaticFiles(directory=WEB_DIR), name="web")
-    app.add_middleware(BodyCheck, max_bytes=limits.max_body_bytes)
-    return app
 
 
 def _version() -> str:

@@ -5,6 +5,7 @@ service still answers /health after each; SIGTERM stops it cleanly."""
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import signal
@@ -114,6 +115,7 @@ def test_health_page_and_openapi(service):
 # ------------------------------------------------------------------------------------------ bad requests
 
 TOO_LONG = "a" * (LIMITS.max_line_chars + 1)
+ABBREVIATIONS = ("b c d f g h j k l m n p q r s t w x y z " * 7)[:LIMITS.max_line_chars]  # each letter a syllable
 
 
 def _chunks(total: int):
@@ -155,6 +157,10 @@ BAD_REQUESTS = [
     ("one text too long", "POST", "/convert", {"json": {"text": TOO_LONG}}, 413, "text"),
     ("too many texts", "POST", "/convert", {"json": {"text": ["ni"] * (LIMITS.max_lines + 1)}}, 413, "text"),
     ("a batch with one text too long", "POST", "/convert", {"json": {"text": ["ni", TOO_LONG]}}, 413, "text.1"),
+    ("over the work budget: 32 texts of 256 letters read as abbreviations", "POST", "/convert",
+     {"json": {"text": [ABBREVIATIONS] * 32}}, 413, "text"),
+    ("over the work budget at beam 16", "POST", "/convert",
+     {"json": {"text": ["wo men ming tian zao shang ba dian zai xue xiao jian mian"] * 256, "beam": 16}}, 413, "text"),
     ("not declared JSON", "POST", "/convert", {"content": b'{"text": "ni"}', "headers":
                                                {"Content-Type": "text/plain"}}, 415, "body"),
     ("no content type", "POST", "/convert", {"content": b'{"text": "ni"}'}, 415, "body"),
@@ -188,12 +194,21 @@ def test_bad_request_suite_is_at_least_thirty_cases():
 # ------------------------------------------------------------------------------ the model process dies
 
 def _alive(pid: int) -> bool:
-    """Whether process ``pid`` runs (a zombie, ended but not yet reaped, does not)."""
+    """Whether process ``pid`` runs: any of its threads is not a zombie. A killed process's first thread turns
+    zombie before the others have finished exiting (freeing a model's memory can take a second), and its
+    files, the pipe the server watches included, stay open until the last one has."""
     try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+        threads = os.listdir(f"/proc/{pid}/task")
     except FileNotFoundError:
         return False
+    for thread in threads:
+        try:
+            with open(f"/proc/{pid}/task/{thread}/stat") as stat:
+                if stat.read().rsplit(")", 1)[1].split()[0] != "Z":
+                    return True
+        except FileNotFoundError:
+            continue
+    return False
 
 
 def _wait_until(condition, timeout_s: float, what: str) -> None:
@@ -203,21 +218,46 @@ def _wait_until(condition, timeout_s: float, what: str) -> None:
         time.sleep(0.1)
 
 
-def test_a_killed_model_process_costs_503s_not_hangs_health_says_so_and_it_is_restarted(service):
+def test_a_killed_model_process_makes_health_503_at_once_costs_503s_not_hangs_and_is_restarted(service):
     before = service.get("/health").json()["workers"][0]
     os.kill(before["pid"], signal.SIGKILL)
     _wait_until(lambda: not _alive(before["pid"]), 10, "dead")
+    health = service.get("/health")  # asked before any conversion finds it dead: it looks, not just remembers
+    assert health.status_code == 503 and health.json()["status"] == "unavailable", health.text
+    assert "SIGKILL" in health.json()["error"] and health.json()["workers"][0]["state"] in ("starting", "dead")
     answer = post(service, "/convert", {"text": "ni hao", "nbest": 1})  # answered at once, not left waiting
     assert answer.status_code == 503 and answer.headers["Retry-After"].isdigit()
     assert "SIGKILL" in answer.json()["error"] and answer.json()["field"] is None
-    health = service.get("/health")
-    if health.status_code == 503:  # else it is back already
-        assert health.json()["status"] == "unavailable" and health.json()["error"]
-        assert health.json()["workers"][0]["state"] in ("starting", "dead", "stopped")
     _wait_until(lambda: service.get("/health").status_code == 200, 120, "restarted")
     after, = service.get("/health").json()["workers"]
     assert after["state"] == "ready" and after["restarts"] == before["restarts"] + 1 and after["pid"] != before["pid"]
     assert post(service, "/convert", {"text": "ni hao", "nbest": 1}).json()["output"] == "你好"
+
+
+# ------------------------------------------------------------------------------------ one request's share
+
+def test_a_small_request_is_answered_while_a_large_one_is_decoded(service):
+    """A request within the work budget but seconds long is decoded in slices, and a `ni hao` sent while it
+    runs is decoded between two of them: answered long before the large one."""
+    from pinyin_hanzi.request_cost import CostModel
+
+    info = {"window": 32, "prefix_beam": 16, "prefixes": True}  # the shipped model's
+    line = "b c d f g h j k l m n p q r s t"
+    count = int(0.9 * LIMITS.max_request_cost / CostModel.for_model(info).line_costs([line], 5)[0])
+    large = {"text": [line] * count, "beam": 5, "nbest": 1}
+    post(service, "/convert", {"text": line})  # a model process just restarted is slow at its first calls
+    with ThreadPoolExecutor(1) as pool:
+        started = time.monotonic()
+        in_flight = pool.submit(post, service, "/convert", large)
+        _wait_until(lambda: service.get("/health").json()["decoding"] > 0, 30, "decoding the large request")
+        asked = time.monotonic()
+        small = post(service, "/convert", {"text": "ni hao", "nbest": 1})
+        small_s = time.monotonic() - asked
+        large_still_running = not in_flight.done()
+        answer = in_flight.result()
+        large_s = time.monotonic() - started
+    assert small.json()["output"] == "你好" and answer.status_code == 200 and len(answer.json()["results"]) == count
+    assert large_still_running and small_s < large_s / 2, (small_s, large_s)
 
 
 # --------------------------------------------------------------------------------------------- shutdown
@@ -229,7 +269,7 @@ def test_sigterm_finishes_the_requests_in_flight_then_stops(service):
     with ThreadPoolExecutor(1) as pool:
         in_flight = pool.submit(post, service, "/convert", {"text": texts, "beam": 5, "nbest": 5})
         deadline = time.monotonic() + 30
-        while service.get("/health").json()["decoding"] != len(texts):
+        while service.get("/health").json()["decoding"] == 0:  # its first slice is being decoded
             assert time.monotonic() < deadline and not in_flight.done()
             time.sleep(0.05)
         status, output = stop_service(service.process, timeout=60)
@@ -332,15 +372,18 @@ def test_a_failing_job_fails_alone_and_the_batcher_goes_on():
 
 
 @pytest.mark.filterwarnings("ignore:Using `httpx` with `starlette.testclient`")  # newest starlette's advice
-def test_an_unexpected_error_is_a_json_500_and_the_app_keeps_serving():
+def test_an_unexpected_error_is_a_json_500_logged_in_one_line_and_the_app_keeps_serving(caplog):
     from fastapi.testclient import TestClient
 
     from pinyin_hanzi.serve import create_app
 
-    with TestClient(create_app(RecordingConverter()), raise_server_exceptions=False) as client:
+    with (caplog.at_level(logging.WARNING, logger="pinyin_hanzi.serve"),
+          TestClient(create_app(RecordingConverter()), base_url="http://localhost") as client):
         answer = client.post("/convert", json={"text": "boom"})
         assert answer.status_code == 500
         assert answer.json() == {"error": "internal error: RuntimeError", "field": None}
+        assert [(r.levelname, r.getMessage(), r.exc_info) for r in caplog.records] == [
+            ("ERROR", "POST /convert failed: RuntimeError: boom", False)]  # one line, no traceback
         assert client.get("/health").json()["status"] == "ok"
         assert client.post("/convert", json={"text": "ok"}).json()["output"] == "OK"
 
@@ -367,6 +410,9 @@ class DyingModel:
 
     def state(self):
         return {"kind": self.kind, "state": "dead" if self.dead else "ready", "pid": 1, "restarts": self.restarts}
+
+    def exited(self):
+        return None  # it dies only during calls
 
     def restart(self):
         from pinyin_hanzi.errors import CheckpointError
@@ -421,6 +467,52 @@ def test_a_model_process_that_keeps_dying_or_cannot_restart_stops_the_service():
     answers, fatal, told = _crash_scenario(DyingModel(restarts_ok=0), rounds=1)
     assert fatal == "the model process could not be restarted: model.pt: gone" and told == [fatal]
     assert answers[0][2] == (503, f"the model is not available: {fatal}")
+
+
+def test_a_large_job_is_decoded_in_slices_and_a_job_arriving_meanwhile_goes_before_its_next_slice():
+    import asyncio
+
+    from pinyin_hanzi.serve import DynamicBatcher
+
+    converter = RecordingConverter(delay_s=0.2)
+
+    async def scenario():
+        batcher = DynamicBatcher(converter, slice_cost=500, max_wait_ms=0)
+        await batcher.start()
+        try:
+            large = asyncio.ensure_future(batcher.convert(["a", "b", "c", "d"], beam=5, nbest=1,
+                                                         costs=[300, 300, 300, 100]))
+            await asyncio.sleep(0.1)  # the first slice is being decoded
+            small = await batcher.convert(["x"], beam=5, nbest=1, costs=[10])
+            return [c[0].text for c in await large], [c[0].text for c in small]
+        finally:
+            await batcher.stop()
+
+    assert asyncio.run(scenario()) == (["A", "B", "C", "D"], ["X"])
+    assert converter.calls == [["a"], ["x", "b"], ["c", "d"]]  # 300 + 300 would pass 500; x goes first
+
+
+def test_a_model_process_that_dies_while_idle_is_restarted_without_a_request():
+    import asyncio
+
+    from pinyin_hanzi.serve import WATCH_INTERVAL_S, DynamicBatcher
+
+    model = DyingModel()
+
+    async def scenario():
+        batcher = DynamicBatcher(model)
+        await batcher.start()
+        try:
+            model.dead = True
+            model.exited = lambda: "the model process was killed by SIGKILL" if model.dead else None
+            await asyncio.sleep(WATCH_INTERVAL_S * 1.5)  # nobody asks anything meanwhile
+            while batcher._tasks:  # the restart
+                await asyncio.gather(*list(batcher._tasks))
+            return batcher.unavailable()
+        finally:
+            await batcher.stop()
+
+    assert asyncio.run(scenario()) is None and model.restarts == 1
 
 
 def test_with_two_models_batches_are_decoded_side_by_side():
