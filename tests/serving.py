@@ -24,20 +24,27 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def start_service(*args: str) -> tuple[subprocess.Popen, str]:
-    """The service process and its base URL; fails the test with its stderr if it does not come up."""
-    port = free_port()
+def serve_command(*args: str) -> tuple[list[str], dict[str, str]]:
+    """The command line and environment of ``python -m pinyin_hanzi.cli.serve ARGS`` run from the repository."""
     env = {key: value for key, value in os.environ.items() if key != "PINYIN_HANZI_CHECKPOINT"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    return [sys.executable, "-m", "pinyin_hanzi.cli.serve", *args], env
+
+
+def start_service(*args: str, preexec_fn=None) -> tuple[subprocess.Popen, str]:
+    """The service process and its base URL; fails the test with its stderr if it does not come up.
+    ``preexec_fn`` runs in the child before it starts (to lower a resource limit)."""
+    port = free_port()
+    command, env = serve_command("--port", str(port), *args)
     log = tempfile.TemporaryFile(mode="w+")  # a file, not a pipe: a full pipe nobody reads would block it
-    process = subprocess.Popen([sys.executable, "-m", "pinyin_hanzi.cli.serve", "--port", str(port), *args],
-                               cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
+    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, text=True,
+                               preexec_fn=preexec_fn)
     process.log = log
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            pytest.fail(f"the service exited with {process.returncode}:\n{_output(process)}")
+            pytest.fail(f"the service exited with {process.returncode}:\n{output(process)}")
         try:
             if httpx.get(f"{url}/health", timeout=2).status_code == 200:
                 return process, url
@@ -48,7 +55,10 @@ def start_service(*args: str) -> tuple[subprocess.Popen, str]:
     pytest.fail(f"the service did not answer /health within {START_TIMEOUT_S} s")
 
 
-def _output(process: subprocess.Popen) -> str:
+def output(process: subprocess.Popen) -> str:
+    """What the service has written to its standard output and error so far (all of it once stopped)."""
+    if process.log.closed:
+        return process.output
     process.log.seek(0)
     return process.log.read()
 
@@ -64,6 +74,6 @@ def stop_service(process: subprocess.Popen, timeout: float = 30) -> tuple[int, s
         process.kill()
         process.wait()
     if not process.log.closed:
-        process.output = _output(process)
+        process.output = output(process)
         process.log.close()
     return process.returncode, process.output

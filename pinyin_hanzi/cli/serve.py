@@ -1,5 +1,5 @@
 """``python serve.py [--checkpoint PATH] [--host 127.0.0.1] [--port 8000]``: serve conversion over HTTP with
-the web IME page at / (the app itself is pinyin_hanzi/serve.py)."""
+the web IME page at / (the app itself is pinyin_hanzi/serve.py, its connections pinyin_hanzi/connections.py)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,13 @@ import logging
 import os
 import signal
 import sys
+import time
 from typing import Sequence
 
 from pinyin_hanzi.cli import check_bounds, load_converter, max_threads, run
 from pinyin_hanzi.errors import PinyinHanziError
+
+LOG_REPEAT_INTERVAL_S = 10.0
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -22,7 +25,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--host", default="127.0.0.1",
                         help="address to bind (default 127.0.0.1: this machine only; another address, e.g. "
                              "0.0.0.0, exposes the service to the network)")
-    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000; 0: any free one)")
+    parser.add_argument("--allow-host", action="append", default=[], metavar="NAME",
+                        help="also answer requests whose Host header is NAME (repeatable; '*': any). By default "
+                             "only localhost, 127.0.0.1, [::1] and the --host address are answered, so that a "
+                             "web page cannot reach the service through a DNS name of its own")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch intra-op threads of the model process (default 1: the server needs a core "
@@ -39,24 +46,57 @@ def _parser() -> argparse.ArgumentParser:
                         help="how long a request waits for others to share its batch (default 5)")
     parser.add_argument("--max-batch-lines", type=int, default=64, help="most texts decoded in one call")
     parser.add_argument("--no-batching", action="store_true", help="convert each request alone (for comparison)")
+    _limit_options(parser)
     parser.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
     parser.add_argument("--access-log", action="store_true", help="log every request (costs time under load)")
     return parser
 
 
-def _main(argv: Sequence[str] | None = None) -> int:
-    """Load the model once, then serve until SIGINT/SIGTERM (uvicorn finishes the requests in flight, then
-    the model processes are stopped). Model processes that keep dying stop the service: `error: ...`."""
-    from pinyin_hanzi.model_worker import ModelProcess
+def _limit_options(parser: argparse.ArgumentParser) -> None:
+    """The limits of docs/serving.md; None where not given, so that the dataclasses' defaults hold."""
+    group = parser.add_argument_group("limits (docs/serving.md)")
+    group.add_argument("--max-request-cost", type=float, help="estimated decoding work one /convert request may "
+                       "ask for, in units of about 1 ms of one core (default 4000)")
+    group.add_argument("--max-connections", type=int, help="connections open at once (default 256, less where "
+                       "the open-file limit, ulimit -n, leaves room for fewer)")
+    group.add_argument("--header-timeout", type=float, help="seconds a client has to send a request's head "
+                       "(default 10)")
+    group.add_argument("--body-timeout", type=float, help="seconds a client has to send a request's body (default 10)")
+    group.add_argument("--keep-alive-timeout", type=float, help="seconds an idle connection is kept open between "
+                       "requests (default 5)")
+    group.add_argument("--send-timeout", type=float, help="seconds a client may leave a response unread "
+                       "(default 10)")
 
-    parser = _parser()
-    args = parser.parse_args(argv)
+
+def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     check_bounds(parser, [("--port", args.port, 0, 65535), ("--threads", args.threads, 1, max_threads()),
-                          ("--max-wait-ms", args.max_wait_ms, 0, 10_000), ("--max-batch-lines", args.max_batch_lines, 1, 4096),
-                          ("--workers", args.workers, 1, 16)])
+                          ("--max-wait-ms", args.max_wait_ms, 0, 10_000),
+                          ("--max-batch-lines", args.max_batch_lines, 1, 4096), ("--workers", args.workers, 1, 16),
+                          ("--max-request-cost", args.max_request_cost, 1, 1e7),
+                          ("--max-connections", args.max_connections, 1, 1_000_000),
+                          ("--header-timeout", args.header_timeout, 0.05, 3600),
+                          ("--body-timeout", args.body_timeout, 0.05, 3600),
+                          ("--keep-alive-timeout", args.keep_alive_timeout, 0.05, 3600),
+                          ("--send-timeout", args.send_timeout, 0.05, 3600)])
     if args.workers > 1 and args.worker == "thread":
         parser.error(f"--workers {args.workers}: 1 with --worker thread")
+    for name in args.allow_host:
+        if name != "*" and (not name.strip() or any(char.isspace() or char in "/@?#" for char in name)):
+            parser.error(f"--allow-host {name!r}: a host name or address, as a browser sends it in Host "
+                         f"(example.com, 192.168.1.5, [::1]), or '*'")
+
+
+def _main(argv: Sequence[str] | None = None) -> int:
+    """Bind the address, load the model once, then serve until SIGINT/SIGTERM (uvicorn finishes the requests
+    in flight, then the model processes are stopped). An address it cannot listen on, or model processes
+    that keep dying, are `error: ...`."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    _check_args(parser, args)
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    from pinyin_hanzi.connections import listen
+
+    listener = listen(args.host, args.port)  # before the model loads: a port in use fails at once
     fatal: list[str] = []
 
     def give_up(message: str) -> None:  # the batcher gave up on the model process: stop as SIGTERM does
@@ -69,36 +109,12 @@ def _main(argv: Sequence[str] | None = None) -> int:
     previous = {sig: signal.signal(sig, _raise_stopped) for sig in (signal.SIGINT, signal.SIGTERM)}
     model = None
     try:
-        if args.worker == "process":
-            model = [ModelProcess(args.checkpoint, device=args.device, threads=args.threads)
-                     for _ in range(args.workers)]
-            for process in model:
-                process.launch()  # it loads the model while this process imports the web stack
-            import pinyin_hanzi.serve  # noqa: F401
-
-            for process in model:
-                process.wait_ready()
-            checkpoint = model[0].info["checkpoint"]
-        else:
-            import torch
-
-            torch.set_num_threads(args.threads)
-            model = load_converter(args.checkpoint, device=args.device)
-            checkpoint = getattr(model, "checkpoint", None)
-        import uvicorn
-
-        from pinyin_hanzi.serve import create_app
-
-        app = create_app(model, batching=not args.no_batching, max_wait_ms=args.max_wait_ms,
-                         max_batch_lines=args.max_batch_lines, on_fatal=give_up)
-        print(f"serving {checkpoint or 'the shipped model'} on http://{args.host}:{args.port} (API: /docs)",
-              file=sys.stderr, flush=True)
-        # Requests in flight get up to 30 s to finish (a batch of long beam-search lines can take seconds).
-        uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=args.access_log,
-                    timeout_graceful_shutdown=30)
+        model, checkpoint = _load_model(args)
+        _serve(args, model, checkpoint, listener, give_up)
     except _Stopped:
         pass
     finally:
+        listener.close()
         for process in model if isinstance(model, list) else []:
             process.stop()
         for sig, handler in previous.items():
@@ -107,6 +123,105 @@ def _main(argv: Sequence[str] | None = None) -> int:
         raise PinyinHanziError(f"stopped: {fatal[0]}")
     print("stopped", file=sys.stderr, flush=True)
     return 0
+
+
+def _load_model(args: argparse.Namespace):
+    """The started model processes (or, with --worker thread, the converter) and the checkpoint's path."""
+    from pinyin_hanzi.model_worker import ModelProcess
+
+    if args.worker == "thread":
+        import torch
+
+        torch.set_num_threads(args.threads)
+        model = load_converter(args.checkpoint, device=args.device)
+        return model, getattr(model, "checkpoint", None)
+    model = [ModelProcess(args.checkpoint, device=args.device, threads=args.threads) for _ in range(args.workers)]
+    try:
+        for process in model:
+            process.launch()  # it loads the model while this process imports the web stack
+        import pinyin_hanzi.serve  # noqa: F401
+
+        for process in model:
+            process.wait_ready()
+    except BaseException:
+        for process in model:
+            process.stop()
+        raise
+    return model, model[0].info["checkpoint"]
+
+
+def _serve(args: argparse.Namespace, model, checkpoint, listener, give_up) -> None:
+    """Run uvicorn on ``listener`` with the limits of the command line until it is stopped."""
+    import uvicorn
+
+    from pinyin_hanzi.connections import (HEAD_MAX_BYTES, MIN_CONNECTIONS, ConnectionLimits, connection_capacity,
+                                          protocol_class)
+    from pinyin_hanzi.serve import LOCAL_HOSTS, Limits, create_app
+
+    limits = Limits() if args.max_request_cost is None else Limits(max_request_cost=args.max_request_cost)
+    given = {"max_connections": args.max_connections, "header_timeout_s": args.header_timeout,
+             "body_timeout_s": args.body_timeout, "keep_alive_s": args.keep_alive_timeout,
+             "send_timeout_s": args.send_timeout}
+    connections = ConnectionLimits(**{key: value for key, value in given.items() if value is not None})
+    capacity = connection_capacity(connections.max_connections)
+    if capacity.connections < MIN_CONNECTIONS:
+        raise PinyinHanziError(f"the open-file limit (ulimit -n) is {capacity.file_limit}: with {capacity.in_use} "
+                               f"files open it leaves room for {capacity.connections} connections, and the service "
+                               f"needs {MIN_CONNECTIONS}; raise it")
+    if capacity.connections < connections.max_connections:
+        print(f"note: at most {capacity.connections} connections at once, not {connections.max_connections}: the "
+              f"open-file limit (ulimit -n) is {capacity.file_limit}", file=sys.stderr, flush=True)
+        connections = ConnectionLimits(**{**connections.__dict__, "max_connections": capacity.connections})
+    listener.keep_free(capacity)
+    host, port = listener.getsockname()[:2]
+    app = create_app(model, limits=limits, batching=not args.no_batching, max_wait_ms=args.max_wait_ms,
+                     max_batch_lines=args.max_batch_lines, on_fatal=give_up,
+                     allowed_hosts=[*LOCAL_HOSTS, args.host, *args.allow_host])
+    # Requests in flight get up to 30 s to finish at shutdown (a slice of a large request takes about one).
+    config = uvicorn.Config(app, log_level=args.log_level, access_log=args.access_log, timeout_graceful_shutdown=30,
+                            http=protocol_class(connections), timeout_keep_alive=connections.keep_alive_s,
+                            h11_max_incomplete_event_size=HEAD_MAX_BYTES, backlog=capacity.backlog)
+    _hold_back_repeats()
+    if args.host in ("0.0.0.0", "::", "") and not args.allow_host:
+        print("note: requests are answered only when their Host names localhost, 127.0.0.1 or [::1]: name the "
+              "addresses or names other machines use with --allow-host NAME (or --allow-host '*')",
+              file=sys.stderr, flush=True)
+    shown = f"[{host}]" if ":" in host else host
+    print(f"serving {checkpoint or 'the shipped model'} on http://{shown}:{port} (API: /docs)",
+          file=sys.stderr, flush=True)
+    uvicorn.Server(config).run(sockets=[listener])
+
+
+class _RepeatsHeldBack(logging.Filter):
+    """Lets a log message (by logger and text) through once per ``interval_s``; the next one after says how
+    many were held back. A flood of one condition (hundreds of slow clients timing out, the process out of
+    file descriptors) is a line every interval, not a line each."""
+
+    def __init__(self, interval_s: float):
+        super().__init__()
+        self.interval_s = interval_s
+        self.seen: dict[tuple[str, str], list] = {}  # (logger, message) -> [when let through, held back since]
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        key, now = (record.name, record.getMessage()), time.monotonic()
+        entry = self.seen.get(key)
+        if entry is not None and now - entry[0] < self.interval_s:
+            entry[1] += 1
+            return False
+        if len(self.seen) > 1000:  # forget the quiet ones
+            self.seen = {k: v for k, v in self.seen.items() if now - v[0] < self.interval_s}
+        self.seen[key] = [now, 0]
+        if entry is not None and entry[1]:
+            record.msg, record.args = f"{key[1]} ({entry[1]} more like it held back)", ()
+        return True
+
+
+def _hold_back_repeats() -> None:
+    """One filter on each way a log record leaves (the root logger's handler, uvicorn's own), not on the
+    access log, whose lines differ only in their arguments."""
+    repeats = _RepeatsHeldBack(LOG_REPEAT_INTERVAL_S)
+    for handler in logging.getLogger().handlers + logging.getLogger("uvicorn").handlers:
+        handler.addFilter(repeats)
 
 
 class _Stopped(Exception):
