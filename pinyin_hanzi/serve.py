@@ -66,7 +66,8 @@ class Limits:
     max_body_bytes: int = 256 * 1024
     max_line_chars: int = 256  # characters of one text (longer ones are converted window by window)
     max_lines: int = 256  # texts in one batch request
-    max_request_cost: float = 4000.0  # estimated decoding work of one /convert request
+    max_request_cost: float = 5000.0  # estimated decoding work of one /convert request
+    max_line_cost: float = 1000.0  # of one text: a text is decoded in one call, and others wait behind it
     slice_cost: float = 500.0  # estimated work of one decoding call, at least one line
 
 
@@ -532,7 +533,13 @@ def _check_lines(lines: list[str], limits: Limits) -> None:
 
 def _check_cost(costs: list[float], lines: list[str], limits: Limits) -> None:
     """413 for a request whose estimated decoding work (``costs``: per line, as far as the estimate went
-    before it passed the budget) is over ``limits.max_request_cost``."""
+    before it passed the budget) is over ``limits.max_request_cost``, or holds a text over
+    ``limits.max_line_cost``."""
+    for index, cost in enumerate(costs):
+        if cost > limits.max_line_cost:
+            raise RequestError(413, f"this text would cost {cost:.0f} units of decoding work; at most "
+                                    f"{limits.max_line_cost:.0f} per text (abbreviated syllables cost the most): "
+                                    f"split it", "text" if len(lines) == 1 else f"text.{index}")
     total = sum(costs)
     if total > limits.max_request_cost:
         at_least = "at least " if len(costs) < len(lines) else ""

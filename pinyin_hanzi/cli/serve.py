@@ -56,7 +56,7 @@ def _limit_options(parser: argparse.ArgumentParser) -> None:
     """The limits of docs/serving.md; None where not given, so that the dataclasses' defaults hold."""
     group = parser.add_argument_group("limits (docs/serving.md)")
     group.add_argument("--max-request-cost", type=float, help="estimated decoding work one /convert request may "
-                       "ask for, in units of about 1 ms of one core (default 4000)")
+                       "ask for, in units of about 1 ms of one core (default 5000)")
     group.add_argument("--max-connections", type=int, help="connections open at once (default 256, less where "
                        "the open-file limit, ulimit -n, leaves room for fewer)")
     group.add_argument("--header-timeout", type=float, help="seconds a client has to send a request's head "
