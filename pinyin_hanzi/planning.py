@@ -123,22 +123,23 @@ class Planner:
         return plan
 
     def chunks(self, pieces: list[Piece]) -> list[list[Piece]]:
-        """Pieces grouped into chunks of at most ``window`` tokens (by each piece's first reading), cut after
-        punctuation where possible; a letter run longer than a window is cut into windows."""
+        """Pieces grouped into chunks of at most ``window`` tokens (by each piece's longest reading, so that
+        every reading of a chunk fits the model's positions: ``be`` may be b* e), cut after punctuation where
+        possible; a letter run longer than a window is cut into windows of its first reading."""
         chunks, current, size, cut = [], [], 0, 0
         for piece in pieces:
-            n = len(piece.options[0])
+            n = longest_reading(piece)
             if n > self.window:
                 if current:
                     chunks.append(current)
                 best = piece.options[0]
-                chunks.extend([Piece((best[s : s + self.window],))] for s in range(0, n, self.window))
+                chunks.extend([Piece((best[s : s + self.window],))] for s in range(0, len(best), self.window))
                 current, size, cut = [], 0, 0
                 continue
             while current and size + n > self.window:
                 head, current = (current[:cut], current[cut:]) if cut else (current, [])
                 chunks.append(head)
-                size, cut = sum(len(p.options[0]) for p in current), 0
+                size, cut = sum(map(longest_reading, current)), 0
             current.append(piece)
             size += n
             if len(piece.options) == 1 and piece.options[0][-1][0] in CLAUSE_PUNCTUATION:
@@ -172,6 +173,11 @@ class Planner:
             best_prior = max(prior for _, _, prior in scored)
             scored = [entry for entry in scored if entry[2] >= best_prior - self.reading_margin]
         return scored
+
+
+def longest_reading(piece: Piece) -> int:
+    """Tokens in the piece's longest reading."""
+    return max(len(option) for option in piece.options)
 
 
 def assemble(plan: Plan, found: list[list[Candidate] | None], nbest: int,

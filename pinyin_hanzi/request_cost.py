@@ -81,16 +81,16 @@ class CostModel:
 
 
 def _windows(pieces: list[Piece], window: int) -> list[list[Piece]]:
-    """Pieces in runs of at most ``window`` tokens (by each piece's first reading), as the planner cuts them
-    (it prefers to cut after punctuation: the same number of tokens either way); a piece longer than a
+    """Pieces in runs of at most ``window`` tokens (by each piece's longest reading), as the planner cuts
+    them (it prefers to cut after punctuation: about as many windows either way); a piece longer than a
     window is cut into windows of its first reading."""
     windows: list[list[Piece]] = [[]]
     size = 0
     for piece in pieces:
-        tokens = len(piece.options[0])
+        tokens = max(len(option) for option in piece.options)
         if tokens > window:
             best = piece.options[0]
-            windows += [[Piece((best[start: start + window],))] for start in range(0, tokens, window)] + [[]]
+            windows += [[Piece((best[start: start + window],))] for start in range(0, len(best), window)] + [[]]
             size = 0
             continue
         if size + tokens > window:
