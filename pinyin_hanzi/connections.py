@@ -232,9 +232,10 @@ class LimitedH11Protocol(H11Protocol):
         return self.phase in ("head", "body", "idle") and not self.transport.is_closing()
 
     def close_for(self, status: int, message: str) -> None:
-        """Close the connection, answering ``status`` with ``message`` first unless a response has begun or
-        the connection is idle between requests (closing those is what keep-alive clients expect)."""
-        if self.phase != "idle" and not (self.cycle is not None and self.cycle.response_started):
+        """Close the connection, answering ``status`` with ``message`` first unless the request it holds has
+        a response begun or it is idle between requests (closing those is what keep-alive clients expect)."""
+        answered = self.phase in ("body", "app") and self.cycle is not None and self.cycle.response_started
+        if self.phase != "idle" and not answered:  # in "head", self.cycle is the previous request's
             self.transport.write(_raw_response(status, message))
         self.transport.close()
 

@@ -184,6 +184,17 @@ def test_a_body_that_does_not_arrive_is_answered_408_after_the_body_timeout(guar
     assert data.startswith(b"HTTP/1.1 408 ") and b"request body did not arrive within 1 s" in data
 
 
+def test_a_next_request_whose_head_stops_short_on_a_kept_alive_connection_is_answered_408(guarded):
+    with _connect(guarded.port) as sock:
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        sock.settimeout(5)
+        first = sock.recv(65536)
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: loc")  # within the keep-alive time, then nothing
+        data, closed = _read_until_closed(sock, TIMEOUT_S + SLACK_S)
+    assert first.startswith(b"HTTP/1.1 200 ") and closed is not None
+    assert (first + data).count(b"HTTP/1.1 408 ") == 1 and b"request head did not arrive within 1 s" in data
+
+
 def test_an_idle_kept_alive_connection_is_closed_after_the_keep_alive_timeout(guarded):
     with _connect(guarded.port) as sock:
         sock.sendall(b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n")
