@@ -226,11 +226,9 @@ def test_at_the_connection_limit_the_longest_waiting_connection_makes_room(guard
     socks = [_connect(guarded.port) for _ in range(MAX_CONNECTIONS)]
     try:
         time.sleep(0.2)  # all opened on the server's side
-        started = time.monotonic()
         assert _status(guarded.port, b"localhost")[0] == 200
-        assert time.monotonic() - started < TIMEOUT_S - 0.2  # not freed by the head timeout
         data, closed = _read_until_closed(socks[0], 0.5)
-        assert closed is not None and data.startswith(b"HTTP/1.1 503 ")
+        assert closed is not None and data.startswith(b"HTTP/1.1 503 ")  # made room (a head timeout is a 408)
         assert b"too many connections (8)" in data
     finally:
         for sock in socks:
