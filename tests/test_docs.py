@@ -67,3 +67,15 @@ def test_readme_is_short_and_every_document_is_linked_from_it():
     assert len(readme.splitlines()) <= 300
     linked = {(ROOT / target.partition("#")[0]).resolve() for target in _links(ROOT / "README.md")}
     assert [str(d.relative_to(ROOT)) for d in DOCUMENTS if d.resolve() not in linked and d.name != "README.md"] == []
+
+
+def test_every_torch_install_line_says_which_machine_it_is_for():
+    """PyPI's Linux torch wheel brings several GB of CUDA packages: a line that installs it says it is for a GPU
+    machine (or macOS/Windows), and the README also gives the CPU wheel index for Linux without a GPU."""
+    lines = [(path.name, line) for path in [*DOCUMENTS, ROOT / "requirements.txt", ROOT / "pyproject.toml"]
+             for line in path.read_text(encoding="utf-8").splitlines() if re.search(r"pip install torch\b", line)]
+    cpu_index = "--index-url https://download.pytorch.org/whl/cpu"
+    assert [(name, line) for name, line in lines if cpu_index not in line and "GPU" not in line] == []
+    readme = [line for name, line in lines if name == "README.md"]
+    assert any(cpu_index in line and "without an NVIDIA GPU" in line for line in readme)
+    assert any(cpu_index not in line and "GPU machine" in line for line in readme)
