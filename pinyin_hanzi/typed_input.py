@@ -32,9 +32,10 @@ the tone. The characters of a syllable key come from :func:`pinyin_hanzi.pinyin.
 from __future__ import annotations
 
 import functools
+import itertools
 import re
 import unicodedata
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterable
 
 from pinyin_hanzi.errors import DataError
@@ -79,6 +80,9 @@ class Piece:
 
     options: tuple[Option, ...]
     scores: tuple[float, ...] = (0.0,)  # prior log-score of each option (see ``parse_pieces``)
+    # The letters typed for a letter run's piece (tone digit included), for when it passes through after all
+    # (see _pass_through_long_abbreviations); "" for other pieces. Not part of a piece's identity.
+    typed: str = field(default="", compare=False)
 
 
 def fewest_syllables(previous: str, syllable: str) -> float:
@@ -352,12 +356,12 @@ def _shuangpin_pieces(run: str, digit: str, layout: str, prefixes: bool) -> list
         if kind == double_pinyin.SYLLABLE:
             pieces.append(Piece((((text, text),),)))
         elif kind == double_pinyin.PREFIX and prefixes:
-            pieces.append(Piece((((prefix_token(text), text + PREFIX),),)))
+            pieces.append(Piece((((prefix_token(text), text + PREFIX),),), typed=typed))
         else:
             pieces.extend(_literal(char) for char in typed)
     if digit:
         if pieces and not is_literal_key(pieces[-1].options[0][-1][1]):
-            pieces[-1] = Piece((_with_tone(pieces[-1].options[0], digit),))
+            pieces[-1] = Piece((_with_tone(pieces[-1].options[0], digit),), typed=pieces[-1].typed + digit)
         else:
             pieces.append(_literal(digit))
     return pieces
@@ -432,8 +436,8 @@ def parse_pieces(text: str, limit: int = 4, score=fewest_syllables, *, prefixes:
                 continue
             if shuangpin is not None:
                 found = _shuangpin_pieces(run, digit, shuangpin, prefixes)
-                pieces.extend(Piece(tuple(_widened(o, fuzzy) for o in p.options), p.scores) if fuzzy else p
-                              for p in found)
+                pieces.extend(Piece(tuple(_widened(o, fuzzy) for o in p.options), p.scores, p.typed) if fuzzy
+                              else p for p in found)
                 continue
             letters, tones = _letters_and_tones(run)
             capital = shifted and not run.islower()
@@ -448,7 +452,7 @@ def parse_pieces(text: str, limit: int = 4, score=fewest_syllables, *, prefixes:
             if fuzzy:
                 options = [_widened(option, fuzzy) for option in options]
             if options:
-                pieces.append(Piece(tuple(options), tuple(scores)))
+                pieces.append(Piece(tuple(options), tuple(scores), run + digit))
             else:  # not pinyin: every character passes through as typed
                 for char in run + digit:
                     add_literal(char)
@@ -456,6 +460,7 @@ def parse_pieces(text: str, limit: int = 4, score=fewest_syllables, *, prefixes:
         _spell_out(pieces, single_letters)
         if shuangpin is None:  # a lone shuangpin key is an initial, never the syllable n
             _interjections_alone(pieces, score, fuzzy)
+        pieces = _pass_through_long_abbreviations(pieces)
     return pieces
 
 
@@ -481,7 +486,51 @@ def _interjections_alone(pieces: list[Piece], score, fuzzy: frozenset[str]) -> N
             continue
         syllable = ((token[:-1], token[:-1] + tone),)  # n* -> n, n*4 -> n4, widened as any syllable
         pieces[index] = Piece((_widened(syllable, fuzzy) if fuzzy else syllable, option),
-                              (score("<s>", token[:-1]), score("<s>", token)))
+                              (score("<s>", token[:-1]), score("<s>", token)), piece.typed)
+
+
+# More abbreviations in a row than this are no abbreviation: the longest clause the configs train on
+# (data.max_len 32) abbreviated whole. Each abbreviated letter costs a wide beam search over every character
+# of the syllables it begins (3 ms each with the shipped model: 20,000 letters of x took 106 s).
+LONGEST_ABBREVIATION = 32
+
+
+def _pass_through_long_abbreviations(pieces: list[Piece]) -> list[Piece]:
+    """``pieces`` with every letter-run piece that takes part in a stretch of more than
+    :data:`LONGEST_ABBREVIATION` abbreviations in a row (by each piece's best reading; spaces do not break a
+    stretch, since ``w x q b j`` is as much one abbreviation as ``wxqbj``; a syllable or a pass-through
+    character does) passing through as typed, one character per piece. Nobody types a stretch that long
+    (``xxxx…``, a keyboard mashed): reading it would cost a search per letter and give nonsense."""
+    marked: set[int] = set()
+    stretch: list[int] = []  # the pieces of the stretch that is still open
+    length = 0  # its abbreviations so far
+
+    def close(last: int | None = None, more: int = 0) -> None:  # the open stretch ends (in piece ``last``)
+        if length + more > LONGEST_ABBREVIATION:
+            marked.update(stretch + ([] if last is None else [last]))
+
+    for index, piece in enumerate(pieces):
+        if is_pass_through(piece):
+            close()
+            stretch, length = [], 0
+            continue
+        flags = [is_prefix_token(token) for token, _ in piece.options[0]]
+        if all(flags):  # abbreviations only: the stretch goes on through this piece
+            stretch, length = stretch + [index], length + len(flags)
+            continue
+        groups = [(flag, len(list(group))) for flag, group in itertools.groupby(flags)]  # (abbreviated, how many)
+        if groups[0][0]:  # the piece's first abbreviations end the open stretch, and count in it
+            close(index, groups[0][1])
+        else:
+            close()
+        if any(flag and count > LONGEST_ABBREVIATION for flag, count in groups[1:-1]):
+            marked.add(index)
+        stretch, length = ([index], groups[-1][1]) if groups[-1][0] else ([], 0)
+    close()
+    if not marked:
+        return pieces
+    return [literal for index, piece in enumerate(pieces)
+            for literal in ([_literal(char) for char in piece.typed] if index in marked else [piece])]
 
 
 def _spell_out(pieces: list[Piece], single_letters: list[tuple[int, str, bool]]) -> None:

@@ -178,6 +178,8 @@ CASES = [
     Case("--shuangpin microsoft", argv=("--shuangpin", "microsoft", "nihkbq"),
          stdout="你好bq"),
     Case("abbreviations without prefixes", line="ni h", stdout="你h"),
+    Case("more than 32 abbreviations in a row", argv=("--prefixes", "on", "ni hao " + "x" * 20_000 + " b j " * 20),
+         stdout="你好" + "x" * 20_000 + "bj" * 20),
     Case("Latin words with prefixes on", argv=("--prefixes", "on", "wo xue Python he n i n"),
          stdout=lambda output: len(output) == 12 and output[2:8] == "Python" and output[9:] == "nin"),
     Case("--abbreviate 1.5", argv=("--abbreviate", "1.5", "--evaluate", "test"), status=2, usage=True,

@@ -4,9 +4,9 @@ import pytest
 
 from pinyin_hanzi.errors import DataError
 from pinyin_hanzi.pinyin import syllables, toned_syllable_table
-from pinyin_hanzi.typed_input import (FUZZY_PAIRS, PREFIX_TOKENS, TONE_MARKS, alternatives, fewest_syllables,
-                                      is_prefix_token, key_syllables, literal_key, parse_pieces, parse_pinyin,
-                                      prefix_token)
+from pinyin_hanzi.typed_input import (FUZZY_PAIRS, LONGEST_ABBREVIATION, PREFIX_TOKENS, TONE_MARKS, alternatives,
+                                      fewest_syllables, is_prefix_token, key_syllables, literal_key, parse_pieces,
+                                      parse_pinyin, prefix_token)
 
 
 def _readings(text, **options):
@@ -134,6 +134,23 @@ def test_with_prefixes_capitalised_and_spelled_words_pass_through_but_caps_lock_
     assert parse_pinyin("q b j , M i k e", prefixes=True) == ["q*", "b*", "j*", ",", *"Mike"]
     assert parse_pinyin("WO XIANG Q B J", prefixes=True) == ["wo", "xiang", "q*", "b*", "j*"]
     assert parse_pinyin("n i n hui wu") == ["n", "i", "n", "hui", "wu"]  # without prefixes: as before
+
+
+def test_more_abbreviations_in_a_row_than_a_clause_pass_through_as_typed():
+    longest = LONGEST_ABBREVIATION
+    assert parse_pinyin("x" * longest, prefixes=True) == ["x*"] * longest  # a whole clause abbreviated
+    assert parse_pinyin(" ".join("x" * longest), prefixes=True) == ["x*"] * longest
+    for typed in ("x" * (longest + 1), " ".join("q" * (longest + 1)), "b" * 20 + " " + "j" * 13,
+                  "wo" + "x" * 40, " ".join(["bj"] * 17)):  # run together, spaced, split, after a syllable
+        assert parse_pinyin(typed, prefixes=True) == list(typed.replace(" ", "")), typed
+    # What stops a stretch: a syllable or pass-through text; what passes through: the stretch's pieces only.
+    assert parse_pinyin("ni hao " + "x" * 40 + " wo men", prefixes=True) == ["ni", "hao", *"x" * 40, "wo", "men"]
+    assert parse_pinyin("x" * 20 + "xian" + "x" * 20, prefixes=True) == ["x*"] * 20 + ["xian"] + ["x*"] * 20
+    assert parse_pinyin("x" * 20 + ", " + "x" * 20, prefixes=True) == ["x*"] * 20 + [","] + ["x*"] * 20
+    assert parse_pinyin(" ".join("x" * 40), prefixes=True, shuangpin="microsoft") == ["x"] * 40
+    assert parse_pinyin("x" * 40, prefixes=True, fuzzy={"z-zh"}) == ["x"] * 40
+    for abbreviation, abbreviated in (("wxqbj", 5), ("zg", 2), ("bjdxdxs", 7), ("wo xiang q b j", 3), ("h" * 8, 8)):
+        assert sum(map(is_prefix_token, parse_pinyin(abbreviation, prefixes=True))) == abbreviated, abbreviation
 
 
 def test_full_syllables_win_xian_is_never_prefixes():
