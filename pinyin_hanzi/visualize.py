@@ -3,8 +3,9 @@ matrix, and the numbers a learner needs to reason about cost (parameters, FLOPs 
 
 Hanzi labels need a CJK font. We look for one matplotlib can use (Noto Sans CJK, Source Han Sans,
 WenQuanYi, SimHei, PingFang, Microsoft YaHei, ...); on Debian/Ubuntu ``apt-get install fonts-wqy-microhei``
-(5 MB) or ``fonts-noto-cjk`` provides one. Without a font, hanzi labels are romanised (``zhong:2`` for the
-character at position 2 read zhong) and a note says so.
+(5 MB) or ``fonts-noto-cjk`` provides one, found also when installed after matplotlib cached its font list.
+Without a font, hanzi labels are romanised (``zhong:2`` for the character at position 2 read zhong) and a note
+says so.
 
 The positional-encoding picture from the command line: ``python -m pinyin_hanzi.cli.positional_encoding
 out.png --dims 0 1 20 40 --d-model 256``.
@@ -38,11 +39,41 @@ def _pyplot():
 
 @functools.lru_cache(maxsize=1)
 def cjk_font() -> str | None:
-    """Name of an installed font that has hanzi, or None."""
+    """Name of an installed font that has hanzi, or None. matplotlib lists the fonts it found when it first
+    ran, from a cache file, so a font installed since then is not in that list: when the list has no CJK
+    font, the system's font folders are scanned once more (:func:`_add_new_system_fonts`) before giving up."""
     from matplotlib import font_manager
 
-    installed = {font.name for font in font_manager.fontManager.ttflist}
+    return _known_cjk_font(font_manager.fontManager) or _add_new_system_fonts(font_manager)
+
+
+def _known_cjk_font(manager) -> str | None:
+    installed = {font.name for font in manager.ttflist}
     return next((name for name in CJK_FONT_NAMES if name in installed), None)
+
+
+def _add_new_system_fonts(font_manager) -> str | None:
+    """Add the system's fonts that matplotlib's font list lacks (installed after its cache was written) to
+    that list, and return the name of a CJK font among them, or None. The cache is rewritten when one is
+    found, so that later runs find it at once; a cache that cannot be written is left as it is."""
+    manager = font_manager.fontManager
+    known = {font.fname for font in manager.ttflist}
+    for path in font_manager.findSystemFonts():
+        if path not in known:
+            try:
+                manager.addfont(path)
+            except (OSError, RuntimeError, ValueError):  # a font file matplotlib cannot read: as at start-up
+                continue
+    found = _known_cjk_font(manager)
+    if found is not None:
+        import matplotlib
+
+        cache = Path(matplotlib.get_cachedir()) / f"fontlist-v{font_manager.FontManager.__version__}.json"
+        try:
+            font_manager.json_dump(manager, cache)
+        except OSError:
+            pass
+    return found
 
 
 # CJK punctuation that NFKC leaves as it is, written the way a font without CJK glyphs can draw it
@@ -69,7 +100,8 @@ def hanzi_labels(chars: str, syllables: Sequence[str]) -> tuple[list[str], str |
         return list(chars), None
     labels = [f"{syllable}:{i}" if is_hanzi(char) else drawable(char)
               for i, (char, syllable) in enumerate(zip(chars, syllables))]
-    return labels, "no CJK font found: hanzi labels are romanised (install fonts-wqy-microhei or fonts-noto-cjk)"
+    return labels, ("no CJK font found: hanzi labels are romanised (install one, e.g. Debian/Ubuntu's "
+                    "fonts-wqy-microhei or fonts-noto-cjk: the next run finds it)")
 
 
 def attention_figure(weights: Sequence[torch.Tensor], query_labels: Sequence[str], key_labels: Sequence[str], *,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import tempfile
 from pathlib import Path
 
@@ -149,3 +150,23 @@ def test_backspace_edits_and_escape_cancels(page, editor):
     text_becomes(page, editor, "谢谢")
     editor.send_keys(Keys.BACKSPACE)  # no composition: Backspace edits the text itself
     text_becomes(page, editor, "谢")
+
+
+def test_a_hint_names_a_font_package_while_the_page_cannot_draw_hanzi(page, editor):
+    """Without a CJK font every hanzi is drawn as the same box: the page then says which package to install.
+    A font that has hanzi (here one loaded into the page, as the browser would use an installed one) takes
+    the hint away."""
+    import base64
+
+    from cjk_font import cjk_font_bytes
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    if shutil.which("fc-list") is None:
+        pytest.skip("fc-list (fontconfig) is needed to know whether this machine has a CJK font")
+    installed = subprocess.run(["fc-list", ":lang=zh"], capture_output=True, text=True, timeout=60).stdout.strip()
+    hint = page.find_element("id", "font-hint")
+    assert hint.is_displayed() == (not installed)
+    assert "fonts-noto-cjk" in hint.get_attribute("textContent")
+    page.execute_script("const face = new FontFace('WenQuanYi Micro Hei', `url(data:font/ttf;base64,${arguments[0]})`);"
+                        "document.fonts.add(face); face.load();", base64.b64encode(cjk_font_bytes("WenQuanYi Micro Hei")).decode())
+    WebDriverWait(page, WAIT_S).until(lambda _: not hint.is_displayed(), "the hint stayed with a CJK font loaded")

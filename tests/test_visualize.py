@@ -1,4 +1,6 @@
 import hashlib
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -9,6 +11,7 @@ from pinyin_hanzi.cli import positional_encoding
 from pinyin_hanzi.config import ModelConfig
 from pinyin_hanzi.model import Transformer
 
+from cjk_font import write_cjk_font
 from test_cli import ROOT, run
 
 
@@ -52,6 +55,31 @@ def test_romanised_labels_without_a_cjk_font(monkeypatch):
     assert labels == ["ni:0", "hao:1", ","] and "no CJK font" in note
     figure = visualize.attention_figure([torch.full((2, 3, 3), 1 / 3)], labels, ["ni", "hao", ","])
     assert len(figure.axes) == 1
+
+
+# Run in a process whose home and matplotlib cache are a test's own: the name of the CJK font found, if any.
+_FIND_CJK_FONT = "from pinyin_hanzi.visualize import cjk_font; print(cjk_font())"
+_CACHED_FONT_NAMES = "from matplotlib import font_manager; print(sorted({f.name for f in font_manager.fontManager.ttflist}))"
+
+
+def test_a_cjk_font_installed_after_matplotlib_cached_its_font_list_is_found(tmp_path):
+    """matplotlib caches its font list on first use: a font installed later used to stay unseen, with the
+    hint to install one shown for good. Now the system's fonts are scanned again, and the cache rewritten."""
+    environment = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "HOME": str(tmp_path / "home"),
+                   "MPLCONFIGDIR": str(tmp_path / "matplotlib")}
+
+    def python(code):
+        done = subprocess.run([sys.executable, "-c", code], env=environment, capture_output=True, text=True,
+                              timeout=300)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    if python(_FIND_CJK_FONT) != "None":  # its cache is written now, without the font below
+        pytest.skip("a CJK font is installed on this machine: no font list without one to start from")
+    write_cjk_font(tmp_path / "home" / ".fonts" / "wqy-microhei.ttf", "WenQuanYi Micro Hei")  # as a package would
+    assert "WenQuanYi Micro Hei" not in python(_CACHED_FONT_NAMES)  # the stale cache
+    assert python(_FIND_CJK_FONT) == "WenQuanYi Micro Hei"
+    assert "WenQuanYi Micro Hei" in python(_CACHED_FONT_NAMES)  # the next run finds it without a scan
 
 
 def test_cjk_punctuation_is_drawn_without_a_cjk_font(monkeypatch, recwarn):

@@ -286,6 +286,31 @@ function paint() {
   canvas.dataset.shape = `${chars.length}x${syllables.length}`;  // rows x columns, for tests and tools
 }
 
+// --------------------------------------------------------------------------------------------- fonts
+
+// Without a font that has hanzi the browser draws every hanzi as the same missing-glyph box, and the page is
+// unreadable without saying why. Two different hanzi drawn alike (the same pixels, in the page's own fonts)
+// mean there is none: the hint names a font package. (A browser that writes each box's code point in it, as
+// Firefox does, tells them apart and gets no hint.)
+function hanziRender() {
+  const probe = document.createElement("canvas");
+  probe.width = probe.height = 40;
+  const g = probe.getContext("2d", { willReadFrequently: true });
+  g.font = `32px ${getComputedStyle(document.body).fontFamily}`;
+  const pixels = text => {
+    g.clearRect(0, 0, 40, 40);
+    g.fillText(text, 4, 34);
+    return g.getImageData(0, 0, 40, 40).data.join();
+  };
+  return pixels("中") !== pixels("国");
+}
+
+function checkHanziFont() {
+  document.getElementById("font-hint").hidden = hanziRender();
+}
+
 layerSelect.addEventListener("change", paint);
 panel.addEventListener("toggle", () => { if (panel.open) drawAttention(); });
+document.fonts.addEventListener("loadingdone", checkHanziFont);  // a web font may bring the hanzi
+checkHanziFont();
 render();
