@@ -79,6 +79,14 @@ def trained(tmp_path_factory, tiny_corpus):
     return tmp, config_path, best
 
 
+@pytest.fixture(scope="session")
+def shipped_converter():
+    """The shipped model (pinyin_hanzi/pretrained/model.pt), loaded once per session; tests never change it."""
+    from pinyin_hanzi.converter import Converter
+
+    return Converter.from_pretrained()
+
+
 UNTRAINED_HANZI = list("你好妮号我们门北京经吧八，。1") + ["A"]
 UNTRAINED_PINYIN = ["ni", "hao", "wo", "men", "bei", "jing", "ba", "，", "。", "1", "A"]
 
