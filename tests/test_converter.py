@@ -361,6 +361,26 @@ def test_with_prefixes_on_the_constraint_alone_reads_abbreviations_with_the_ship
     assert shipped.convert("n ， wo zhi dao le 。") == "嗯，我知道了。"  # a clause of its own: 嗯, as pypinyin types it
 
 
+def test_a_held_down_key_costs_no_search_and_real_abbreviations_still_convert(shipped_converter):
+    """More than LONGEST_ABBREVIATION abbreviations in a row pass through as typed without the model (20,000
+    x took 106 s when each was searched); wxqbj, bjdxdxs and a clause of initials are still abbreviations."""
+    import time
+
+    for mashed in ("x" * 20_000, " ".join("x" * 20_000), "ni hao " + "jjjjjjjjjj" * 2_000):
+        started = time.perf_counter()
+        output = shipped_converter.convert(mashed)
+        assert time.perf_counter() - started < 10  # loosely: a machine under load; about 0.3 s at most unloaded
+        assert output.endswith(mashed.replace(" ", "")[-20_000:])
+    assert shipped_converter.convert("wxqbj") == "我想去北京"
+    for abbreviation in ("bjdxdxs", "zg", "wo xiang q b j", "h" * 8):  # up to LONGEST_ABBREVIATION: see test_typed_input
+        output = shipped_converter.convert(abbreviation)
+        letters = [letter for letter in abbreviation if letter != " "]
+        if " " in abbreviation:  # full syllables typed among the initials
+            letters = ["wo", "xiang", "q", "b", "j"]
+        assert len(output) == len(letters) and all(
+            any(syllable.startswith(letter) for syllable in readings()[char]) for char, letter in zip(output, letters))
+
+
 def test_a_lone_vowel_is_its_syllable_or_its_abbreviation_at_the_same_prior_and_the_model_chooses(shipped):
     # e alone reads as the syllable e or as the abbreviation e*. The syllable model skips prefix tokens, so
     # e* would cost nothing where e costs its probability; e* is scored as the syllable it was typed as,
