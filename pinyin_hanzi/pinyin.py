@@ -17,6 +17,7 @@ from pypinyin import Style, lazy_pinyin, load_phrases_dict
 from pypinyin.constants import PHRASES_DICT
 from pypinyin.seg import mmseg
 from pypinyin.contrib.tone_convert import to_normal, to_tone3
+from pypinyin.phrases_dict import phrases_dict
 from pypinyin.pinyin_dict import pinyin_dict
 
 # A clause ends after one of these (training examples are clauses; long input is cut after them).
@@ -100,6 +101,25 @@ def readings() -> dict[str, frozenset[str]]:
         for char in chars:
             inverse.setdefault(char, set()).add(syllable)
     return {char: frozenset(found) for char, found in inverse.items()}
+
+
+@functools.lru_cache(maxsize=1)
+def usual_readings() -> dict[str, frozenset[str]]:
+    """Character -> the syllables text reads it with: its default reading (the first of pypinyin's table,
+    which pypinyin gives it outside a listed phrase) and every reading pypinyin's phrase table gives it
+    (长 zhang in 长大, 还 huan in 还原). A reading that only the character table lists (洗 xian, 是 ti, 省
+    xian: archaic, a surname, a dialect) is no usual reading: 0.03% of the shipped model's 10.2M training
+    hanzi have one (the phrase table its data was read with knows a few more). From pypinyin's own
+    tables as installed, never from the phrases :func:`phrase_readings` adds for a while."""
+    heard: dict[str, set[str]] = {}
+    for code, listed in pinyin_dict.items():
+        heard.setdefault(chr(code), set()).add(toneless(listed.split(",")[0]))
+    for phrase, per_character in phrases_dict.items():  # per character: its readings, the one used first
+        if len(phrase) == len(per_character):
+            for char, options in zip(phrase, per_character):
+                heard.setdefault(char, set()).add(toneless(options[0]))
+    return {char: frozenset(syllable for syllable in syllables_heard if syllable in syllables())
+            for char, syllables_heard in heard.items()}
 
 
 def _errors_as_characters(text: str) -> list[str]:

@@ -1,7 +1,7 @@
 import torch
 
 from pinyin_hanzi.lexicon import PAD_ROW, Lexicon, token_key
-from pinyin_hanzi.pinyin import readings
+from pinyin_hanzi.pinyin import readings, syllable_table, usual_readings
 from pinyin_hanzi.typed_input import literal_key
 from pinyin_hanzi.vocab import PAD_ID, SPECIALS, UNK_ID, Vocab
 
@@ -38,6 +38,22 @@ def test_rows_allow_the_vocabulary_characters_of_a_key_and_fall_back_without_any
     assert lexicon.table()[PAD_ROW].nonzero().flatten().tolist() == [PAD_ID]
 
 
+def test_a_syllable_stands_for_the_characters_it_is_a_usual_reading_of():
+    # 洗 is read xi; xian (a surname) is in the character table only, and the n-gram model would score 洗
+    # after 去 as if it were read xi: woxiangquxian came out as 我想去洗.
+    assert "洗" in Lexicon.characters("xi") and "洗" not in Lexicon.characters("xian")
+    assert "洗" not in Lexicon.characters("xian3") and "xian" in readings()["洗"]  # the table still has it
+    assert "是" not in Lexicon.characters("ti") and "省" not in Lexicon.characters("xian")
+    # Readings that phrases give are usual: 长大 zhang, 还原 huan, 了解 liao, 银行 hang, 目的 di.
+    for char, syllable in (("长", "zhang"), ("长", "chang"), ("还", "huan"), ("了", "liao"), ("行", "hang"),
+                           ("的", "di")):
+        assert char in Lexicon.characters(syllable), (char, syllable)
+    assert "洗" in Lexicon.characters("xi|xian") and "洗" not in Lexicon.characters("xia*")
+    # Every character keeps its default reading; a syllable no character usually has keeps all of its own.
+    assert all(usual_readings()[char] & found for char, found in readings().items())
+    assert Lexicon.characters("ng") == tuple(syllable_table()["ng"]) and "嗯" in Lexicon.characters("ng")
+
+
 def test_ids_lists_the_allowed_characters_padded_to_the_longest_row():
     lexicon = Lexicon(HANZI)
     rows = torch.tensor([[lexicon.row("ni"), lexicon.row(literal_key("，")), PAD_ROW]])
@@ -55,7 +71,7 @@ def test_for_vocab_gives_each_pinyin_token_its_characters_and_specials_none():
     for token in ("ni", "hao", "wo"):
         index = PINYIN.ids[token]
         chars = {HANZI.tokens[i] for i in ids[index][real[index]].tolist()}
-        assert chars == {c for c in HANZI.tokens if token in readings().get(c, ())}
+        assert chars == {c for c in HANZI.tokens if token in usual_readings().get(c, ())}
     punctuation = PINYIN.ids["，"]
     assert HANZI.tokens[int(ids[punctuation][real[punctuation]])] == "，"
 
