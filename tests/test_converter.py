@@ -361,6 +361,19 @@ def test_with_prefixes_on_the_constraint_alone_reads_abbreviations_with_the_ship
     assert shipped.convert("n ， wo zhi dao le 。") == "嗯，我知道了。"  # a clause of its own: 嗯, as pypinyin types it
 
 
+def test_every_character_is_read_by_a_usual_reading_so_woxiangquxian_is_no_longer_qu_xi(shipped_converter):
+    """洗 read xian (a surname) came first: the n-gram model scored it as the 洗 of 去洗澡. Now no candidate reads
+    a character by a reading text practically never has, and 西安 is among the 20 best (it was not)."""
+    from pinyin_hanzi.pinyin import usual_readings
+
+    found = shipped_converter.candidates("woxiangquxian", n=20)
+    texts = [candidate.text for candidate in found]
+    assert texts[0] != "我想去洗" and "我想去西安" in texts
+    for candidate in found + shipped_converter.candidates("ta shi ge hao ren , wo men qu xi zao", n=5):
+        assert all(syllable in usual_readings()[char] for char, syllable in zip(candidate.text, candidate.read_as)
+                   if char in usual_readings()), candidate
+
+
 def test_a_held_down_key_costs_no_search_and_real_abbreviations_still_convert(shipped_converter):
     """More than LONGEST_ABBREVIATION abbreviations in a row pass through as typed without the model (20,000
     x took 106 s when each was searched); wxqbj, bjdxdxs and a clause of initials are still abbreviations."""
