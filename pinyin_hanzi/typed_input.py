@@ -354,7 +354,7 @@ def _shuangpin_pieces(run: str, digit: str, layout: str, prefixes: bool) -> list
         typed = run[offset:offset + len(keys)]
         offset += len(keys)
         if kind == double_pinyin.SYLLABLE:
-            pieces.append(Piece((((text, text),),)))
+            pieces.append(Piece((((text, text),),), typed=typed))
         elif kind == double_pinyin.PREFIX and prefixes:
             pieces.append(Piece((((prefix_token(text), text + PREFIX),),), typed=typed))
         else:
