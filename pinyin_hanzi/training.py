@@ -355,7 +355,9 @@ def train(config: Config, *, resume: bool = False, init_from: str | None = None,
             number = getattr(interrupt, "signal_number", signal.SIGINT)
             stopped = f"{stop_message(number)} at step {run.step}"
             if not run.process.is_main:  # only rank 0 writes checkpoints, and says which it kept
-                raise Interrupted(f"{stopped} (rank 0 keeps the checkpoint)", number) from None
+                # Exit 0: torchrun ends every other process as soon as one exits non-zero, which could cut
+                # rank 0 off before it has said what it kept. Rank 0's status is the job's.
+                raise Interrupted(f"{stopped} (rank 0 keeps the checkpoint)", number, exit_status=0) from None
             raise Interrupted(f"{stopped}: {run.kept()}; {run.next_step()}", number) from None
         except OSError as error:  # a log or TensorBoard write (checkpoints say so themselves)
             raise run.write_failed(error, error.filename or run.run_dir) from None

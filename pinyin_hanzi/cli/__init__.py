@@ -108,7 +108,7 @@ def run(main, argv=None) -> int:
     except KeyboardInterrupt as interrupt:  # errors.Interrupted says what was kept and how to go on
         rank = os.environ.get("RANK", "0")
         print(f"{'' if rank == '0' else f'[rank {rank}] '}{str(interrupt) or 'interrupted'}", file=sys.stderr)
-        return 128 + getattr(interrupt, "signal_number", 2)  # 130 for Ctrl-C (SIGINT), 143 for SIGTERM
+        return getattr(interrupt, "exit_status", 130)  # 130 for Ctrl-C (SIGINT), 143 for SIGTERM
     except BrokenPipeError:  # output piped into `head` and the like
         _discard_output()
         return 0
