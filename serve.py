@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Serve pinyin -> hanzi conversion over HTTP, with a web IME page at / (see pinyin_hanzi/serve.py).
+"""Serve pinyin -> hanzi conversion over HTTP, with a web IME page at / (see pinyin_hanzi/serving/service.py).
 
     python serve.py                               # the shipped model on http://127.0.0.1:8000
     python serve.py --checkpoint checkpoints/quickstart/best.pt --port 8080

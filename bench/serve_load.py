@@ -31,13 +31,12 @@ import time
 import urllib.request
 from pathlib import Path
 
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from pinyin_hanzi.cli import check_bounds  # noqa: E402
 from pinyin_hanzi.config import LIMITS, MAX_NBEST  # noqa: E402
-from pinyin_hanzi.pinyin import hanzi_to_tokens  # noqa: E402
+from pinyin_hanzi.text.pinyin import hanzi_to_tokens  # noqa: E402
 
 # Ten characters each, so ten syllables typed.
 SENTENCES = ["我们明天早上八点见面", "今天的天气非常好啊", "他每天骑自行车上班去", "这本书对我很有帮助",

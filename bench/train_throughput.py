@@ -47,19 +47,19 @@ sys.path.insert(0, str(ROOT))
 
 from pinyin_hanzi.checkpoint import HANZI_VOCAB_KEY, PINYIN_VOCAB_KEY, load_checkpoint
 from pinyin_hanzi.cli import check_bounds, max_threads
-from pinyin_hanzi.converter import SHIPPED_MODEL
 from pinyin_hanzi.config import DataConfig, load_config
-from pinyin_hanzi.corpus import Example, chunk, prepare, read_examples
-from pinyin_hanzi.data import BatchStream, encode_examples, hanzi_ids, prefix_ids
+from pinyin_hanzi.data.batches import BatchStream, encode_examples, hanzi_ids, prefix_ids
+from pinyin_hanzi.data.corpus import Example, chunk, prepare, read_examples
+from pinyin_hanzi.data.vocab import PAD_ID, Vocab, grown, load_vocab
+from pinyin_hanzi.decoding.converter import SHIPPED_MODEL
 from pinyin_hanzi.errors import PinyinHanziError
-from pinyin_hanzi.lexicon import Lexicon
-from pinyin_hanzi.pinyin import CLAUSE_PUNCTUATION, hanzi_to_tokens
-from pinyin_hanzi.loss import loss_fn, model_loss
-from pinyin_hanzi.model import Transformer, shift_right, sinusoidal_table
+from pinyin_hanzi.models.transformer import Transformer, shift_right, sinusoidal_table
 from pinyin_hanzi.runtime import autocast_for, cpu_has_native_bf16, resolve_precision, select_device, set_threads
+from pinyin_hanzi.text.lexicon import Lexicon
+from pinyin_hanzi.text.pinyin import CLAUSE_PUNCTUATION, hanzi_to_tokens
+from pinyin_hanzi.text.typed_input import PREFIX_TOKENS
+from pinyin_hanzi.training.loss import loss_fn, model_loss
 from pinyin_hanzi.visualize import flops_per_token
-from pinyin_hanzi.typed_input import PREFIX_TOKENS
-from pinyin_hanzi.vocab import PAD_ID, Vocab, grown, load_vocab
 
 
 class Reference(nn.Module):

@@ -41,8 +41,8 @@ sys.path.insert(0, str(ROOT))
 from pinyin_hanzi import Converter
 from pinyin_hanzi.cli import check_bounds, max_threads
 from pinyin_hanzi.config import LIMITS
-from pinyin_hanzi.metrics import ABBREVIATION_STYLES, typed
-from pinyin_hanzi.pinyin import hanzi_to_tokens, syllables
+from pinyin_hanzi.evaluation.metrics import ABBREVIATION_STYLES, typed
+from pinyin_hanzi.text.pinyin import hanzi_to_tokens, syllables
 
 SENTENCES = """\
 我们明天早上八点在学校门口见面。
@@ -89,7 +89,7 @@ def carried_sentences() -> list[tuple[list[str], str]]:
 
 
 def split_sentences(path: str) -> list[tuple[list[str], str]]:
-    from pinyin_hanzi.corpus import read_examples
+    from pinyin_hanzi.data.corpus import read_examples
 
     return [(example.tokens, example.hanzi) for example in read_examples(path, trusted=True)]
 

@@ -22,14 +22,15 @@ from typing import Callable
 
 import torch
 
-from pinyin_hanzi.char_lm import TABLE_COLUMNS, CharNgramLM, table_columns
 from pinyin_hanzi.config import Config, config_from_dict, shown
+from pinyin_hanzi.data.vocab import BOS_ID, Vocab
 from pinyin_hanzi.errors import CheckpointError, ConfigError
 from pinyin_hanzi.files import file_kind
-from pinyin_hanzi.model import Transformer
-from pinyin_hanzi.syllable_lm import SyllableBigrams, packed_columns as packed_syllable_columns
-from pinyin_hanzi.vocab import BOS_ID, Vocab
-from pinyin_hanzi.word_lm import WordLexiconLM
+from pinyin_hanzi.lm.char_ngram import TABLE_COLUMNS, CharNgramLM, table_columns
+from pinyin_hanzi.lm.syllable import SyllableBigrams
+from pinyin_hanzi.lm.syllable import packed_columns as packed_syllable_columns
+from pinyin_hanzi.lm.word import WordLexiconLM
+from pinyin_hanzi.models.transformer import Transformer
 
 FORMAT_VERSION = 1
 TEMPORARY_SUFFIX = ".tmp"  # a checkpoint being written: PATH.tmp, renamed to PATH when complete
@@ -397,7 +398,7 @@ def _char_lm_problem(state: dict, hanzi_vocab_size: int) -> str | None:
 
 def _word_lm_problem(state, hanzi_vocab_size: int) -> str | None:
     """What is wrong with a word-model entry (see WordLexiconLM.state_dict), or None."""
-    from pinyin_hanzi.word_lm import MAX_WORD_LEN
+    from pinyin_hanzi.lm.word import MAX_WORD_LEN
 
     if not isinstance(state, dict):
         return "is not a mapping"

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import yaml
 
+from pinyin_hanzi.data.sources import SOURCES, WORD_TABLES  # named corpus sources and word tables
 from pinyin_hanzi.errors import ConfigError
 from pinyin_hanzi.files import open_input
-from pinyin_hanzi.sources import SOURCES, WORD_TABLES  # named corpus sources and word tables
 
 
 @dataclass
@@ -236,8 +236,8 @@ def _validate(config: Config, where: str) -> None:
     check(dec.word_contrast < 1, "decode.word_contrast", "a number in [0, 1)")
     check(dec.prefixes in PREFIX_MODES, "decode.prefixes", "'auto', 'on' or 'off'")
     if dec.fuzzy or dec.shuangpin:
-        from pinyin_hanzi.shuangpin import LAYOUTS  # the reading tables load only when these are used
-        from pinyin_hanzi.typed_input import FUZZY_PAIRS
+        from pinyin_hanzi.text.shuangpin import LAYOUTS  # the reading tables load only when these are used
+        from pinyin_hanzi.text.typed_input import FUZZY_PAIRS
 
         for name in dec.fuzzy:
             if name not in FUZZY_PAIRS:

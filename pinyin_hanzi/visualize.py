@@ -20,8 +20,8 @@ from typing import Sequence
 
 import torch
 
-from pinyin_hanzi.model import Transformer, sinusoidal_table
-from pinyin_hanzi.pinyin import is_hanzi
+from pinyin_hanzi.models.transformer import Transformer, sinusoidal_table
+from pinyin_hanzi.text.pinyin import is_hanzi
 
 CJK_FONT_NAMES = ("Noto Sans CJK SC", "Noto Sans CJK JP", "Noto Sans SC", "Source Han Sans SC", "Source Han Sans CN",
                   "WenQuanYi Micro Hei", "WenQuanYi Zen Hei", "SimHei", "Microsoft YaHei", "PingFang SC",

@@ -70,7 +70,7 @@ def tiny_corpus(tmp_path_factory) -> Path:
 def trained(tmp_path_factory, tiny_corpus):
     """(workdir, config path, best checkpoint path) of a tiny model trained to memorise the tiny corpus."""
     from pinyin_hanzi.config import load_config
-    from pinyin_hanzi.training import train
+    from pinyin_hanzi.training.recipe import train
 
     torch.set_num_threads(1)
     tmp = tmp_path_factory.mktemp("trained")
@@ -82,7 +82,7 @@ def trained(tmp_path_factory, tiny_corpus):
 @pytest.fixture(scope="session")
 def shipped_converter():
     """The shipped model (pinyin_hanzi/pretrained/model.pt), loaded once per session; tests never change it."""
-    from pinyin_hanzi.converter import Converter
+    from pinyin_hanzi.decoding.converter import Converter
 
     return Converter.from_pretrained()
 
@@ -94,9 +94,9 @@ UNTRAINED_PINYIN = ["ni", "hao", "wo", "men", "bei", "jing", "ba", "，", "。",
 def untrained_converter(seed=0, pinyin=UNTRAINED_PINYIN, hanzi=UNTRAINED_HANZI, **options):
     """A Converter over an untrained model: whatever it prefers, the constraint must hold."""
     from pinyin_hanzi.config import ModelConfig
-    from pinyin_hanzi.converter import Converter
-    from pinyin_hanzi.model import Transformer
-    from pinyin_hanzi.vocab import Vocab
+    from pinyin_hanzi.data.vocab import Vocab
+    from pinyin_hanzi.decoding.converter import Converter
+    from pinyin_hanzi.models.transformer import Transformer
 
     torch.manual_seed(seed)
     config = ModelConfig(d_model=32, n_heads=4, n_encoder_layers=1, n_decoder_layers=1, d_ff=64, dropout=0.0,

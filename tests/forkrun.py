@@ -22,8 +22,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-PRELOAD = ("torch", "pinyin_hanzi.cli.translate", "pinyin_hanzi.cli.train", "pinyin_hanzi.converter",
-           "pinyin_hanzi.training", "pinyin_hanzi.checkpoint")  # imports only: no torch op runs before a fork
+PRELOAD = ("torch", "pinyin_hanzi.cli.translate", "pinyin_hanzi.cli.train", "pinyin_hanzi.decoding.converter",
+           "pinyin_hanzi.training.recipe", "pinyin_hanzi.checkpoint")  # imports only: no torch op runs before a fork
 
 
 class Server:

@@ -13,6 +13,7 @@ import time
 
 import httpx
 import pytest
+
 from conftest import ROOT
 
 START_TIMEOUT_S = 180  # loading the model takes seconds, more on a busy machine

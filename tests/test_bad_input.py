@@ -22,10 +22,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import ROOT, tiny_config_dict, write_config
-from forkrun import run_all
 
 from pinyin_hanzi.files import locked
+
+from conftest import ROOT, tiny_config_dict, write_config
+from forkrun import run_all
 
 ENV = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}  # what every run sees
 LONG_LINE = " ".join(["ni hao"] * 5000)  # 10,000 syllables
@@ -34,15 +35,15 @@ EXPORT = "pinyin_hanzi/cli/export.py"  # python -m pinyin_hanzi.cli.export, run 
 
 def _hanzi_read(*syllables: str) -> Callable[[str], bool]:
     """A check: one character per syllable, each a hanzi with that reading (toned: that exact reading)."""
-    from pinyin_hanzi.lexicon import Lexicon
-    from pinyin_hanzi.pinyin import is_hanzi
+    from pinyin_hanzi.text.lexicon import Lexicon
+    from pinyin_hanzi.text.pinyin import is_hanzi
 
     return lambda output: len(output) == len(syllables) and all(
         is_hanzi(char) and char in Lexicon.characters(syllable) for char, syllable in zip(output, syllables))
 
 
 def _same_lv_character(output: str) -> bool:
-    from pinyin_hanzi.pinyin import readings
+    from pinyin_hanzi.text.pinyin import readings
 
     return len(output) == 1 and "lv" in readings()[output]
 

@@ -14,6 +14,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+
 from serving import start_service, stop_service
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
@@ -158,8 +159,9 @@ def test_a_hint_names_a_font_package_while_the_page_cannot_draw_hanzi(page, edit
     the hint away."""
     import base64
 
-    from cjk_font import cjk_font_bytes
     from selenium.webdriver.support.ui import WebDriverWait
+
+    from cjk_font import cjk_font_bytes
 
     if shutil.which("fc-list") is None:
         pytest.skip("fc-list (fontconfig) is needed to know whether this machine has a CJK font")

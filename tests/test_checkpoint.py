@@ -9,10 +9,10 @@ from pinyin_hanzi.checkpoint import (
     model_from_checkpoint,
     save_checkpoint,
 )
-from pinyin_hanzi.corpus import read_examples
-from pinyin_hanzi.converter import Converter
+from pinyin_hanzi.data.corpus import read_examples
+from pinyin_hanzi.data.vocab import Vocab
+from pinyin_hanzi.decoding.converter import Converter
 from pinyin_hanzi.errors import CheckpointError
-from pinyin_hanzi.vocab import Vocab
 
 
 def test_checkpoint_is_self_contained_and_round_trips(trained):
@@ -112,9 +112,9 @@ def test_one_non_finite_weight_in_any_precision_is_refused(trained, dtype, bad):
 
 
 def test_export_stores_older_n_gram_and_syllable_tables_in_the_current_compact_form(trained, tmp_path):
-    from pinyin_hanzi.char_lm import CharNgramLM, count_for
     from pinyin_hanzi.checkpoint import export_checkpoint
-    from pinyin_hanzi.syllable_lm import SyllableBigrams
+    from pinyin_hanzi.lm.char_ngram import CharNgramLM, count_for
+    from pinyin_hanzi.lm.syllable import SyllableBigrams
 
     tmp, _, best = trained
     state = load_checkpoint(best)
@@ -235,8 +235,8 @@ def test_entries_of_the_wrong_type_give_one_line_errors(trained, tmp_path):
 
 
 def test_a_character_ngram_model_must_fit_the_hanzi_vocabulary(trained, tmp_path):
-    from pinyin_hanzi.char_lm import count_for
-    from pinyin_hanzi.vocab import Vocab
+    from pinyin_hanzi.data.vocab import Vocab
+    from pinyin_hanzi.lm.char_ngram import count_for
 
     tmp, _, best = trained
     state = load_checkpoint(best)
@@ -254,9 +254,9 @@ def test_a_character_ngram_model_must_fit_the_hanzi_vocabulary(trained, tmp_path
 
 
 def test_inference_parts_are_what_the_checkpoint_holds(trained, tmp_path):
-    from pinyin_hanzi.char_lm import CharNgramLM, count_for
     from pinyin_hanzi.checkpoint import load_for_inference
-    from pinyin_hanzi.syllable_lm import SyllableBigrams
+    from pinyin_hanzi.lm.char_ngram import CharNgramLM, count_for
+    from pinyin_hanzi.lm.syllable import SyllableBigrams
 
     tmp, _, best = trained
     state = load_checkpoint(best)
@@ -275,7 +275,7 @@ def test_inference_parts_are_what_the_checkpoint_holds(trained, tmp_path):
     ids = parts.hanzi_vocab.encode(examples[0].hanzi)
     assert loaded.sentence_log_prob(ids) == pytest.approx(lm.sentence_log_prob(ids))
     # tables of the right types that do not fit one another
-    from pinyin_hanzi.char_lm import table_columns
+    from pinyin_hanzi.lm.char_ngram import table_columns
 
     runs = table_columns(lm.state_dict()["tables"][2])["runs"]
     broken = lm.state_dict()
@@ -350,10 +350,10 @@ def test_malformed_checkpoints_give_only_checkpoint_errors(trained, tmp_path):
     either gives a CheckpointError of one line or parts that convert; never another exception. Every copy
     goes through the checks and the rebuilding that loading does (validate_checkpoint, inference_parts);
     every 25th also through a file and load_for_inference, and the first few that load convert a line."""
-    from pinyin_hanzi.char_lm import count_for
     from pinyin_hanzi.checkpoint import inference_parts, load_for_inference, validate_checkpoint
-    from pinyin_hanzi.vocab import Vocab
-    from pinyin_hanzi.word_lm import WordLexiconLM
+    from pinyin_hanzi.data.vocab import Vocab
+    from pinyin_hanzi.lm.char_ngram import count_for
+    from pinyin_hanzi.lm.word import WordLexiconLM
 
     tmp, _, best = trained
     state = load_checkpoint(best)

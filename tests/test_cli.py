@@ -7,10 +7,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-import forkrun
 import torch
-from conftest import ROOT, tiny_config_dict, write_config
 
+import forkrun
+from conftest import ROOT, tiny_config_dict, write_config
 
 ENV = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
 _server = None
@@ -45,8 +45,8 @@ def test_translate_one_shot(trained):
 
 def test_translate_file_mode_one_output_line_per_input_line(trained, tmp_path):
     tmp, _, best = trained
-    from pinyin_hanzi.corpus import read_examples
-    from pinyin_hanzi.pinyin import is_hanzi
+    from pinyin_hanzi.data.corpus import read_examples
+    from pinyin_hanzi.text.pinyin import is_hanzi
 
     examples = read_examples(tmp / "prepared" / "tiny" / "train.tsv")
     seen = [e for e in examples if all(is_hanzi(c) or c in "，。！？" for c in e.hanzi)][:3]
@@ -476,7 +476,7 @@ def _json_lines(*args):
 
 
 def test_translate_ime_fuzzy_pinyin_and_abbreviations(tmp_path):
-    from pinyin_hanzi.lexicon import Lexicon
+    from pinyin_hanzi.text.lexicon import Lexicon
 
     lines = tmp_path / "typed.txt"
     lines.write_text("zi dao\nbei j\n", encoding="utf-8")

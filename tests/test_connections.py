@@ -1,4 +1,4 @@
-"""The service's connections and its front door (pinyin_hanzi/connections.py; the Host check and the listening
+"""The service's connections and its front door (pinyin_hanzi/serving/connections.py; the Host check and the listening
 socket of serve.py), probed as hostile or careless clients probe them: raw sockets on 127.0.0.1 against the real
 service, its timeouts set to a second so that each probe ends within a few seconds by itself."""
 
@@ -13,6 +13,7 @@ import time
 from types import SimpleNamespace
 
 import pytest
+
 from conftest import ROOT
 from serving import free_port, output, serve_command, start_service, stop_service
 
@@ -107,10 +108,11 @@ def test_a_foreign_host_gets_421_naming_what_is_served(guarded, host):
 
 @pytest.mark.filterwarnings("ignore:Using `httpx` with `starlette.testclient`")  # newest starlette's advice
 def test_allow_host_star_answers_any_host():
-    from conftest import untrained_converter
     from fastapi.testclient import TestClient
 
-    from pinyin_hanzi.serve import create_app
+    from pinyin_hanzi.serving.service import create_app
+
+    from conftest import untrained_converter
 
     for allowed, status in ((["*"], 200), (["localhost"], 421)):
         with TestClient(create_app(untrained_converter(), allowed_hosts=allowed),

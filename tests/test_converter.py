@@ -1,12 +1,13 @@
 import pytest
 import torch
-from conftest import UNTRAINED_HANZI, UNTRAINED_PINYIN, untrained_converter
 
-from pinyin_hanzi.converter import CHECKPOINT_VARIABLE, SHIPPED_MODEL, Candidate, Converter, resolve_checkpoint
+from pinyin_hanzi.decoding.converter import CHECKPOINT_VARIABLE, SHIPPED_MODEL, Candidate, Converter, resolve_checkpoint
 from pinyin_hanzi.errors import CheckpointError, ConfigError, DataError, PinyinHanziError
-from pinyin_hanzi.lexicon import Lexicon
-from pinyin_hanzi.pinyin import readings
-from pinyin_hanzi.typed_input import alternatives, fewest_syllables, key_syllables, parse_pieces
+from pinyin_hanzi.text.lexicon import Lexicon
+from pinyin_hanzi.text.pinyin import readings
+from pinyin_hanzi.text.typed_input import alternatives, fewest_syllables, key_syllables, parse_pieces
+
+from conftest import UNTRAINED_HANZI, UNTRAINED_PINYIN, untrained_converter
 
 
 @pytest.fixture(scope="module")
@@ -292,7 +293,7 @@ def test_a_line_without_final_punctuation_is_decoded_as_a_whole_clause():
 
 
 def test_with_an_ngram_model_readings_far_below_the_best_prior_are_not_decoded():
-    from pinyin_hanzi.char_lm import CharNgramLM
+    from pinyin_hanzi.lm.char_ngram import CharNgramLM
 
     pinyin, hanzi = UNTRAINED_PINYIN + ["xi", "an", "xian"], UNTRAINED_HANZI + list("西希安按先现")
     plain = untrained_converter(0, pinyin, hanzi)
@@ -364,7 +365,7 @@ def test_with_prefixes_on_the_constraint_alone_reads_abbreviations_with_the_ship
 def test_every_character_is_read_by_a_usual_reading_so_woxiangquxian_is_no_longer_qu_xi(shipped_converter):
     """洗 read xian (a surname) came first: the n-gram model scored it as the 洗 of 去洗澡. Now no candidate reads
     a character by a reading text practically never has, and 西安 is among the 20 best (it was not)."""
-    from pinyin_hanzi.pinyin import usual_readings
+    from pinyin_hanzi.text.pinyin import usual_readings
 
     found = shipped_converter.candidates("woxiangquxian", n=20)
     texts = [candidate.text for candidate in found]
@@ -465,7 +466,7 @@ def test_text_with_nothing_to_convert_never_reaches_the_model(monkeypatch):
 
 
 def test_the_model_sees_at_most_literal_context_characters_around_pinyin(monkeypatch):
-    from pinyin_hanzi.planning import LITERAL_CONTEXT
+    from pinyin_hanzi.decoding.planning import LITERAL_CONTEXT
 
     converter = untrained_converter(seed=4)
     seen = _counting_search(converter, monkeypatch)
@@ -483,7 +484,7 @@ def test_the_model_sees_at_most_literal_context_characters_around_pinyin(monkeyp
 
 
 def test_n_best_is_kept_around_copied_pass_through_text(monkeypatch):
-    monkeypatch.setattr("pinyin_hanzi.planning.LITERAL_CONTEXT", 4)  # the decoded run fits this model's window
+    monkeypatch.setattr("pinyin_hanzi.decoding.planning.LITERAL_CONTEXT", 4)  # the decoded run fits this model's window
     converter = untrained_converter(seed=5)
     tail = "x" * 200
     candidates = converter.candidates(f"{tail} ni hao {tail}", n=4)

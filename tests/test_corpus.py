@@ -3,7 +3,7 @@ import json
 import pytest
 
 from pinyin_hanzi.config import DataConfig
-from pinyin_hanzi.corpus import chunk, prepare, read_examples, split_clauses, split_of
+from pinyin_hanzi.data.corpus import chunk, prepare, read_examples, split_clauses, split_of
 from pinyin_hanzi.errors import DataError
 
 
@@ -44,7 +44,7 @@ def test_prepare_text_corpus_writes_aligned_splits_and_stats(tmp_path):
         for example in read_examples(out / f"{split}.tsv"):
             assert len(example.tokens) == len(example.hanzi) <= 8
     # Vocabularies come from the training split alone, and their sizes are reported.
-    from pinyin_hanzi.vocab import SPECIALS, load_vocab
+    from pinyin_hanzi.data.vocab import SPECIALS, load_vocab
 
     train_chars = {c for e in read_examples(out / "train.tsv") for c in e.hanzi}
     hanzi_vocab = load_vocab(out / "hanzi_vocab.txt")
@@ -116,7 +116,7 @@ def test_an_edit_that_keeps_the_size_and_mtime_of_the_corpus_prepares_it_again(t
 
 
 def test_preparation_is_all_or_nothing(tmp_path, monkeypatch):
-    from pinyin_hanzi import corpus as corpus_module
+    from pinyin_hanzi.data import corpus as corpus_module
 
     corpus = tmp_path / "c.txt"
     corpus.write_text("\n".join(f"我们在第{i}个城市见面，你好吗？" for i in range(40)), encoding="utf-8")

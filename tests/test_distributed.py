@@ -17,13 +17,16 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import ROOT, tiny_config_dict, write_config
 
-from pinyin_hanzi import checkpoint, distributed, training
+from pinyin_hanzi import checkpoint
 from pinyin_hanzi.checkpoint import load_checkpoint
 from pinyin_hanzi.config import load_config
 from pinyin_hanzi.errors import ConfigError
-from pinyin_hanzi.training import train
+from pinyin_hanzi.training import distributed
+from pinyin_hanzi.training import recipe as training
+from pinyin_hanzi.training.recipe import train
+
+from conftest import ROOT, tiny_config_dict, write_config
 
 SETTINGS = {"max_steps": 8, "eval_every": 4, "log_every": 1, "batch_tokens": 64, "grad_accum_steps": 2}
 TOLERANCE = 1e-4  # relative; on this CPU the two agree exactly, but summation order may differ elsewhere
@@ -166,10 +169,10 @@ def test_environment_of_a_single_process_and_of_torchrun(monkeypatch):
 def test_accumulating_two_batches_equals_one_batch_of_both(tiny_corpus, tmp_path):
     """Loss normalised by the global batch's tokens: two accumulated batches give the gradient of their
     union as one batch (an average of per-batch averages would not)."""
-    from pinyin_hanzi.corpus import prepare, read_examples
-    from pinyin_hanzi.data import collate, encode_examples
-    from pinyin_hanzi.model import Transformer
-    from pinyin_hanzi.vocab import load_vocab
+    from pinyin_hanzi.data.batches import collate, encode_examples
+    from pinyin_hanzi.data.corpus import prepare, read_examples
+    from pinyin_hanzi.data.vocab import load_vocab
+    from pinyin_hanzi.models.transformer import Transformer
 
     torch.manual_seed(0)
     config = load_config(write_config(tmp_path / "c.yaml", tiny_config_dict(tmp_path, tiny_corpus)))

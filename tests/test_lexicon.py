@@ -1,9 +1,9 @@
 import torch
 
-from pinyin_hanzi.lexicon import PAD_ROW, Lexicon, token_key
-from pinyin_hanzi.pinyin import readings, syllable_table, usual_readings
-from pinyin_hanzi.typed_input import literal_key
-from pinyin_hanzi.vocab import PAD_ID, SPECIALS, UNK_ID, Vocab
+from pinyin_hanzi.data.vocab import PAD_ID, SPECIALS, UNK_ID, Vocab
+from pinyin_hanzi.text.lexicon import PAD_ROW, Lexicon, token_key
+from pinyin_hanzi.text.pinyin import readings, syllable_table, usual_readings
+from pinyin_hanzi.text.typed_input import literal_key
 
 HANZI = Vocab(list(SPECIALS) + list("你好妮号我们门，。"))
 PINYIN = Vocab(list(SPECIALS) + ["ni", "hao", "wo", "zhong", "，"])

@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from pinyin_hanzi.loss import loss_fn, model_loss
+from pinyin_hanzi.training.loss import loss_fn, model_loss
 
 
 def test_loss_is_normalised_per_target_token():
@@ -19,7 +19,7 @@ def test_candidate_loss_equals_the_masked_softmax_over_the_vocabulary():
     from types import SimpleNamespace
 
     from pinyin_hanzi.config import ModelConfig
-    from pinyin_hanzi.model import Transformer
+    from pinyin_hanzi.models.transformer import Transformer
 
     generator = torch.Generator().manual_seed(0)
     pinyin, v, c = 12, 30, 5

@@ -1,6 +1,6 @@
 import pytest
 
-from pinyin_hanzi.metrics import conversion_scores, edit_distance, paired_difference
+from pinyin_hanzi.evaluation.metrics import conversion_scores, edit_distance, paired_difference
 
 
 def test_edit_distance():
@@ -22,7 +22,7 @@ def test_conversion_scores():
 
 
 def test_typed_forms():
-    from pinyin_hanzi.metrics import typed
+    from pinyin_hanzi.evaluation.metrics import typed
 
     tokens = ["di", "4", "ge", "ren", "，", "xi", "an"]
     assert typed(tokens, "第4个人，西安") == "di 4 ge ren ， xi an"
@@ -40,8 +40,8 @@ def test_abbreviated_typing_is_deterministic_and_nested_by_share():
     import subprocess
     import sys
 
-    from pinyin_hanzi.metrics import abbreviated_positions, typed
-    from pinyin_hanzi.pinyin import hanzi_to_tokens
+    from pinyin_hanzi.evaluation.metrics import abbreviated_positions, typed
+    from pinyin_hanzi.text.pinyin import hanzi_to_tokens
 
     hanzi = SENTENCES[2]
     tokens = hanzi_to_tokens(hanzi)
@@ -55,7 +55,7 @@ def test_abbreviated_typing_is_deterministic_and_nested_by_share():
     assert words[:4] == ["w", "m", "x", "x"] and words[-1] == "，" and "zh" in words  # zhe -> zh
     assert typed(tokens, hanzi, abbreviate=0.5) != typed(tokens, SENTENCES[1] + "啊" * 20, abbreviate=0.5)
     # the same choice in a fresh interpreter with another string hash seed (no use of Python's hash())
-    code = ("from pinyin_hanzi.metrics import typed; from pinyin_hanzi.pinyin import hanzi_to_tokens; "
+    code = ("from pinyin_hanzi.evaluation.metrics import typed; from pinyin_hanzi.text.pinyin import hanzi_to_tokens; "
             f"h = {hanzi!r}; print(typed(hanzi_to_tokens(h), h, True, abbreviate=0.5))")
     other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                            env={**__import__("os").environ, "PYTHONHASHSEED": "123"})
@@ -65,8 +65,8 @@ def test_abbreviated_typing_is_deterministic_and_nested_by_share():
 
 
 def test_an_abbreviation_is_typed_as_its_initial_or_its_first_letter():
-    from pinyin_hanzi.metrics import abbreviation, typed
-    from pinyin_hanzi.pinyin import hanzi_to_tokens
+    from pinyin_hanzi.evaluation.metrics import abbreviation, typed
+    from pinyin_hanzi.text.pinyin import hanzi_to_tokens
 
     assert [abbreviation(s) for s in ("zhong", "chi", "shi", "bei", "an")] == ["zh", "ch", "sh", "b", "a"]
     assert [abbreviation(s, "letter") for s in ("zhong", "chi", "shi", "bei", "an")] == ["z", "c", "s", "b", "a"]
@@ -81,9 +81,9 @@ def test_an_abbreviation_is_typed_as_its_initial_or_its_first_letter():
 
 
 def test_abbreviated_input_parses_back_to_prefix_pieces():
-    from pinyin_hanzi.metrics import abbreviated_positions, typed
-    from pinyin_hanzi.pinyin import hanzi_to_tokens
-    from pinyin_hanzi.typed_input import alternatives, is_prefix_token, parse_pieces, prefix_token
+    from pinyin_hanzi.evaluation.metrics import abbreviated_positions, typed
+    from pinyin_hanzi.text.pinyin import hanzi_to_tokens
+    from pinyin_hanzi.text.typed_input import alternatives, is_prefix_token, parse_pieces, prefix_token
 
     for hanzi in SENTENCES:
         tokens = hanzi_to_tokens(hanzi)

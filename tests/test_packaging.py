@@ -18,8 +18,8 @@ _CHECK_INSTALL = """
 import json, pkgutil, importlib, sys
 import pinyin_hanzi
 from pinyin_hanzi import Converter
-from pinyin_hanzi.converter import SHIPPED_MODEL
-from pinyin_hanzi.serve import WEB_DIR
+from pinyin_hanzi.decoding.converter import SHIPPED_MODEL
+from pinyin_hanzi.serving.service import WEB_DIR
 modules = sorted(m.name for m in pkgutil.walk_packages(pinyin_hanzi.__path__, "pinyin_hanzi."))
 for name in modules:
     importlib.import_module(name)
@@ -63,5 +63,5 @@ def test_an_installed_wheel_has_every_module_and_data_file_and_converts_from_ano
     assert Path(found["package"]).is_relative_to(site)  # the install, not the repository
     assert found["modules"] == _source_modules()
     assert Path(found["model"]).is_relative_to(site) and found["model_exists"]
-    assert found["web"] == sorted(p.name for p in (ROOT / "pinyin_hanzi" / "web").iterdir())
+    assert found["web"] == sorted(p.name for p in (ROOT / "pinyin_hanzi" / "serving" / "web").iterdir())
     assert found["converted"] == "你好"

@@ -1,5 +1,11 @@
-from pinyin_hanzi.pinyin import (hanzi_to_tokens, is_hanzi, normalize_text, syllable_table, syllables,
-                                 toned_syllable_table)
+from pinyin_hanzi.text.pinyin import (
+    hanzi_to_tokens,
+    is_hanzi,
+    normalize_text,
+    syllable_table,
+    syllables,
+    toned_syllable_table,
+)
 
 
 def test_tokens_align_one_per_character_with_pass_through():

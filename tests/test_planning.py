@@ -1,10 +1,10 @@
-"""Planning a conversion (pinyin_hanzi/planning.py): every reading the planner hands the model fits the model."""
+"""Planning a conversion (pinyin_hanzi/decoding/planning.py): every reading the planner hands the model fits the model."""
 
 from __future__ import annotations
 
-from conftest import untrained_converter
+from pinyin_hanzi.decoding.planning import Planner
 
-from pinyin_hanzi.planning import Planner
+from conftest import untrained_converter
 
 # A run of ambiguous pieces: "be" is be or b* e, a lone "e" e or e*, so readings differ in length; and a
 # line found by fuzzing the service, whose window's longer readings had 17 tokens for a model of 16 positions.

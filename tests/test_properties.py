@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 
 from pinyin_hanzi.cli import translate
 from pinyin_hanzi.errors import PinyinHanziError
-from pinyin_hanzi.pinyin import syllables
-from pinyin_hanzi.shuangpin import LAYOUTS
-from pinyin_hanzi.typed_input import FUZZY_PAIRS, split_lines
+from pinyin_hanzi.text.pinyin import syllables
+from pinyin_hanzi.text.shuangpin import LAYOUTS
+from pinyin_hanzi.text.typed_input import FUZZY_PAIRS, split_lines
 
 SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -41,7 +41,7 @@ NUMBERS = st.one_of(st.none(), st.integers(1, 6), st.floats(0, 3), BAD_NUMBERS)
 
 @pytest.fixture(scope="module")
 def converter(trained):
-    from pinyin_hanzi.converter import Converter
+    from pinyin_hanzi.decoding.converter import Converter
 
     torch.set_num_threads(1)
     return Converter.from_checkpoint(trained[2])
@@ -74,7 +74,7 @@ def test_the_converter_gives_one_conversion_per_line_or_a_documented_error(conve
 @SETTINGS
 @given(lm_weight=NUMBERS, word_weight=NUMBERS, beam=NUMBERS, line=PINYIN_LIKE)
 def test_converter_settings_are_checked_when_it_is_made(converter, lm_weight, word_weight, beam, line):
-    from pinyin_hanzi.converter import Converter
+    from pinyin_hanzi.decoding.converter import Converter
 
     options = {name: value for name, value in (("lm_weight", lm_weight), ("word_weight", word_weight), ("beam", beam))
                if value is not None}

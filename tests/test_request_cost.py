@@ -1,9 +1,9 @@
-"""The service's estimate of a request's decoding work (pinyin_hanzi/request_cost.py): what makes a line cost more
+"""The service's estimate of a request's decoding work (pinyin_hanzi/serving/request_cost.py): what makes a line cost more
 is what makes the model take longer (measured in docs/serving.md), and the estimate stops once over budget."""
 
 from __future__ import annotations
 
-from pinyin_hanzi.request_cost import CostModel
+from pinyin_hanzi.serving.request_cost import CostModel
 
 SHIPPED = CostModel(window=32, prefix_beam=16, prefixes=True)  # how the shipped model reads input
 

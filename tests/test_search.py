@@ -1,11 +1,12 @@
 import itertools
 
 import torch
-from conftest import untrained_converter
 
-from pinyin_hanzi.model import Transformer
-from pinyin_hanzi.search import Constraint, NgramFusion, fusion_for
-from pinyin_hanzi.vocab import PAD_ID
+from pinyin_hanzi.data.vocab import PAD_ID
+from pinyin_hanzi.decoding.search import Constraint, NgramFusion, fusion_for
+from pinyin_hanzi.models.transformer import Transformer
+
+from conftest import untrained_converter
 
 
 def _teacher_forced_score(converter, tokens, chars) -> float:
@@ -97,7 +98,7 @@ def test_a_forced_last_character_skips_its_decoder_step_and_changes_nothing(monk
 
 
 def _lm_preferring(converter, sentences: list[str], order: int = 2):
-    from pinyin_hanzi.char_lm import CharNgramLM
+    from pinyin_hanzi.lm.char_ngram import CharNgramLM
 
     return CharNgramLM.count([converter.hanzi_vocab.encode(s) for s in sentences], len(converter.hanzi_vocab), order)
 

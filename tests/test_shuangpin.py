@@ -1,8 +1,8 @@
 import pytest
 
 from pinyin_hanzi.errors import DataError
-from pinyin_hanzi.pinyin import syllables
-from pinyin_hanzi.shuangpin import (
+from pinyin_hanzi.text.pinyin import syllables
+from pinyin_hanzi.text.shuangpin import (
     KEYS,
     LAYOUTS,
     PREFIX,

@@ -9,11 +9,11 @@ import zipfile
 import msgpack
 import pytest
 
-from pinyin_hanzi import sources
 from pinyin_hanzi.config import ConfigError, DataConfig, load_config
-from pinyin_hanzi.corpus import copies, line_problem, prepare, read_examples
+from pinyin_hanzi.data import sources
+from pinyin_hanzi.data.corpus import copies, line_problem, prepare, read_examples
 from pinyin_hanzi.errors import DataError
-from pinyin_hanzi.pinyin import hanzi_to_tokens, phrase_readings
+from pinyin_hanzi.text.pinyin import hanzi_to_tokens, phrase_readings
 
 BOOK_SENTENCES = ["我们明天早上八点见。", "她喜欢唱歌和跳舞。", "学生们在教室里读书。", "春天来了，花都开了。",
                   "请问火车站怎么走？", "他每天骑自行车上班。"]
@@ -123,7 +123,7 @@ def test_config_sources(tmp_path):
 
 
 def test_phrase_texts_are_the_usable_entries_of_the_phrase_table(monkeypatch, tmp_path):
-    from pinyin_hanzi.corpus import phrase_texts
+    from pinyin_hanzi.data.corpus import phrase_texts
 
     pairs = [("银行", ["yin", "hang"]), ("长大", ["zhang", "da"]), ("A股", ["a", "gu"]), ("你好", ["ni", "xyz"])]
     monkeypatch.setattr(sources, "documents", lambda name, raw_dir: [sources.Document("phrase", pairs, split="train")]

@@ -5,14 +5,17 @@ import shutil
 
 import pytest
 import torch
-from conftest import tiny_config_dict, write_config
 
-from pinyin_hanzi import checkpoint, loss, training
+from pinyin_hanzi import checkpoint
 from pinyin_hanzi.checkpoint import load_checkpoint
 from pinyin_hanzi.config import TrainConfig, load_config
-from pinyin_hanzi.corpus import prepare, read_examples
+from pinyin_hanzi.data.corpus import prepare, read_examples
 from pinyin_hanzi.errors import CheckpointError, ConfigError, TrainingError
-from pinyin_hanzi.training import lr_at, train
+from pinyin_hanzi.training import loss
+from pinyin_hanzi.training import recipe as training
+from pinyin_hanzi.training.recipe import lr_at, train
+
+from conftest import tiny_config_dict, write_config
 
 
 def test_lr_warms_up_then_decays_to_the_floor():
@@ -27,8 +30,8 @@ def test_lr_warms_up_then_decays_to_the_floor():
 
 def test_tiny_model_memorises_the_tiny_corpus(trained):
     tmp, config_path, best = trained
-    from pinyin_hanzi.converter import Converter
-    from pinyin_hanzi.metrics import conversion_scores
+    from pinyin_hanzi.decoding.converter import Converter
+    from pinyin_hanzi.evaluation.metrics import conversion_scores
 
     converter = Converter.from_checkpoint(best)
     examples = read_examples(tmp / "prepared" / "tiny" / "train.tsv")
@@ -183,8 +186,8 @@ def test_broken_weights_never_replace_the_last_good_checkpoint(tmp_path, tiny_co
 
 def test_a_bf16_step_multiplies_in_bf16_and_keeps_fp32_weights_close_to_an_fp32_step():
     from pinyin_hanzi.config import ModelConfig
-    from pinyin_hanzi.data import Batch
-    from pinyin_hanzi.model import Transformer
+    from pinyin_hanzi.data.batches import Batch
+    from pinyin_hanzi.models.transformer import Transformer
 
     torch.manual_seed(0)
     model = Transformer(ModelConfig(d_model=32, n_heads=4, n_encoder_layers=1, n_decoder_layers=1, d_ff=64,
@@ -255,10 +258,10 @@ def test_a_kill_between_the_two_checkpoint_writes_never_loses_the_best_checkpoin
 def test_init_from_grows_the_vocabularies_and_keeps_the_known_rows(tmp_path, tiny_corpus, trained):
     """Continuing a model on data with new characters, typed abbreviated: the checkpoint's tokens keep their
     ids and rows, the new ones are appended, and the continued model trains and converts."""
-    from conftest import TINY_SENTENCES
+    from pinyin_hanzi.decoding.converter import Converter
+    from pinyin_hanzi.text.typed_input import PREFIX_TOKENS
 
-    from pinyin_hanzi.converter import Converter
-    from pinyin_hanzi.typed_input import PREFIX_TOKENS
+    from conftest import TINY_SENTENCES
 
     torch.set_num_threads(1)
     _, _, best = trained

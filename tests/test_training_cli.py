@@ -18,12 +18,13 @@ import termios
 import time
 from pathlib import Path
 
-import forkrun
 import pytest
 import torch
-from conftest import ROOT, tiny_config_dict, write_config
 
 from pinyin_hanzi.checkpoint import load_checkpoint
+
+import forkrun
+from conftest import ROOT, tiny_config_dict, write_config
 
 ENV = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
 _server = None

@@ -3,10 +3,21 @@ import random
 import pytest
 
 from pinyin_hanzi.errors import DataError
-from pinyin_hanzi.pinyin import syllables, toned_syllable_table
-from pinyin_hanzi.typed_input import (FUZZY_PAIRS, LONGEST_ABBREVIATION, PREFIX_TOKENS, TONE_MARKS, alternatives,
-                                      fewest_syllables, is_prefix_token, key_syllables, literal_key, parse_pieces,
-                                      parse_pinyin, prefix_token)
+from pinyin_hanzi.text.pinyin import syllables, toned_syllable_table
+from pinyin_hanzi.text.typed_input import (
+    FUZZY_PAIRS,
+    LONGEST_ABBREVIATION,
+    PREFIX_TOKENS,
+    TONE_MARKS,
+    alternatives,
+    fewest_syllables,
+    is_prefix_token,
+    key_syllables,
+    literal_key,
+    parse_pieces,
+    parse_pinyin,
+    prefix_token,
+)
 
 
 def _readings(text, **options):
@@ -58,7 +69,7 @@ def test_a_ten_thousand_syllable_run_is_segmented_in_linear_time():
 
 
 def test_syllable_bigrams_rank_segmentations():
-    from pinyin_hanzi.syllable_lm import SyllableBigrams
+    from pinyin_hanzi.lm.syllable import SyllableBigrams
 
     lm = SyllableBigrams.count([["wo", "men", "qu", "xi", "an"]] * 5 + [["xian", "zai"]])
     assert lm.log_prob(["wo", "men"]) > lm.log_prob(["men", "wo"])
@@ -69,9 +80,9 @@ def test_syllable_bigrams_rank_segmentations():
 
 
 def test_syllable_bigrams_are_stored_packed_and_earlier_files_still_load():
-    from pinyin_hanzi.char_lm import pack_integers, unpack_integers
     from pinyin_hanzi.checkpoint import _syllable_lm_problem
-    from pinyin_hanzi.syllable_lm import SyllableBigrams
+    from pinyin_hanzi.lm.char_ngram import pack_integers, unpack_integers
+    from pinyin_hanzi.lm.syllable import SyllableBigrams
 
     rng = random.Random(3)
     pool = sorted(syllables())
@@ -190,7 +201,7 @@ def test_lone_vowels_stay_syllables_lone_n_m_are_prefixes_and_interjections_spli
 
 
 def test_a_letter_typed_alone_that_is_a_syllable_is_scored_as_that_syllable_even_as_an_abbreviation():
-    from pinyin_hanzi.typed_input import spoken_alternatives
+    from pinyin_hanzi.text.typed_input import spoken_alternatives
 
     def spoken(text, **options):
         return [list(said) for _, said in spoken_alternatives(parse_pieces(text, prefixes=True, **options))]
@@ -259,7 +270,7 @@ def _segmentations(letters, start=0):
 
 
 def test_prefix_readings_never_beat_a_full_syllable_reading_property():
-    from pinyin_hanzi.syllable_lm import SyllableBigrams
+    from pinyin_hanzi.lm.syllable import SyllableBigrams
 
     rng = random.Random(7)
     pool = sorted(syllables())
@@ -365,7 +376,7 @@ def test_unknown_fuzzy_pair_is_a_one_line_data_error():
 
 
 def test_shuangpin_runs_are_key_pairs():
-    from pinyin_hanzi.shuangpin import encode
+    from pinyin_hanzi.text.shuangpin import encode
 
     def sp(text, **options):
         return [[(t, k) for t, k in r] for r in alternatives(parse_pieces(text, shuangpin="microsoft", **options))]
@@ -445,7 +456,7 @@ def test_invisible_characters_are_dropped_by_category_and_separate_like_a_space(
 
 
 def test_apostrophe_like_characters_separate_syllables_and_are_never_echoed():
-    from pinyin_hanzi.typed_input import APOSTROPHES
+    from pinyin_hanzi.text.typed_input import APOSTROPHES
 
     assert {"'", "\u2019", "\u2018", "\uff07", "\u02bc", "\u2032", "`"} <= set(APOSTROPHES)
     for apostrophe in APOSTROPHES:
@@ -463,7 +474,7 @@ def test_single_vowel_syllables_are_syllables_with_or_without_tones():
 
 
 def test_lines_split_by_str_splitlines_and_empty_text_is_one_line():
-    from pinyin_hanzi.typed_input import split_lines
+    from pinyin_hanzi.text.typed_input import split_lines
 
     assert split_lines("ni\rhao") == ["ni", "hao"]
     assert split_lines("ni\r\nhao\n") == ["ni", "hao"]

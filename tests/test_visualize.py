@@ -5,14 +5,14 @@ import sys
 import pytest
 import torch
 from PIL import Image
+from test_cli import ROOT, run
 
 from pinyin_hanzi import visualize
 from pinyin_hanzi.cli import positional_encoding
 from pinyin_hanzi.config import ModelConfig
-from pinyin_hanzi.model import Transformer
+from pinyin_hanzi.models.transformer import Transformer
 
 from cjk_font import write_cjk_font
-from test_cli import ROOT, run
 
 
 def _image(path):

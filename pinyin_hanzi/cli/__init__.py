@@ -79,11 +79,11 @@ def write_output(text: str) -> None:
 def load_converter(checkpoint: str | None = None, *, device: str = "cpu", lm_weight: float | None = None,
                    word_weight: float | None = None):
     """The Converter every tool converts with: ``checkpoint``, else the one $PINYIN_HANZI_CHECKPOINT names,
-    else the shipped model (see :func:`pinyin_hanzi.converter.resolve_checkpoint`). A default model is named
+    else the shipped model (see :func:`pinyin_hanzi.decoding.converter.resolve_checkpoint`). A default model is named
     on stderr, and so are notes about decoding (a weight given for a model the checkpoint lacks), so that
     standard output holds only results. CheckpointError or ConfigError (one line) as
-    :meth:`~pinyin_hanzi.converter.Converter.from_checkpoint` raises them."""
-    from pinyin_hanzi.converter import Converter, resolve_checkpoint
+    :meth:`~pinyin_hanzi.decoding.converter.Converter.from_checkpoint` raises them."""
+    from pinyin_hanzi.decoding.converter import Converter, resolve_checkpoint
 
     path, origin = resolve_checkpoint(checkpoint)
     if checkpoint is None:

@@ -11,7 +11,7 @@ from pinyin_hanzi.config import LIMITS
 
 
 def _main(argv) -> int:
-    from pinyin_hanzi.char_lm import count_into_checkpoint
+    from pinyin_hanzi.lm.char_ngram import count_into_checkpoint
 
     parser = argparse.ArgumentParser(prog="python -m pinyin_hanzi.cli.char_lm",
                                      description="Count a character n-gram model from a checkpoint's training split "

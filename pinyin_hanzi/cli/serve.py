@@ -1,5 +1,5 @@
 """``python serve.py [--checkpoint PATH] [--host 127.0.0.1] [--port 8000]``: serve conversion over HTTP with
-the web IME page at / (the app itself is pinyin_hanzi/serve.py, its connections pinyin_hanzi/connections.py)."""
+the web IME page at / (the app itself is pinyin_hanzi/serving/service.py, its connections pinyin_hanzi/serving/connections.py)."""
 
 from __future__ import annotations
 
@@ -94,7 +94,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     _check_args(parser, args)
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
-    from pinyin_hanzi.connections import listen
+    from pinyin_hanzi.serving.connections import listen
 
     listener = listen(args.host, args.port)  # before the model loads: a port in use fails at once
     fatal: list[str] = []
@@ -127,7 +127,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
 
 def _load_model(args: argparse.Namespace):
     """The started model processes (or, with --worker thread, the converter) and the checkpoint's path."""
-    from pinyin_hanzi.model_worker import ModelProcess
+    from pinyin_hanzi.serving.worker import ModelProcess
 
     if args.worker == "thread":
         import torch
@@ -139,7 +139,7 @@ def _load_model(args: argparse.Namespace):
     try:
         for process in model:
             process.launch()  # it loads the model while this process imports the web stack
-        import pinyin_hanzi.serve  # noqa: F401
+        import pinyin_hanzi.serving.service  # noqa: F401
 
         for process in model:
             process.wait_ready()
@@ -154,9 +154,14 @@ def _serve(args: argparse.Namespace, model, checkpoint, listener, give_up) -> No
     """Run uvicorn on ``listener`` with the limits of the command line until it is stopped."""
     import uvicorn
 
-    from pinyin_hanzi.connections import (HEAD_MAX_BYTES, MIN_CONNECTIONS, ConnectionLimits, connection_capacity,
-                                          protocol_class)
-    from pinyin_hanzi.serve import LOCAL_HOSTS, Limits, create_app
+    from pinyin_hanzi.serving.connections import (
+        HEAD_MAX_BYTES,
+        MIN_CONNECTIONS,
+        ConnectionLimits,
+        connection_capacity,
+        protocol_class,
+    )
+    from pinyin_hanzi.serving.service import LOCAL_HOSTS, Limits, create_app
 
     limits = Limits() if args.max_request_cost is None else Limits(max_request_cost=args.max_request_cost)
     given = {"max_connections": args.max_connections, "header_timeout_s": args.header_timeout,

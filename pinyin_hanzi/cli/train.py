@@ -29,7 +29,7 @@ def _train(argv) -> int:
                      "replaces it")
 
     from pinyin_hanzi.config import load_config
-    from pinyin_hanzi.corpus import prepare
+    from pinyin_hanzi.data.corpus import prepare
 
     def log(message: str) -> None:
         print(message, file=sys.stderr)
@@ -39,7 +39,7 @@ def _train(argv) -> int:
         out = prepare(config.data, log=log)
         print((out / "stats.json").read_text(encoding="utf-8"), end="")
         return 0
-    from pinyin_hanzi.training import train
+    from pinyin_hanzi.training.recipe import train
 
     # What messages name as the way to go on (--resume, or the same command again).
     command = shlex.join(["python", "train.py", "--config", args.config, *args.overrides])

@@ -13,9 +13,9 @@ from pinyin_hanzi.cli import check_bounds, check_image_path, load_converter, max
 from pinyin_hanzi.cli.line_stream import MAX_LINE_BYTES, check_input, line_batches
 from pinyin_hanzi.config import LIMITS, MAX_NBEST, shown
 from pinyin_hanzi.errors import DataError, OutputError
-from pinyin_hanzi.metrics import ABBREVIATION_STYLES
-from pinyin_hanzi.shuangpin import LAYOUTS
-from pinyin_hanzi.typed_input import FUZZY_PAIRS, split_lines
+from pinyin_hanzi.evaluation.metrics import ABBREVIATION_STYLES
+from pinyin_hanzi.text.shuangpin import LAYOUTS
+from pinyin_hanzi.text.typed_input import FUZZY_PAIRS, split_lines
 
 
 def _check_typed(text: str, where: str) -> str:
@@ -31,7 +31,7 @@ def _read_pairs(name: str):
     dropped silently. DataError if the file is missing, unreadable, not UTF-8 or has no usable line."""
     from collections import Counter
 
-    from pinyin_hanzi.corpus import read_examples
+    from pinyin_hanzi.data.corpus import read_examples
 
     path = Path(name)
     if not path.exists():
@@ -56,8 +56,8 @@ def _is_prepared_split(name: str) -> bool:
 def _evaluate(converter, args, examples, other=None) -> int:
     """Score the conversion of a prepared split (``args.evaluate`` is train/valid/test or test.<source>)
     or of ``examples`` read from the user's file; with ``other`` (--compare), score both on it side by side."""
-    from pinyin_hanzi.corpus import prepared_split, read_examples
-    from pinyin_hanzi.evaluation import compare_file, evaluate_file
+    from pinyin_hanzi.data.corpus import prepared_split, read_examples
+    from pinyin_hanzi.evaluation.evaluate import compare_file, evaluate_file
 
     if examples is None:  # a named split: prepared from the checkpoint's data config if need be
         path = prepared_split(converter.config.data, args.evaluate, log=lambda note: print(note, file=sys.stderr))

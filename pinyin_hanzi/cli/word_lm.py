@@ -15,8 +15,8 @@ WEIGHT = 0.5  # the decode.word_weight stored with a new word model (the config'
 
 
 def _main(argv) -> int:
-    from pinyin_hanzi.word_lm import add_to_checkpoint, remove_from_checkpoint
-    from pinyin_hanzi.sources import WORD_TABLES
+    from pinyin_hanzi.data.sources import WORD_TABLES
+    from pinyin_hanzi.lm.word import add_to_checkpoint, remove_from_checkpoint
 
     parser = argparse.ArgumentParser(prog="python -m pinyin_hanzi.cli.word_lm",
                                      description="Add a word model, built from a word-frequency table, to a copy "

@@ -1,0 +1,1 @@
+"""Corpora -> prepared examples and vocabularies -> training batches."""

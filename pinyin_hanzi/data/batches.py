@@ -1,0 +1,180 @@
+"""Examples as id tensors, and length-grouped batches with a token budget; training batches may type a share
+of their examples abbreviated (data.abbreviate).
+
+Abbreviation: an example chosen (with probability ``abbreviate``) has each syllable replaced by its prefix
+token (``zhong`` -> ``zh*``) with a rate drawn for that example uniformly from (0, 1]. Full-pinyin examples
+stay the majority at any share below one half, so full-pinyin accuracy keeps most of its training signal;
+the spread of rates covers a syllable or two abbreviated in context (``wo xiang q b j``) up to everything
+typed as initials (``bj``, ``wxqbj``). The choice is drawn from (seed, epoch, example index) alone, so a
+resumed run abbreviates exactly as the uninterrupted one did, and an example is abbreviated differently in
+every epoch. Only syllables are replaced: punctuation, digits and Latin letters stay, also a letter whose
+token is a syllable too (the ``o`` and ``n`` of ``Python``), which its target character tells apart.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+import torch
+
+from pinyin_hanzi.data.corpus import Example
+from pinyin_hanzi.data.vocab import PAD_ID, SPECIALS, UNK_ID, Vocab
+from pinyin_hanzi.text.pinyin import is_hanzi, syllables
+from pinyin_hanzi.text.typed_input import PREFIX_TOKENS, prefix_token
+
+
+@dataclass
+class EncodedExample:
+    source: list[int]  # pinyin token ids, one per target character
+    target: list[int]  # hanzi ids
+
+
+def encode_examples(examples: Sequence[Example], pinyin_vocab: Vocab, hanzi_vocab: Vocab) -> list[EncodedExample]:
+    return [EncodedExample(pinyin_vocab.encode(e.tokens), hanzi_vocab.encode(e.hanzi)) for e in examples]
+
+
+@dataclass
+class Batch:
+    source: torch.Tensor  # (b, s) pinyin ids, PAD_ID after the end
+    target: torch.Tensor  # (b, t) hanzi ids, PAD_ID after the end; t == s (one character per token)
+
+    @property
+    def n_target_tokens(self) -> int:
+        return int((self.target != PAD_ID).sum())
+
+    def to(self, device: torch.device) -> "Batch":
+        return Batch(self.source.to(device, non_blocking=True), self.target.to(device, non_blocking=True))
+
+
+def pad(sequences: Sequence[Sequence[int]]) -> torch.Tensor:
+    """(b, max length) long tensor, right-padded with PAD_ID."""
+    out = torch.full((len(sequences), max(len(s) for s in sequences)), PAD_ID, dtype=torch.long)
+    for row, sequence in enumerate(sequences):
+        out[row, : len(sequence)] = torch.tensor(sequence, dtype=torch.long)
+    return out
+
+
+def collate(examples: Sequence[EncodedExample]) -> Batch:
+    return Batch(pad([e.source for e in examples]), pad([e.target for e in examples]))
+
+
+def token_budget_batches(lengths: Sequence[int], batch_tokens: int, seed: int, epoch: int) -> list[list[int]]:
+    """Index lists that group examples of similar length so that (rows x longest) <= batch_tokens.
+
+    Examples are shuffled, sorted by length (so ties stay shuffled), cut into batches, and the batches
+    shuffled: a different order every epoch, the same for the same (seed, epoch).
+    """
+    generator = random.Random(seed * 100_003 + epoch)
+    order = list(range(len(lengths)))
+    generator.shuffle(order)
+    order.sort(key=lambda index: lengths[index])
+    batches, current, longest = [], [], 0
+    for index in order:
+        longest_if_added = max(longest, lengths[index])
+        if current and longest_if_added * (len(current) + 1) > batch_tokens:
+            batches.append(current)
+            current, longest_if_added = [], lengths[index]
+        current.append(index)
+        longest = longest_if_added
+    if current:
+        batches.append(current)
+    generator.shuffle(batches)
+    return batches
+
+
+def prefix_ids(pinyin_vocab: Vocab) -> torch.Tensor:
+    """(pinyin vocab,) long: the id of each syllable's prefix token (``zhong`` -> id of ``zh*``), and every
+    other id (specials, punctuation, digits, letters, prefix tokens) itself. ValueError if the vocabulary
+    lacks the prefix tokens (it has them when prepared with data.abbreviate > 0)."""
+    missing = sorted(PREFIX_TOKENS - set(pinyin_vocab.tokens))
+    if missing:
+        raise ValueError(f"the pinyin vocabulary has no prefix tokens ({', '.join(missing[:3])}, ...)")
+    mapping = torch.arange(len(pinyin_vocab))
+    for index, token in enumerate(pinyin_vocab.tokens):
+        if token in syllables():
+            mapping[index] = pinyin_vocab.ids[prefix_token(token)]
+    return mapping
+
+
+def hanzi_ids(hanzi_vocab: Vocab) -> torch.Tensor:
+    """(hanzi vocab,) bool: True at hanzi and at <unk> (a character too rare for the vocabulary, read as a
+    syllable), False at the other specials and at what passes through (letters, digits, punctuation)."""
+    return torch.tensor([is_hanzi(token) if index >= len(SPECIALS) else index == UNK_ID
+                         for index, token in enumerate(hanzi_vocab.tokens)])
+
+
+def training_abbreviations(length: int, abbreviate: float, seed: int, epoch: int, index: int) -> list[int]:
+    """The positions of example ``index`` (of ``length`` tokens) typed abbreviated in ``epoch``: none unless
+    the example is chosen (probability ``abbreviate``), then each with a rate drawn from (0, 1]. Depends on
+    (seed, epoch, index) only, so a resumed run abbreviates as the uninterrupted one; new in every epoch, so
+    the network sees each example typed several ways. (Test input is abbreviated by the text alone, the same
+    for every engine: :func:`pinyin_hanzi.evaluation.metrics.abbreviated_positions`.)"""
+    generator = random.Random(f"abbreviate {seed} {epoch} {index}")
+    if generator.random() >= abbreviate:
+        return []
+    rate = 1.0 - generator.random()  # (0, 1]
+    return [position for position in range(length) if generator.random() < rate]
+
+
+class BatchStream:
+    """Endless batches over the training set, epoch after epoch; its position can be saved and restored
+    (``state_dict``) so that a resumed run sees exactly the batches the uninterrupted run would have.
+
+    With ``abbreviate`` > 0, ``prefix_of`` (:func:`prefix_ids` of the pinyin vocabulary) and ``hanzi_target``
+    (:func:`hanzi_ids` of the hanzi vocabulary), that share of the examples of each batch is typed
+    abbreviated (see the module docstring and :func:`training_abbreviations`)."""
+
+    def __init__(self, examples: Sequence[EncodedExample], batch_tokens: int, seed: int, *,
+                 abbreviate: float = 0.0, prefix_of: torch.Tensor | None = None,
+                 hanzi_target: torch.Tensor | None = None):
+        if abbreviate > 0 and (prefix_of is None or hanzi_target is None):
+            raise ValueError("abbreviating needs prefix_of and hanzi_target (prefix_ids, hanzi_ids)")
+        self.examples = examples
+        self.lengths = [len(e.target) for e in examples]
+        self.batch_tokens, self.seed = batch_tokens, seed
+        self.abbreviate, self.prefix_of, self.hanzi_target = abbreviate, prefix_of, hanzi_target
+        self.epoch, self.position = 0, 0
+        self._batches = token_budget_batches(self.lengths, batch_tokens, seed, self.epoch)
+
+    def state_dict(self) -> dict:
+        return {"epoch": self.epoch, "position": self.position}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.epoch, self.position = int(state["epoch"]), int(state["position"])
+        self._batches = token_budget_batches(self.lengths, self.batch_tokens, self.seed, self.epoch)
+
+    def next_indices(self) -> tuple[int, list[int]]:
+        """(epoch, example indices) of the next batch (the position moves on)."""
+        if self.position >= len(self._batches):
+            self.epoch, self.position = self.epoch + 1, 0
+            self._batches = token_budget_batches(self.lengths, self.batch_tokens, self.seed, self.epoch)
+        indices = self._batches[self.position]
+        self.position += 1
+        return self.epoch, indices
+
+    def n_target_tokens(self, indices: Sequence[int]) -> int:
+        """Target tokens (padding excluded) of the batch of these examples, without building it."""
+        return sum(self.lengths[index] for index in indices)
+
+    def batch(self, epoch: int, indices: Sequence[int]) -> Batch:
+        """The batch of these examples as drawn in ``epoch`` (which decides their abbreviations)."""
+        batch = collate([self.examples[index] for index in indices])
+        if self.abbreviate <= 0:
+            return batch
+        rows, columns = [], []
+        for row, index in enumerate(indices):
+            positions = training_abbreviations(self.lengths[index], self.abbreviate, self.seed, epoch, index)
+            rows += [row] * len(positions)
+            columns += positions
+        if rows:
+            rows, columns = torch.tensor(rows), torch.tensor(columns)
+            typed = batch.source[rows, columns]
+            keep = ~self.hanzi_target[batch.target[rows, columns]]  # a Latin o or n stays itself
+            batch.source[rows, columns] = torch.where(keep, typed, self.prefix_of[typed])
+        return batch
+
+    def __iter__(self) -> Iterator[Batch]:
+        while True:
+            yield self.batch(*self.next_indices())

@@ -1,0 +1,1 @@
+"""Typed lines -> readings -> constrained beam search -> n-best: the Converter."""

@@ -1,0 +1,161 @@
+"""The Python API's arguments checked at its edge (:class:`pinyin_hanzi.decoding.converter.Converter`'s public methods).
+
+A value of the wrong type would otherwise fail deep inside (an AttributeError from the tokenizer), or worse,
+be converted as something else: a dict's keys, a str's characters as lines, bytes as numbers. Each check
+raises one of the project's errors in one line that names the method, the argument and what it expected
+("convert() takes a str or a list of str, got bytes"): DataError for the text to convert, ConfigError for
+an option, CheckpointError for a checkpoint path. The checks cost a type test per line (and a scan of
+non-ASCII lines for surrogates), nothing next to decoding.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Sequence
+
+import torch
+
+from pinyin_hanzi.config import check_range, shown
+from pinyin_hanzi.errors import CheckpointError, ConfigError, DataError
+
+# U+D800..U+DFFF are no characters: a lone one comes from a bad "\ud800" escape or a "surrogateescape" decoder,
+# and no UTF-8 writer can encode it (the output line would fail to print, or be sent as garbage).
+_SURROGATE = re.compile("[\ud800-\udfff]")
+DEVICES_HINT = "use cpu, cuda, cuda:N, mps or auto"
+
+
+def _kind_of(value) -> str:
+    """What a message calls a value's type: ``None``, ``bytes``, ``dict``, ..."""
+    return "None" if value is None else type(value).__name__
+
+
+def _check_unicode(text: str, method: str, where: str) -> None:
+    if not text.isascii() and (surrogate := _SURROGATE.search(text)):
+        raise DataError(f"{method}() takes Unicode text, but {where} holds a lone surrogate "
+                        f"U+{ord(surrogate.group()):04X} (character {surrogate.start() + 1}), which is no character")
+
+
+def _is_list_like(value) -> bool:
+    """A sequence of items (list, tuple, ...), not text: str, bytes and bytearray are sequences too."""
+    return isinstance(value, Sequence) and not isinstance(value, (str, bytes, bytearray, memoryview))
+
+
+def _refuse(method: str, expected: str, value) -> DataError:
+    hint = ": decode it first (data.decode('utf-8'))" if isinstance(value, (bytes, bytearray, memoryview)) else ""
+    return DataError(f"{method}() takes {expected}, got {_kind_of(value)}{hint}")
+
+
+def text_lines(value, method: str, *, single: bool) -> list[str]:
+    """``value`` as a list of lines: a list (tuple, ...) of str, or with ``single`` one str. DataError (one line)
+    for anything else (bytes, None, a dict, a list holding a non-str, a str where a list is expected) and
+    for a line holding a lone surrogate."""
+    expected = "a str or a list of str" if single else "a list of str"
+    if isinstance(value, str):
+        if not single:
+            raise DataError(f"{method}() takes {expected}, got a str: put one line in a list ([text])")
+        _check_unicode(value, method, "the text")
+        return [value]
+    if not _is_list_like(value):
+        raise _refuse(method, expected, value)
+    lines = list(value)
+    for index, line in enumerate(lines):
+        if not isinstance(line, str):
+            raise DataError(f"{method}() takes {expected}, got a {_kind_of(value)} whose item {index} is "
+                            f"{_kind_of(line)}")
+        _check_unicode(line, method, f"item {index}")
+    return lines
+
+
+def text_line(value, method: str) -> str:
+    """``value`` if it is a str of Unicode text; DataError (one line) otherwise."""
+    if not isinstance(value, str):
+        raise _refuse(method, "a str", value)
+    _check_unicode(value, method, "the text")
+    return value
+
+
+def token_lists(value, method: str, argument: str = "token_lists") -> list[list[str]]:
+    """``value`` as a list of token lists (``[["ni", "hao"], ...]``); DataError (one line) otherwise."""
+    expected = f"{argument} as a list of token lists, e.g. [['ni', 'hao']]"
+    if not _is_list_like(value):
+        raise _refuse(method, expected, value)
+    lists = []
+    for index, tokens in enumerate(value):
+        if not _is_list_like(tokens):
+            raise DataError(f"{method}() takes {expected}, got one whose item {index} is {_kind_of(tokens)}")
+        for token in tokens:
+            if not isinstance(token, str):
+                raise DataError(f"{method}() takes {expected}, got one whose item {index} holds {_kind_of(token)}")
+            _check_unicode(token, method, f"{argument}[{index}]")
+        lists.append(list(tokens))
+    return lists
+
+
+def check_flags(method: str, *, optional: Iterable[str] = (), **flags) -> None:
+    """ConfigError (one line) unless each flag is True or False; those named in ``optional`` may be None."""
+    for name, value in flags.items():
+        if not (isinstance(value, bool) or (value is None and name in optional)):
+            expected = "True, False or None" if name in optional else "True or False"
+            raise ConfigError(f"{method}(): {name}={shown(value)} is invalid: expected {expected}")
+
+
+def typing_options(method: str, fuzzy, shuangpin):
+    """``fuzzy`` as None, a pair's name or a tuple of names (read once: it may be a generator); DataError (one
+    line) unless it is one of those and ``shuangpin`` is None or a layout's name. Unknown names are the
+    converter's to refuse: it lists the known ones."""
+    if not (fuzzy is None or isinstance(fuzzy, str)) and isinstance(fuzzy, Iterable) and not isinstance(
+            fuzzy, (bytes, bytearray, dict)):
+        fuzzy = tuple(fuzzy)
+    if not (fuzzy is None or isinstance(fuzzy, str) or
+            (isinstance(fuzzy, tuple) and all(isinstance(name, str) for name in fuzzy))):
+        raise DataError(f"{method}(): fuzzy={shown(fuzzy)} is invalid: expected None or a list of pair names "
+                        f"such as ['z-zh', 'n-l']")
+    if not (shuangpin is None or isinstance(shuangpin, str)):
+        raise DataError(f"{method}(): shuangpin={shown(shuangpin)} is invalid: expected None or a layout's name")
+    return fuzzy
+
+
+def loading_options(method: str, *, path, lm_weight, word_weight, log) -> None:
+    """CheckpointError or ConfigError (one line) for a bad argument of ``from_checkpoint``/``from_pretrained``,
+    before seconds go into loading the checkpoint."""
+    if not (path is None or isinstance(path, (str, os.PathLike))) or isinstance(path, bytes):
+        raise CheckpointError(f"{method}() takes a checkpoint path (a str or pathlib.Path), got {_kind_of(path)}")
+    for value, key in ((lm_weight, "lm_weight"), (word_weight, "word_weight")):
+        if value is not None:
+            check_range(f"decode.{key}", value, key)
+    if not (log is None or callable(log)):
+        raise ConfigError(f"{method}(): log={shown(log)} is invalid: expected None or a function of one str")
+
+
+def inference_device(device) -> torch.device:
+    """``device`` ("cpu", "cuda", "cuda:1", "mps", "auto" or a torch.device) as a device that exists here: "auto"
+    picks CUDA, then MPS, then the CPU. ConfigError (one line) for a name torch does not know, a kind of device
+    that cannot convert (meta, xla, ...), or one this machine lacks (cuda without CUDA, cuda:3 on a machine
+    with two)."""
+    from pinyin_hanzi.runtime import select_device
+
+    if isinstance(device, str) and device == "auto":
+        return select_device("auto")
+    try:
+        chosen = torch.device(device) if isinstance(device, (str, torch.device)) else None
+    except (RuntimeError, ValueError, TypeError):  # torch lists its twenty device types; the hint says ours
+        chosen = None
+    if chosen is None:
+        raise ConfigError(f"device={shown(device)} is not a device: {DEVICES_HINT}")
+    name = str(device)
+    if chosen.type == "cpu":
+        return chosen
+    if chosen.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise ConfigError(f"device={name!r}, but this machine has no CUDA device: use cpu, or auto")
+        if chosen.index is not None and chosen.index >= count:
+            raise ConfigError(f"device={name!r}, but this machine has {count} CUDA device"
+                              f"{'s' if count > 1 else ''}: cuda:0{f'..cuda:{count - 1}' if count > 1 else ''}")
+        return chosen
+    if chosen.type == "mps":
+        if not (getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()):
+            raise ConfigError(f"device={name!r}, but MPS is not available here: use cpu, or auto")
+        return chosen
+    raise ConfigError(f"device={name!r} cannot convert: {DEVICES_HINT}")

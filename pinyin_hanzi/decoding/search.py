@@ -1,0 +1,165 @@
+"""Search: the hanzi sequences a trained model scores best for given pinyin ids.
+
+One step loop, :func:`beam_search`, in the manner of OpenNMT-py's ``beam_search.py`` and fairseq's
+``search.py``; greedy decoding is beam 1. Two things plug in at one place each:
+- :class:`Constraint`: the characters each position may take (the lexicon's lists of a syllable's hanzi,
+  or any character when unconstrained);
+- :class:`NgramFusion`: shallow fusion of models of the next character given the ones before it (the
+  character n-gram model of char_lm.py, the word model of word_lm.py), used by beam search only
+  (:func:`fusion_for`).
+
+Scores are sums of log-probabilities, each a softmax over the allowed characters of its position, plus the
+fused models' weighted log-probabilities of each character where they are used.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, Sequence
+
+import torch
+
+from pinyin_hanzi.data.vocab import BOS_ID, PAD_ID
+from pinyin_hanzi.models.transformer import InferenceView, Transformer
+from pinyin_hanzi.text.lexicon import PAD_ROW, Lexicon
+
+Hypothesis = tuple[list[int], float]  # hanzi ids, score
+
+
+class Constraint:
+    """The characters each position of each input may take, from the inputs' lexicon rows (n, s)
+    (``PAD_ROW`` past each end). Constrained: the rows' lists of hanzi ids, and the model computes the
+    logits of those ids only. Unconstrained: any character but the specials (<pad> alone past the end)."""
+
+    def __init__(self, lexicon: Lexicon, rows: torch.Tensor, constrained: bool = True):
+        self.lexicon, self.rows = lexicon, rows
+        self.lists = lexicon.ids(rows) if constrained else None  # (n, s, c) ids, (n, s, c) bool
+
+    def at(self, position: int) -> tuple[torch.Tensor, torch.Tensor, bool]:
+        """The allowed characters at ``position``: hanzi ids (n, c), (n, c) bool True at real entries, and
+        whether ids are lists to compute the logits of (else they are the whole vocabulary, c = v)."""
+        if self.lists is None:
+            rows = self.rows[:, position]
+            ids = torch.arange(len(self.lexicon.hanzi_vocab)).expand(len(rows), -1)
+            real = torch.where((rows == PAD_ROW)[:, None], self.lexicon.table()[rows], self.lexicon.unconstrained)
+            return ids, real, False
+        ids, real = self.lists[0][:, position], self.lists[1][:, position]
+        width = max(1, int(real.sum(dim=-1).max()))  # the longest list at this position
+        return ids[:, :width], real[:, :width], True
+
+    def forced(self, position: int) -> torch.Tensor | None:
+        """The one character every input may take at ``position``, (n,) hanzi ids; None where some input
+        has a choice (or decoding is unconstrained)."""
+        if self.lists is None or not bool((self.lists[1][:, position].sum(dim=-1) == 1).all()):
+            return None
+        return self.lists[0][:, position, 0]
+
+
+class LanguageModel(Protocol):
+    """A model of the next character given the ones before it (CharNgramLM, WordLexiconLM)."""
+
+    order: int  # it reads the last order - 1 characters of a context
+
+    def log_prob(self, context: torch.Tensor, candidates: torch.Tensor) -> torch.Tensor: ...
+
+
+class NgramFusion:
+    """Shallow fusion: each character's score gets the sum of ``weight`` x log P(character | the characters
+    before it) over ``models``, (model, weight) pairs of anything with an ``order`` and a
+    ``log_prob(context, candidates)`` as CharNgramLM has. The context of a hypothesis is its last
+    ``max(order) - 1`` characters (at least one), (n, m) ids; each model reads as much of it as it needs."""
+
+    def __init__(self, models: Sequence[tuple[LanguageModel, float]]):
+        self.models = [(model, weight) for model, weight in models if weight > 0]
+        self.history = max([model.order - 1 for model, _ in self.models] + [1])
+
+    def start(self, rows: int) -> torch.Tensor:
+        """(rows, m): the context before a sentence, <s> only."""
+        return torch.full((rows, self.history), BOS_ID, dtype=torch.long)
+
+    def scores(self, context: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        """sum of weight x log P(ids (n, c) | context (n, m)) -> (n, c). <pad> (past the end of a shorter input in
+        the batch) scores 0, or inputs would pay for their neighbours' length."""
+        total = sum(weight * model.log_prob(context, ids) for model, weight in self.models)
+        return total.masked_fill(ids == PAD_ID, 0.0)
+
+    @staticmethod
+    def advance(context: torch.Tensor, order: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+        """The contexts of rows ``order`` (n,) followed by ``tokens`` (n,) -> (n, m)."""
+        return torch.cat([context[order, 1:], tokens[:, None]], dim=1)
+
+
+def fusion_for(beam: int, fusion: NgramFusion | None) -> NgramFusion | None:
+    """The n-gram fusion a search of this beam size uses: beam search adds the n-gram model's scores;
+    greedy decoding (beam 1) leaves the n-gram model out, since committing to one character at a time it
+    loses accuracy with it while beam search gains."""
+    return fusion if beam > 1 else None
+
+
+def encode(model: Transformer, source: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Memory (b, s, d) and the cross-attention mask (b, 1, 1, s): None when no input is padded (a single
+    sentence), so that attention need not apply an all-True mask at every step."""
+    memory, padding_mask = model.encode(source)
+    return memory, None if bool(padding_mask.all()) else padding_mask
+
+
+@torch.inference_mode()
+def beam_search(model: Transformer, source: torch.Tensor, constraint: Constraint, *, beam: int = 1,
+                fusion: NgramFusion | None = None) -> list[list[Hypothesis]]:
+    """The ``beam`` best-scoring conversions of each input: source (b, s) pinyin ids on the model's device,
+    <pad> after each input -> per input, up to ``beam`` (hanzi ids, one per pinyin id; score), best first.
+    Partial conversions are extended one position at a time; the decoder's cache is reordered with the
+    kept beams, not recomputed.
+    Beam 1 is greedy decoding: the most probable allowed character at each step, fed back as the next
+    decoder input. A fixed last character (one allowed character for every input, e.g. a virtual 。) gets
+    no decoder step: its log-probability is 0 (the n-gram model, if used, still scores it)."""
+    fusion = fusion_for(beam, fusion)
+    model = InferenceView(model)  # the modules' own code, without nn.Module's per-step lookups
+    batch, length = source.shape
+    memory, cross_mask = encode(model, source)  # (b, s, d), (b, 1, 1, s) or None
+    cache = model.new_cache()
+    rows = 1  # decoder rows per input: one (after <s> all beams are alike) at the first step, then beam
+    scores = torch.full((batch, beam), float("-inf"))
+    scores[:, 0] = 0.0  # one live beam to start from
+    history = torch.zeros(batch, beam, length, dtype=torch.long)  # (b, k, s) hanzi ids chosen so far
+    previous = torch.full((batch, 1), BOS_ID, dtype=torch.long, device=source.device)
+    context = fusion.start(batch) if fusion is not None else None
+    for position in range(length):
+        if position == length - 1 and (forced := constraint.forced(position)) is not None:
+            history[:, :, position] = forced[:, None]
+            if fusion is not None:  # the n-gram model may still change the beams' order
+                fused = fusion.scores(context, forced.repeat_interleave(rows)[:, None]).view(batch, rows)
+                scores, rank = (scores + fused).sort(dim=-1, descending=True)
+                history = history.gather(1, rank[..., None].expand_as(history))
+            break
+        ids, real, lists = constraint.at(position)  # the constraint's one place: (b, c) allowed ids
+        # an input's rows share its list: the model gathers the list's output rows once, not per row
+        logits = model.decode(previous, memory, cross_mask, cache=cache,
+                              candidates=ids[:, None, :].to(source.device) if lists else None)  # (b r, 1, c)
+        width = logits.shape[-1]  # c
+        log_probs = (logits[:, -1].float().cpu().view(batch, rows, width)
+                     .masked_fill(~real[:, None, :], float("-inf")).log_softmax(-1))  # (b, r, c)
+        if fusion is not None:  # the n-gram model's one place (and the forced last character's, above)
+            log_probs = log_probs + fusion.scores(context, ids.repeat_interleave(rows, dim=0)).view(batch, rows, width)
+        total = (scores[:, :rows, None] + log_probs).view(batch, rows * width)  # (b, r c)
+        if rows * width < beam:  # fewer choices than beams (a first step with a short list): dead beams
+            total = torch.cat([total, total.new_full((batch, beam - rows * width), float("-inf"))], dim=1)
+        scores, flat_index = total.topk(beam, dim=-1)  # (b, k)
+        flat_index = flat_index.clamp(max=rows * width - 1)  # a dead beam's index points at a real entry
+        parent = flat_index // width
+        token = ids.gather(1, flat_index % width)  # (b, k) hanzi ids
+        if beam > 1:
+            history = history.gather(1, parent[..., None].expand_as(history))
+            order = (torch.arange(batch)[:, None] * rows + parent).flatten()  # (b k,) rows kept
+            cache.reorder(order.to(source.device))  # from one row per input to k after the first step
+            if fusion is not None:
+                context = fusion.advance(context, order, token.flatten())
+            if rows == 1:
+                memory = memory.repeat_interleave(beam, dim=0)  # (b k, s, d)
+                cross_mask = None if cross_mask is None else cross_mask.repeat_interleave(beam, dim=0)
+                rows = beam
+        history[:, :, position] = token
+        previous = token.view(batch * beam, 1).to(source.device)
+    lengths = (source != PAD_ID).sum(dim=1).tolist()
+    alive = scores != float("-inf")  # dead beams (fewer candidates than beams); NaN (broken weights) stays
+    return [[(history[i, k, : lengths[i]].tolist(), float(scores[i, k])) for k in range(beam) if alive[i, k]]
+            for i in range(batch)]

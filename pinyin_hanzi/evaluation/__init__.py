@@ -1,0 +1,1 @@
+"""Scoring conversions: metrics, validation during training, evaluating and comparing on a file."""

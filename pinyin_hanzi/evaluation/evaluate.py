@@ -1,0 +1,124 @@
+"""Scoring a model's conversions: validation during training (:func:`evaluate`) and the score of a whole
+split or file typed as a user would (:func:`evaluate_file`, ``translate.py --evaluate``), and two models
+compared on the same sentences (:func:`compare_file`, ``translate.py --evaluate FILE --compare OTHER``)."""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, Sequence
+
+import torch
+from tqdm import tqdm
+
+from pinyin_hanzi.config import Config
+from pinyin_hanzi.data.batches import collate
+from pinyin_hanzi.evaluation.metrics import conversion_scores, edit_distance, paired_difference, typed
+from pinyin_hanzi.runtime import autocast_for, resolve_precision
+from pinyin_hanzi.training.loss import model_loss
+
+if TYPE_CHECKING:
+    from pinyin_hanzi.decoding.converter import Converter
+
+
+@torch.no_grad()
+def evaluate(model, valid_encoded, valid_examples, converter: Converter, config: Config, device,
+             candidates: tuple[torch.Tensor, torch.Tensor] | None = None) -> dict:
+    """Teacher-forced validation loss on the whole valid split (the training loss without smoothing), and
+    constrained-greedy character accuracy on its first ``eval_sentences`` examples (a fixed sample, so
+    numbers are comparable across steps). On CUDA in the training's precision; on a CPU in fp32, as
+    translate.py runs there, so that fp32 and bf16 runs are measured alike.
+
+    ``valid_encoded`` and ``valid_examples`` are the same split, encoded and as text; ``candidates`` as in
+    :func:`pinyin_hanzi.training.loss.model_loss`. Returns {"loss": mean per target token (nats), the scores of
+    :func:`pinyin_hanzi.evaluation.metrics.conversion_scores` (char_accuracy, cer, exact, sentences, characters),
+    "samples": the first five conversions as readable lines}."""
+    model.eval()
+    precision = resolve_precision(config.train.precision, device) if device.type == "cuda" else "fp32"
+    total_loss, total_tokens = 0.0, 0
+    for begin in range(0, len(valid_encoded), 256):
+        batch = collate(valid_encoded[begin : begin + 256]).to(device)
+        with autocast_for(device, precision):
+            loss, n_tokens = model_loss(model, batch, 0.0, candidates)
+        total_loss, total_tokens = total_loss + float(loss) * n_tokens, total_tokens + n_tokens
+    sample = valid_examples[: config.train.eval_sentences]
+    with autocast_for(device, precision):
+        hypotheses = converter.convert_tokens([e.tokens for e in sample], batch_size=config.decode.batch_sentences,
+                                              constrained=config.decode.constrained)
+    scores = conversion_scores(hypotheses, [e.hanzi for e in sample])
+    samples = [f"{' '.join(e.tokens)}  →  {h}  (reference {e.hanzi})" for e, h in zip(sample[:5], hypotheses)]
+    return {"loss": total_loss / max(total_tokens, 1), **scores, "samples": samples}
+
+
+def evaluate_file(converter, examples: Sequence, *, constrained: bool = True, unsegmented: bool = False, beam: int = 1,
+                  batch_size: int = 256, abbreviate: float = 0.0, abbreviate_as: str = "initial",
+                  prefixes: bool | None = None, progress: bool = False) -> dict:
+    """Scores of converting ``examples`` (corpus Examples) typed as a user would: syllables separated by
+    spaces, or run together (``unsegmented``), with the share ``abbreviate`` (0..1) of syllables typed
+    abbreviated (chosen by :func:`pinyin_hanzi.evaluation.metrics.abbreviated_positions`, the same for every run and
+    engine), as their initial (``zh`` for zhong) or their first letter (``abbreviate_as="letter"``: ``z``).
+    ``prefixes``: whether the converter reads abbreviations (None: yes when
+    ``abbreviate`` > 0, else the converter's own setting). Returns the settings and the scores of
+    :func:`pinyin_hanzi.evaluation.metrics.conversion_scores`, plus top1 (and top3, top5 from the 5-best list when
+    beam >= 5): the share of sentences whose reference is among the k best conversions. ``progress``: a bar
+    on stderr (sentences, rate, time left) while it converts, where stderr is a terminal. Raises ValueError
+    for a share outside [0, 1]."""
+    references = [e.hanzi for e in examples]
+    nbest = 5 if beam >= 5 else 1
+    prefixes = _reads_prefixes(converter, prefixes, abbreviate)
+    found = _convert_typed(converter, examples, unsegmented, abbreviate, abbreviate_as, prefixes,
+                           "converting" if progress else None, beam=beam, nbest=nbest, constrained=constrained,
+                           batch_size=batch_size)
+    scores = conversion_scores([conversions[0].text for conversions in found], references)
+    for k in (1, 3, 5) if nbest == 5 else (1,):
+        hits = sum(ref in [c.text for c in conversions[:k]] for conversions, ref in zip(found, references))
+        scores[f"top{k}"] = hits / max(len(references), 1)
+    return {"constrained": constrained, "unsegmented": unsegmented, "beam": beam, "abbreviate": abbreviate,
+            **({"abbreviate_as": abbreviate_as} if abbreviate else {}), "prefixes": prefixes, **scores}
+
+
+def compare_file(converter, other, examples: Sequence, *, constrained: bool = True, unsegmented: bool = False,
+                 beam: int = 1, batch_size: int = 256, abbreviate: float = 0.0, abbreviate_as: str = "initial",
+                 prefixes: bool | None = None, resamples: int = 2000, progress: bool = False) -> dict:
+    """``other`` against ``converter`` on the same ``examples``, typed alike (arguments as in
+    :func:`evaluate_file`; ``prefixes`` None: on for abbreviated input, else each converter's own setting).
+    Two CERs a tenth of a point apart on a thousand sentences may be noise; this says whether they are:
+    returns the settings and :func:`pinyin_hanzi.evaluation.metrics.paired_difference` of the two (difference =
+    other's CER - first's, with its 95% bootstrap interval over sentences). ``progress``: a bar per model, as
+    :func:`evaluate_file` shows one."""
+    references = [e.hanzi for e in examples]
+    errors = []
+    for number, model in enumerate((converter, other), 1):
+        label = f"model {number} of 2" if progress else None
+        found = _convert_typed(model, examples, unsegmented, abbreviate, abbreviate_as,
+                               _reads_prefixes(model, prefixes, abbreviate), label, beam=beam, nbest=1,
+                               constrained=constrained, batch_size=batch_size)
+        errors.append([edit_distance(conversions[0].text, ref) for conversions, ref in zip(found, references)])
+    return {"constrained": constrained, "unsegmented": unsegmented, "beam": beam, "abbreviate": abbreviate,
+            **({"abbreviate_as": abbreviate_as} if abbreviate else {}), "sentences": len(references),
+            "characters": sum(map(len, references)),
+            **paired_difference(errors[0], errors[1], [len(ref) for ref in references], resamples=resamples)}
+
+
+def _reads_prefixes(converter, prefixes: bool | None, abbreviate: float) -> bool:
+    """``prefixes`` where given; else on for abbreviated input (it must be read as such), else the
+    converter's own setting."""
+    if prefixes is not None:
+        return prefixes
+    return True if abbreviate > 0 else converter.prefixes
+
+
+def _convert_typed(converter, examples: Sequence, unsegmented: bool, abbreviate: float, abbreviate_as: str,
+                   prefixes: bool, progress: str | None, **options):
+    """The conversions of ``examples`` typed as :func:`pinyin_hanzi.evaluation.metrics.typed` types them, ``batch_size``
+    sentences at a time, with a progress bar labelled ``progress`` (None: none). ValueError for a share
+    outside [0, 1] or an unknown abbreviation style."""
+    lines = [typed(e.tokens, e.hanzi, unsegmented, abbreviate=abbreviate, abbreviate_as=abbreviate_as)
+             for e in examples]
+    step = options["batch_size"]  # converted in the same pieces with or without a bar: the same scores either way
+    found = []
+    with tqdm(total=len(lines), desc=progress, unit=" sentences", file=sys.stderr, dynamic_ncols=True,
+              disable=progress is None or sys.stderr is None or not sys.stderr.isatty()) as bar:
+        for begin in range(0, len(lines), step):
+            found += converter.convert_lines(lines[begin : begin + step], prefixes=prefixes, **options)
+            bar.update(min(step, len(lines) - begin))
+    return found

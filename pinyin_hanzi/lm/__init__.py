@@ -1,0 +1,1 @@
+"""The language models fused into search: character n-grams, words, syllable bigrams."""

@@ -1,0 +1,310 @@
+"""A character n-gram language model (interpolated Kneser-Ney), fused into decoding.
+
+The Transformer learns P(hanzi | syllables) from the training pairs. A count-based model of the hanzi
+alone, built from the same training split in seconds, knows which characters follow which; classic input
+methods are built on one. Decoding adds it to the model's score ("shallow fusion"): each position's
+characters are ranked by
+
+    log P_model(c_i | syllables, c_<i) + lm_weight * log P_lm(c_i | c_{i-n+1} .. c_{i-1})
+
+P_lm is interpolated Kneser-Ney with one discount D: at the highest order the counts of n-grams, below it
+the number of distinct characters seen before an (n-1)-gram (how many contexts it continues), each order
+interpolated with the one below it; add-one at the bottom, so no character has probability 0.
+
+The training text has seen many idioms and terms once or never (仗势欺人, 心肌梗塞); ``count_for`` can add
+a phrase table's entries (pypinyin-dict's, ``decode.lm_phrases``), each counted as a sentence of its own,
+so that their n-grams are there when the typed syllables call for them.
+
+The tables are sorted int64 keys (an n-gram's hanzi ids as digits in base v, the vocabulary size),
+looked up with ``torch.searchsorted``, so one call scores every (hypothesis, candidate) pair of a decoding
+step at once. For lookups the counts are turned into backoff form once, when the model is built: each
+stored n-gram's interpolated log-probability and each context's log backoff weight. The model lives in the
+checkpoint (``char_lm``, its counts stored compactly: see ``state_dict``) and counts ids of the
+checkpoint's hanzi vocabulary.
+"""
+
+from __future__ import annotations
+
+import zlib
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import torch
+
+from pinyin_hanzi.data.vocab import BOS_ID
+
+DISCOUNT = 0.75
+
+
+def _find(keys: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:
+    """The index of each query (any shape) in the sorted ``keys``, -1 where it is not there."""
+    if len(keys) == 0:
+        return torch.full(queries.shape, -1, dtype=torch.long)
+    index = torch.searchsorted(keys, queries).clamp_(max=len(keys) - 1)
+    return torch.where(keys[index] == queries, index, -1)
+
+
+class CharNgramLM:
+    """``order``-gram model over hanzi ids < ``vocab_size``; the context of a sentence's first characters
+    is padded with ``<s>`` (BOS_ID)."""
+
+    def __init__(self, order: int, vocab_size: int, unigrams: torch.Tensor, grams: dict[int, tuple],
+                 contexts: dict[int, tuple], discount: float = DISCOUNT):
+        self.order, self.vocab_size, self.discount = order, vocab_size, discount
+        self.unigram_log_probs = unigrams  # (v,) log P_1
+        self.grams = grams  # order k >= 2 -> (sorted keys, counts): raw counts at the top, continuation below
+        self.contexts = contexts  # order k >= 2 -> (sorted context keys, total count, distinct next characters)
+        # For lookups, backoff form: each stored n-gram's full interpolated log-probability, and each context's
+        # log backoff weight log(D * distinct / total), which multiplies the lower order's probability for
+        # characters not seen after it. All orders share one sorted table each (keys + k * offset, offset >
+        # any key), so that one searchsorted call serves every order: per decoding step the lookups' cost is
+        # cache misses in these tables and per-call overhead, not arithmetic.
+        self._offset = vocab_size**order
+        gram_keys, gram_log_probs, context_keys, context_log_backoffs = [], [], [], []
+        lower = unigrams.double().exp()  # P_{k-1} of the order below, indexed like its keys
+        lower_keys = None  # None: order 1, indexed by character id
+        for k in range(2, order + 1):
+            keys, counts = grams[k]
+            ctx_keys, totals, distinct = contexts[k]
+            context_index = torch.searchsorted(ctx_keys, keys // vocab_size)
+            total, backoff = totals.double()[context_index], discount * distinct.double() / totals.double()
+            suffix = keys % vocab_size ** (k - 1)  # the same n-gram without its oldest character: always counted
+            lower_probs = lower[suffix] if lower_keys is None else lower[torch.searchsorted(lower_keys, suffix)]
+            probs = (counts.double() - discount).clamp(min=0) / total + backoff[context_index] * lower_probs
+            gram_keys.append(keys + k * self._offset)
+            gram_log_probs.append(probs.log().float())
+            context_keys.append(ctx_keys + k * self._offset)
+            context_log_backoffs.append(backoff.log().float())
+            lower, lower_keys = probs, keys
+        self._gram_keys = torch.cat([torch.zeros(0, dtype=torch.long)] + gram_keys)
+        self._gram_log_probs = torch.cat([torch.zeros(0)] + gram_log_probs)
+        self._context_keys = torch.cat([torch.zeros(0, dtype=torch.long)] + context_keys)
+        self._context_log_backoffs = torch.cat([torch.zeros(0)] + context_log_backoffs)
+
+    @classmethod
+    def count(cls, id_lists: Iterable[Sequence[int]], vocab_size: int, order: int = 3, min_count: int = 1,
+              discount: float = DISCOUNT) -> "CharNgramLM":
+        """Counts over sentences given as hanzi id lists. ``min_count``: highest-order n-grams seen fewer
+        times are dropped from the table (their context keeps its totals, so their probability mass goes to
+        the lower orders): a smaller model at some cost in accuracy."""
+        if order < 1 or (order + 1) * vocab_size**order >= 2**63:
+            raise ValueError(f"order {order} over {vocab_size} characters does not fit in int64 keys")
+        pad = [BOS_ID] * (order - 1)
+        flat, targets = [], []  # every sentence after order - 1 <s>; targets: positions of real characters
+        for ids in id_lists:
+            start = len(flat) + order - 1
+            flat += pad + list(ids)
+            targets.append(torch.arange(start, start + len(ids)))
+        stream = torch.tensor(flat, dtype=torch.long)
+        positions = torch.cat(targets) if targets else torch.zeros(0, dtype=torch.long)
+        # keys[k]: the k-gram ending at each target position, its ids as base-v digits (oldest first)
+        keys, key = {}, torch.zeros_like(positions)
+        for k in range(1, order + 1):
+            key = key + stream[positions - (k - 1)] * vocab_size ** (k - 1)
+            keys[k] = key
+        # Kneser-Ney: raw counts at the top; below, the number of distinct left neighbours (continuations)
+        grams = {order: torch.unique(keys[order], return_counts=True)}
+        if min_count > 1 and order > 1:
+            top_keys, top_counts = grams[order]
+            kept = top_counts >= min_count
+        for k in range(order - 1, 0, -1):
+            distinct_longer = grams[k + 1][0]
+            grams[k] = torch.unique(distinct_longer % vocab_size**k, return_counts=True)  # drop the oldest id
+        # unigrams: continuation counts, add-one (order 1: raw counts, add-one)
+        unigram_counts = torch.zeros(vocab_size)
+        unigram_counts.index_add_(0, grams[1][0], grams[1][1].float())
+        unigrams = ((unigram_counts + 1) / (unigram_counts.sum() + vocab_size)).log()
+        contexts = {}
+        for k in range(2, order + 1):
+            gram_keys, gram_counts = grams[k]
+            context_keys, inverse = torch.unique(gram_keys // vocab_size, return_inverse=True)
+            totals = torch.zeros(len(context_keys), dtype=torch.long).index_add_(0, inverse, gram_counts)
+            distinct = torch.zeros(len(context_keys), dtype=torch.long).index_add_(0, inverse,
+                                                                                torch.ones_like(gram_counts))
+            contexts[k] = (context_keys, totals.int(), distinct.int())
+        if min_count > 1 and order > 1:
+            grams[order] = (top_keys[kept], top_counts[kept])
+            context_keys, totals, distinct = contexts[order]  # keep the contexts that still have an n-gram
+            has_gram = torch.zeros(len(context_keys), dtype=torch.bool)
+            has_gram[torch.searchsorted(context_keys, grams[order][0] // vocab_size)] = True
+            contexts[order] = (context_keys[has_gram], totals[has_gram], distinct[has_gram])
+        return cls(order, vocab_size, unigrams, {k: (g[0], g[1].int()) for k, g in grams.items() if k >= 2},
+                   contexts, discount)
+
+    def log_prob(self, context: torch.Tensor, candidates: torch.Tensor) -> torch.Tensor:
+        """context (n, m): each row's preceding hanzi ids, oldest first (m >= order - 1; <s> before a
+        sentence's start); candidates (n, c) hanzi ids -> (n, c) log P(candidate | context).
+
+        In backoff form: the log-probability of the longest stored n-gram (context suffix + candidate), plus
+        the log backoff weights of the longer contexts that were seen without this candidate after them."""
+        candidates = candidates.clamp(max=self.vocab_size - 1)  # (ids past the counted vocabulary: none)
+        unigram = self.unigram_log_probs[candidates]  # (n, c)
+        if self.order == 1:
+            return unigram
+        m = self.order - 1
+        recent = context[:, -m:].flip(1)  # (n, m): the last id first
+        histories = (recent * self.vocab_size ** torch.arange(m)).cumsum(1)  # column j: order j + 2's context
+        order_offsets = torch.arange(2, self.order + 1) * self._offset  # (m,)
+        index = _find(self._context_keys, histories + order_offsets)  # (n, m), -1 where unseen
+        log_backoffs = torch.where(index >= 0, self._context_log_backoffs[index.clamp(min=0)], 0.0)  # (n, m)
+        found = _find(self._gram_keys, histories[:, :, None] * self.vocab_size + candidates[:, None, :]
+                      + order_offsets[:, None])  # (n, m, c)
+        log_probs = self._gram_log_probs[found.clamp(min=0)]  # (n, m, c), valid where found
+        # backoff weights of the contexts above each order: above[:, j] = sum of log_backoffs[:, j + 1:]
+        above = log_backoffs.flip(1).cumsum(1).flip(1) - log_backoffs  # (n, m)
+        options = torch.cat([(unigram + above[:, :1] + log_backoffs[:, :1])[:, None], log_probs + above[:, :, None]], 1)
+        longest = ((found >= 0) * torch.arange(1, m + 1)[:, None]).amax(dim=1)  # (n, c): 0 = unigram only
+        return options.gather(1, longest[:, None]).squeeze(1)
+
+    def sentence_log_prob(self, ids: Sequence[int]) -> float:
+        """log P of a whole sentence of hanzi ids, character by character."""
+        context = torch.full((1, self.order - 1 or 1), BOS_ID, dtype=torch.long)
+        total = 0.0
+        for id_ in ids:
+            total += float(self.log_prob(context, torch.tensor([[id_]]))[0, 0])
+            context = torch.cat([context[:, 1:], torch.tensor([[id_]])], dim=1) if self.order > 1 else context
+        return total
+
+    def size(self) -> int:
+        """The number of n-grams in the tables (all orders >= 2)."""
+        return sum(len(keys) for keys, _ in self.grams.values())
+
+    def state_dict(self) -> dict:
+        """Compact tables for the checkpoint: an n-gram's key is its context's key * v + its last id, and the
+        n-grams of a context are consecutive, so each order stores the last ids and how many n-grams each
+        context has; the sorted context keys as differences; every column packed by :func:`pack_integers` (int16
+        with the few values beyond it listed apart, deflated), since counts are mostly ones and twos."""
+        tables = {}
+        for k, (gram_keys, counts) in self.grams.items():
+            context_keys, totals, distinct = self.contexts[k]
+            runs = torch.bincount(torch.searchsorted(context_keys, gram_keys // self.vocab_size),
+                                  minlength=len(context_keys))
+            context_key_steps = torch.diff(context_keys, prepend=context_keys[:0].new_zeros(1))
+            tables[k] = {"context_key_steps": pack_integers(context_key_steps), "totals": pack_integers(totals),
+                         "distinct": pack_integers(distinct), "runs": pack_integers(runs),
+                         "last_ids": pack_integers(gram_keys % self.vocab_size), "counts": pack_integers(counts)}
+        return {"order": self.order, "vocab_size": self.vocab_size, "discount": self.discount,
+                "unigrams": self.unigram_log_probs, "tables": tables}
+
+    @classmethod
+    def from_state_dict(cls, state: dict) -> "CharNgramLM":
+        grams, contexts = {}, {}
+        for k, table in state["tables"].items():
+            columns = table_columns(table)
+            context_keys = columns["context_keys"]
+            contexts[k] = (context_keys, columns["totals"].int(), columns["distinct"].int())
+            gram_keys = context_keys.repeat_interleave(columns["runs"]) * state["vocab_size"] + columns["last_ids"]
+            grams[k] = (gram_keys, columns["counts"].int())
+        return cls(state["order"], state["vocab_size"], state["unigrams"].float(), grams, contexts, state["discount"])
+
+
+TABLE_COLUMNS = ("context_keys", "totals", "distinct", "runs", "last_ids", "counts")
+
+
+def table_columns(table: dict) -> dict[str, torch.Tensor]:
+    """The int64 columns (``TABLE_COLUMNS``) of one order's stored table, as :meth:`CharNgramLM.state_dict`
+    wrote them; files written before the context keys were stored as differences hold them as they are.
+    ValueError (what is wrong) for a table that is not such a thing."""
+    if not isinstance(table, dict):
+        raise ValueError("not a dict")
+    columns = {}
+    for name in TABLE_COLUMNS:
+        if name == "context_keys" and "context_key_steps" in table:
+            columns[name] = unpack_integers(table["context_key_steps"], name).cumsum(0)
+        elif name in table:
+            columns[name] = unpack_integers(table[name], name)
+        else:
+            raise ValueError(f"no {name} column")
+    return columns
+
+
+# A packed column may list at most this share of its values apart, outside its int16 body.
+_MAX_EXCEPTIONS = 0.01
+_PACKED_TYPES = {"int16": torch.int16, "int32": torch.int32, "int64": torch.int64}
+
+
+def pack_integers(values: torch.Tensor) -> dict:
+    """``values`` (integers) packed for the checkpoint: a dict of ``zlib`` (the column's bytes, deflated: an
+    n-gram table's columns are mostly small, repeated numbers, and shrink to about 40%), ``dtype``,
+    ``length``, and ``at`` / ``wide``, the positions and values of the few (<= 1%) that an int16 body cannot
+    hold (clipped there). A column with more of those is stored whole in int32 or int64. See :func:`unpack_integers`."""
+    low, high = (int(values.min()), int(values.max())) if len(values) else (0, 0)
+    outside = ((values < -2**15) | (values > 2**15 - 1)).nonzero().flatten()
+    if len(outside) <= _MAX_EXCEPTIONS * len(values):
+        body, dtype, at = values.clamp(-2**15, 2**15 - 1).short(), "int16", outside
+    else:
+        dtype = "int32" if -2**31 <= low and high <= 2**31 - 1 else "int64"
+        body, at = values.to(_PACKED_TYPES[dtype]), outside[:0]
+    return {"zlib": zlib.compress(body.numpy().tobytes(), 6), "dtype": dtype, "length": len(values),
+            "at": at.int() if len(values) < 2**31 else at, "wide": values[at].long()}
+
+
+def _is_integer_vector(value) -> bool:
+    return (isinstance(value, torch.Tensor) and value.layout == torch.strided and value.dim() == 1
+            and not value.is_floating_point() and not value.is_complex() and value.dtype != torch.bool)
+
+
+def unpack_integers(stored, name: str = "column") -> torch.Tensor:
+    """The int64 values of a column that :func:`pack_integers` packed, or of a plain integer tensor (files written
+    before columns were packed); ValueError if ``stored`` is neither."""
+    if _is_integer_vector(stored):
+        return stored.long()
+    problem = f"{name} is not a 1-D integer tensor or a packed column"
+    if not (isinstance(stored, dict) and isinstance(stored.get("zlib"), bytes) and stored.get("dtype") in _PACKED_TYPES
+            and isinstance(stored.get("length"), int) and 0 <= stored["length"] < 2**40
+            and _is_integer_vector(stored.get("at")) and _is_integer_vector(stored.get("wide"))):
+        raise ValueError(problem)
+    dtype = _PACKED_TYPES[stored["dtype"]]
+    size = stored["length"] * dtype.itemsize
+    inflate = zlib.decompressobj()
+    try:
+        raw = inflate.decompress(stored["zlib"], size)  # never more than the column claims to hold
+    except zlib.error:
+        raise ValueError(f"{problem} (its zlib data is corrupt)") from None
+    if len(raw) != size or inflate.unconsumed_tail or not inflate.eof:
+        raise ValueError(f"{problem} (its zlib data does not hold {stored['length']} {stored['dtype']} values)")
+    values = torch.frombuffer(bytearray(raw), dtype=dtype).long() if size else torch.zeros(0, dtype=torch.long)
+    at = stored["at"].long()
+    if len(at) != len(stored["wide"]) or (len(at) and (int(at.min()) < 0 or int(at.max()) >= len(values))):
+        raise ValueError(f"{problem} (its exceptions do not fit it)")
+    values[at] = stored["wide"].long()
+    return values
+
+
+def count_for(examples, hanzi_vocab, order: int = 3, min_count: int = 1, phrases: Sequence[str] = (),
+              phrase_copies: int = 0) -> CharNgramLM:
+    """The model of the hanzi of training examples, over ``hanzi_vocab``'s ids; each of ``phrases`` (a
+    phrase table's entries) is counted ``phrase_copies`` more times, as a sentence of its own, except those
+    with a character outside the vocabulary (see ``known_phrases``)."""
+    id_lists = [hanzi_vocab.encode(example.hanzi) for example in examples]
+    id_lists += [hanzi_vocab.encode(phrase) for phrase in known_phrases(phrases, hanzi_vocab)] * phrase_copies
+    return CharNgramLM.count(id_lists, len(hanzi_vocab), order, min_count)
+
+
+def known_phrases(phrases: Sequence[str], hanzi_vocab) -> list[str]:
+    """The phrases whose every character is in ``hanzi_vocab``: a phrase with a character the model
+    cannot write would only add counts of <unk>."""
+    return [phrase for phrase in phrases if all(char in hanzi_vocab.ids for char in phrase)]
+
+
+def count_into_checkpoint(checkpoint: str | Path, out: str | Path, *, order: int = 3, min_count: int = 1,
+                          phrases: int = 0, weight: float = 0.6) -> tuple[CharNgramLM, Path]:
+    """Write a copy of ``checkpoint`` to ``out`` with a character n-gram model counted from its training split
+    (for checkpoints trained without one, or to count it again: train.py adds one itself when
+    decode.lm_weight > 0), its decode.lm_* settings updated. Returns the model and the split it counted.
+    Raises CheckpointError for an unreadable checkpoint, DataError when its prepared data is missing."""
+    from pinyin_hanzi.checkpoint import CHAR_LM_KEY, CONFIG_KEY, HANZI_VOCAB_KEY, load_checkpoint, save_checkpoint
+    from pinyin_hanzi.config import config_from_dict
+    from pinyin_hanzi.data.corpus import phrase_texts, prepared_train_split, read_examples
+    from pinyin_hanzi.data.vocab import Vocab
+
+    state = load_checkpoint(checkpoint)
+    config = config_from_dict(state[CONFIG_KEY], str(checkpoint))
+    train = prepared_train_split(config.data)
+    table = phrase_texts(config.data.raw_dir) if phrases else []
+    lm = count_for(read_examples(train, trusted=True), Vocab(state[HANZI_VOCAB_KEY]), order, min_count, table, phrases)
+    decode = config.decode
+    decode.lm_weight, decode.lm_order, decode.lm_min_count, decode.lm_phrases = weight, order, min_count, phrases
+    state[CONFIG_KEY], state[CHAR_LM_KEY] = config.to_dict(), lm.state_dict()
+    save_checkpoint(out, state)
+    return lm, train

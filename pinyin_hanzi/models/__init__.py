@@ -1,0 +1,1 @@
+"""The Transformer, as the book writes it."""

@@ -1,0 +1,507 @@
+"""The encoder-decoder Transformer ("Attention Is All You Need"), written out module by module.
+
+Axis legend used in shape comments:
+    b batch   s source length (pinyin tokens)   t target length (hanzi)   h heads
+    d model width   k head width (d / h)   f feed-forward width   v vocabulary size
+
+Mask convention (one, everywhere): a boolean tensor that is True where attention is ALLOWED, broadcast
+against the (b, h, query, key) score matrix, as ``F.scaled_dot_product_attention`` expects.
+- padding mask  (b, 1, 1, s): source keys that are real tokens, for encoder self- and cross-attention;
+- look-ahead mask: decoder position i may see targets 0..i only (``is_causal=True``, no tensor needed);
+- cross-attention mask: the padding mask of the source, applied to decoder queries.
+Padded target positions need no mask of their own: under the look-ahead mask a real position never sees
+a later (padded) one, and the loss ignores outputs at padded positions.
+
+Incremental decoding (one path, the modules' own): ``Transformer.new_cache()`` gives a :class:`DecoderCache`;
+``decode(next_ids, memory, padding_mask, cache=cache)`` then takes the next position alone, and each decoder
+layer's :class:`KVCache` keeps the self-attention keys/values of earlier positions and the cross-attention
+keys/values of the memory (projected once per input). ``cache.reorder(order)`` follows a beam search's
+re-ranking of its hypotheses.
+
+Inference decodes one position per call with a single query row, so the arithmetic of a step is small and
+per-call Python overhead counts: the search runs the model through an :class:`InferenceView` (the modules'
+own code over plain attributes), the modules call dropout only where it does something (training, p > 0),
+their Linear and LayerNorm children as plain function calls (:func:`linear`, :func:`layer_norm`), and split
+heads with views.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from pinyin_hanzi.config import ModelConfig
+from pinyin_hanzi.data.vocab import BOS_ID, PAD_ID
+from pinyin_hanzi.errors import ConfigError
+from pinyin_hanzi.runtime import memory_bytes, size_text
+
+
+def shift_right(target: torch.Tensor) -> torch.Tensor:
+    """Decoder input for teacher forcing: ``<s>`` + target[:-1]. (b, t) -> (b, t).
+
+    The only place where the target is shifted: position i of the decoder sees characters < i and is
+    trained to output character i.
+    """
+    bos = torch.full_like(target[:, :1], BOS_ID)
+    return torch.cat([bos, target[:, :-1]], dim=1)
+
+
+def sinusoidal_table(max_positions: int, d_model: int) -> torch.Tensor:
+    """(max_positions, d): PE[pos, 2i] = sin(pos / 10000^(2i/d)), PE[pos, 2i+1] = cos(same)."""
+    position = torch.arange(max_positions, dtype=torch.float32)[:, None]
+    frequency = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model))
+    table = torch.zeros(max_positions, d_model)
+    table[:, 0::2] = torch.sin(position * frequency)
+    table[:, 1::2] = torch.cos(position * frequency[: d_model // 2])
+    return table
+
+
+def split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """(b, t, h*k) -> (b, h, t, k), i.e. einops' rearrange "b t (h k) -> b h t k", written out as a view
+    (einops' per-call overhead is a cost at one position per decoding step)."""
+    return x.view(x.shape[0], x.shape[1], n_heads, -1).transpose(1, 2)
+
+
+def merge_heads(x: torch.Tensor) -> torch.Tensor:
+    """(b, h, t, k) -> (b, t, h*k): the inverse of :func:`split_heads`."""
+    return x.transpose(1, 2).flatten(2)
+
+
+def linear(x: torch.Tensor, layer: nn.Linear) -> torch.Tensor:
+    """``layer(x)`` as a plain function call: the module call's per-call overhead is a cost at one position
+    per decoding step."""
+    return F.linear(x, layer.weight, layer.bias)
+
+
+def layer_norm(x: torch.Tensor, norm: nn.LayerNorm) -> torch.Tensor:
+    """``norm(x)`` as a plain function call (see :func:`linear`)."""
+    return F.layer_norm(x, norm.normalized_shape, norm.weight, norm.bias, norm.eps)
+
+
+def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
+    """``F.dropout`` where it changes something (training with p > 0); otherwise x itself, without a call."""
+    return F.dropout(x, p, training=True) if training and p > 0 else x
+
+
+class InferenceView:
+    """A module's parameters, buffers, settings and children (views in turn, lists for ModuleList and
+    Sequential) held as plain attributes, and the module's own methods, ``forward`` included, run over them:
+    a view is called and used as its module is.
+
+    Why: ``nn.Module`` keeps parameters and children in dicts that its ``__getattr__`` searches on every
+    access, and every call goes through ``__call__``'s hook handling. One cached decoder step of a small model
+    does about 90 such lookups and 15 module calls around a few small matrix products, and at one query row
+    per step they cost as much as a third of the arithmetic. Over a view they are plain attribute reads and
+    function calls. The code that runs is the modules' own, so the model has one spelling; the search builds a
+    view per call (a fraction of a millisecond for this model). A view holds references, not copies, and reads
+    settings (``training``) once: build a new one after changing the model (``train()``, ``to()``, new
+    parameters) rather than keeping one."""
+
+    def __init__(self, module: nn.Module):
+        attributes = {name: value for name, value in vars(module).items() if name[0] != "_"}
+        attributes.update(module._parameters, **module._buffers)
+        for name, child in module._modules.items():
+            is_list = isinstance(child, (nn.ModuleList, nn.Sequential))
+            attributes[name] = [InferenceView(part) for part in child] if is_list else InferenceView(child)
+        attributes["_type"] = type(module)
+        self.__dict__ = attributes
+
+    def __call__(self, *args, **kwargs):
+        return self.forward(*args, **kwargs)
+
+    def __getattr__(self, name: str):
+        """A method of the module's class or its bases up to ``nn.Module`` (not nn.Module's own, which read
+        its dicts), bound to the view on first use."""
+        for cls in self._type.__mro__:
+            if cls is nn.Module:
+                break
+            if name in vars(cls):
+                member = vars(cls)[name]
+                member = member.__get__(self, self._type) if hasattr(member, "__get__") else member
+                self.__dict__[name] = member
+                return member
+        raise AttributeError(f"an InferenceView of {self._type.__name__} has no attribute {name!r}")
+
+
+class KVCache:
+    """One decoder layer's keys and values during incremental decoding (torchtune's ``KVCache``, grown by
+    concatenation): self-attention over the positions decoded so far, (n, h, t, k), and cross-attention
+    over the memory, (n, h, s, k), projected at the first step and reused after it."""
+
+    def __init__(self):
+        self.keys: torch.Tensor | None = None
+        self.values: torch.Tensor | None = None
+        self.memory_keys: torch.Tensor | None = None
+        self.memory_values: torch.Tensor | None = None
+
+    def append(self, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Add the newest positions' keys/values (n, h, t_new, k); returns all so far, (n, h, t, k)."""
+        if self.keys is not None:
+            keys, values = torch.cat([self.keys, keys], dim=2), torch.cat([self.values, values], dim=2)
+        self.keys, self.values = keys, values
+        return keys, values
+
+    def reorder(self, order: torch.Tensor) -> None:
+        """Keep the self-attention rows ``order`` (n,), in that order. The memory's keys/values stay where the
+        number of rows does not change: a beam search reorders among the hypotheses of one input, which share
+        their memory (as fairseq does). Where it does (a beam search's first step, from one row per input to
+        several), the memory's rows follow ``order`` too."""
+        if self.keys is not None:
+            rows = self.keys.shape[0]
+            self.keys, self.values = self.keys.index_select(0, order), self.values.index_select(0, order)
+            if self.memory_keys is not None and len(order) != rows:
+                self.memory_keys = self.memory_keys.index_select(0, order)
+                self.memory_values = self.memory_values.index_select(0, order)
+
+
+class DecoderCache:
+    """The whole decoder's state between incremental steps: a :class:`KVCache` per layer and the number of
+    positions decoded so far (the position of the next one)."""
+
+    def __init__(self, n_layers: int):
+        self.layers = [KVCache() for _ in range(n_layers)]
+        self.length = 0
+
+    def reorder(self, order: torch.Tensor) -> None:
+        """Continue from rows ``order`` (n,) of every layer (beam search); see :meth:`KVCache.reorder`."""
+        for layer in self.layers:
+            layer.reorder(order)
+
+
+class Embedding(nn.Module):
+    """Token embedding x sqrt(d) + sinusoidal positional encoding, then dropout."""
+
+    def __init__(self, *, vocab_size: int, d_model: int, max_positions: int, dropout: float):
+        super().__init__()
+        self.tokens = nn.Embedding(vocab_size, d_model, padding_idx=PAD_ID)
+        nn.init.normal_(self.tokens.weight, std=d_model**-0.5)  # so that x sqrt(d) has unit scale
+        with torch.no_grad():
+            self.tokens.weight[PAD_ID].zero_()
+        self.register_buffer("positions", sinusoidal_table(max_positions, d_model), persistent=False)
+        self.scale, self.dropout = math.sqrt(d_model), dropout
+
+    def forward(self, ids: torch.Tensor, start: int = 0) -> torch.Tensor:
+        """(b, t) ids, first position ``start`` -> (b, t, d)."""
+        length = ids.shape[1]
+        if start + length > self.positions.shape[0]:
+            raise ValueError(f"sequence of {start + length} positions exceeds max_positions={self.positions.shape[0]}")
+        tokens = F.embedding(ids, self.tokens.weight, PAD_ID)  # nn.Embedding's computation, without a module call
+        return dropout(tokens * self.scale + self.positions[start : start + length], self.dropout, self.training)
+
+
+class MultiHeadAttention(nn.Module):
+    """Scaled dot-product attention over h heads. Self-attention when ``memory`` is None, otherwise
+    cross-attention from ``x`` (queries) to ``memory`` (keys and values)."""
+
+    def __init__(self, *, d_model: int, n_heads: int, dropout: float):
+        super().__init__()
+        self.n_heads, self.dropout = n_heads, dropout
+        self.record = False  # when True, weights are computed explicitly and kept in last_weights
+        self.last_weights: torch.Tensor | None = None  # (b, h, t, s), for visualisation
+        self.query = nn.Linear(d_model, d_model)
+        self.key_value = nn.Linear(d_model, 2 * d_model)
+        self.out = nn.Linear(d_model, d_model)
+
+    def _keys_values(self, source: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        keys, values = linear(source, self.key_value).chunk(2, dim=-1)  # (b, s, 2d) -> two (b, s, d)
+        return split_heads(keys, self.n_heads), split_heads(values, self.n_heads)  # two (b, h, s, k)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        memory: torch.Tensor | None = None,
+        *,
+        mask: torch.Tensor | None = None,
+        causal: bool = False,
+        cache: KVCache | None = None,
+    ) -> torch.Tensor:
+        """x (b, t, d) -> (b, t, d). With a ``cache`` (incremental decoding), self-attention appends this
+        step's keys/values to the earlier positions' and attends to all of them; cross-attention projects
+        the memory at the first step and reuses it."""
+        query = split_heads(linear(x, self.query), self.n_heads)
+        if memory is None:
+            keys, values = self._keys_values(x)
+            if cache is not None:
+                keys, values = cache.append(keys, values)
+        elif cache is None:
+            keys, values = self._keys_values(memory)
+        else:
+            if cache.memory_keys is None:
+                cache.memory_keys, cache.memory_values = self._keys_values(memory)
+            keys, values = cache.memory_keys, cache.memory_values
+        # (b, h, t, k) attending over (b, h, s, k); mask broadcasts to (b, h, t, s)
+        if self.record:
+            attended = self._attend_explicitly(query, keys, values, mask, causal)
+        else:
+            attended = F.scaled_dot_product_attention(
+                query, keys, values, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0,
+                is_causal=causal)
+        return linear(merge_heads(attended), self.out)
+
+    def _attend_explicitly(self, query, keys, values, mask, causal) -> torch.Tensor:
+        """softmax(QK^T / sqrt(k)) V written out, as in the book, keeping the weights (b, h, t, s)."""
+        scores = query @ keys.transpose(-2, -1) / math.sqrt(query.shape[-1])  # (b, h, t, s)
+        if causal:
+            t, s = scores.shape[-2:]
+            scores = scores.masked_fill(~torch.ones(t, s, dtype=torch.bool, device=scores.device).tril(s - t),
+                                        float("-inf"))
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        weights = scores.softmax(dim=-1)
+        self.last_weights = weights.detach()
+        return weights @ values
+
+
+class FeedForward(nn.Module):
+    """Position-wise feed-forward: Linear(d -> f), ReLU, dropout, Linear(f -> d)."""
+
+    def __init__(self, *, d_model: int, d_ff: int, dropout: float):
+        super().__init__()
+        # A Sequential for the parameter names of saved checkpoints (net.0, net.3); forward calls its Linears
+        # and skips the dropout where it does nothing.
+        self.net = nn.Sequential(nn.Linear(d_model, d_ff), nn.ReLU(), nn.Dropout(dropout), nn.Linear(d_ff, d_model))
+        self.dropout = dropout
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """(b, t, d) -> (b, t, f) -> (b, t, d)."""
+        hidden, _, _, output = self.net
+        return linear(dropout(F.relu(linear(x, hidden)), self.dropout, self.training), output)
+
+
+class Sublayer(nn.Module):
+    """Residual connection + LayerNorm around one sublayer: pre-norm x + f(LN(x)), or post-norm LN(x + f(x))."""
+
+    def __init__(self, *, d_model: int, dropout: float, pre_norm: bool):
+        super().__init__()
+        self.norm, self.dropout, self.pre_norm = nn.LayerNorm(d_model), dropout, pre_norm
+
+    def forward(self, x: torch.Tensor, function, *args, **kwargs) -> torch.Tensor:
+        """x (b, t, d) -> (b, t, d); ``function(y, *args, **kwargs)`` is the sublayer."""
+        if self.pre_norm:
+            return x + dropout(function(layer_norm(x, self.norm), *args, **kwargs), self.dropout, self.training)
+        return layer_norm(x + dropout(function(x, *args, **kwargs), self.dropout, self.training), self.norm)
+
+
+class EncoderLayer(nn.Module):
+    def __init__(self, *, d_model: int, n_heads: int, d_ff: int, dropout: float, pre_norm: bool):
+        super().__init__()
+        self.self_attention = MultiHeadAttention(d_model=d_model, n_heads=n_heads, dropout=dropout)
+        self.feed_forward = FeedForward(d_model=d_model, d_ff=d_ff, dropout=dropout)
+        self.sublayers = nn.ModuleList(Sublayer(d_model=d_model, dropout=dropout, pre_norm=pre_norm) for _ in range(2))
+
+    def forward(self, x: torch.Tensor, padding_mask: torch.Tensor) -> torch.Tensor:
+        """x (b, s, d), padding_mask (b, 1, 1, s) -> (b, s, d)."""
+        x = self.sublayers[0](x, self.self_attention, mask=padding_mask)
+        return self.sublayers[1](x, self.feed_forward)
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, *, d_model: int, n_heads: int, d_ff: int, dropout: float, pre_norm: bool):
+        super().__init__()
+        self.self_attention = MultiHeadAttention(d_model=d_model, n_heads=n_heads, dropout=dropout)
+        self.cross_attention = MultiHeadAttention(d_model=d_model, n_heads=n_heads, dropout=dropout)
+        self.feed_forward = FeedForward(d_model=d_model, d_ff=d_ff, dropout=dropout)
+        self.sublayers = nn.ModuleList(Sublayer(d_model=d_model, dropout=dropout, pre_norm=pre_norm) for _ in range(3))
+
+    def forward(self, x: torch.Tensor, memory: torch.Tensor, cross_mask: torch.Tensor | None,
+                cache: KVCache | None = None) -> torch.Tensor:
+        """x (b, t, d), memory (b, s, d), cross_mask (b, 1, 1, s) or None -> (b, t, d).
+
+        Without a cache, x is the whole shifted target and the look-ahead mask applies; with one, x is the
+        newest position alone and attends to the cached earlier positions (all of which it may see)."""
+        around_self, around_cross, around_feed_forward = self.sublayers
+        x = around_self(x, self.self_attention, causal=cache is None, cache=cache)
+        x = around_cross(x, self.cross_attention, memory, mask=cross_mask, cache=cache)
+        return around_feed_forward(x, self.feed_forward)
+
+
+def model_values(config: ModelConfig, *, source_vocab_size: int, target_vocab_size: int) -> int:
+    """The float32 values a :class:`Transformer` of this shape holds, counted from the config alone: its
+    parameters (a tied output projection once) and its two positional-encoding tables."""
+    d, f = config.d_model, config.d_ff
+    attention = 4 * d * d + 4 * d  # query (d x d), keys and values (d x 2d), out (d x d), with biases
+    feed_forward = 2 * d * f + f + d
+    norm = 2 * d
+    encoder_layer = attention + feed_forward + 2 * norm
+    decoder_layer = 2 * attention + feed_forward + 3 * norm
+    final_norms = 2 * norm if config.norm == "pre" else 0
+    embeddings = (source_vocab_size + target_vocab_size) * d
+    output = 0 if config.tie_output else d * target_vocab_size
+    positions = 2 * config.max_positions * d
+    return (config.n_encoder_layers * encoder_layer + config.n_decoder_layers * decoder_layer + final_norms
+            + embeddings + output + positions)
+
+
+def check_memory(config: ModelConfig, *, source_vocab_size: int, target_vocab_size: int, copies: int = 1,
+                 needed_for: str = "of parameters") -> None:
+    """ConfigError (one line, naming the size) if ``copies`` float32 copies of a model of this shape (see
+    :func:`model_values`; training keeps 4: weights, gradients, AdamW's two moments) would not fit in this
+    machine's memory. Asked before anything is allocated: a model of a valid config may still be far larger
+    than any machine (a 400-byte config can ask for terabytes), and the allocator would fail with a
+    traceback, or the kernel end the process, only after minutes of work."""
+    available = memory_bytes()
+    needed = 4 * copies * model_values(config, source_vocab_size=source_vocab_size,
+                                       target_vocab_size=target_vocab_size)
+    if available is not None and needed > available:
+        c = config
+        raise ConfigError(f"model.d_model={c.d_model}, model.d_ff={c.d_ff}, model.n_encoder_layers="
+                          f"{c.n_encoder_layers}, model.n_decoder_layers={c.n_decoder_layers} would need "
+                          f"{size_text(needed)} {needed_for}; this machine has {size_text(available)}")
+
+
+class Transformer(nn.Module):
+    """Pinyin encoder + autoregressive hanzi decoder. ``encode`` -> ``decode`` -> logits over hanzi."""
+
+    def __init__(self, config: ModelConfig, *, source_vocab_size: int, target_vocab_size: int):
+        """ConfigError before allocating anything if the model would not fit in memory (:func:`check_memory`):
+        every model, new or read from a checkpoint, is built here."""
+        check_memory(config, source_vocab_size=source_vocab_size, target_vocab_size=target_vocab_size)
+        super().__init__()
+        self.config = config
+        c, pre_norm = config, config.norm == "pre"
+        layer_args = dict(d_model=c.d_model, n_heads=c.n_heads, d_ff=c.d_ff, dropout=c.dropout, pre_norm=pre_norm)
+        embed_args = dict(d_model=c.d_model, max_positions=c.max_positions, dropout=c.dropout)
+        self.source_embedding = Embedding(vocab_size=source_vocab_size, **embed_args)
+        self.target_embedding = Embedding(vocab_size=target_vocab_size, **embed_args)
+        self.encoder_layers = nn.ModuleList(EncoderLayer(**layer_args) for _ in range(c.n_encoder_layers))
+        self.decoder_layers = nn.ModuleList(DecoderLayer(**layer_args) for _ in range(c.n_decoder_layers))
+        # Pre-norm stacks end with a LayerNorm (post-norm layers already end with one).
+        self.encoder_norm = nn.LayerNorm(c.d_model) if pre_norm else nn.Identity()
+        self.decoder_norm = nn.LayerNorm(c.d_model) if pre_norm else nn.Identity()
+        self.output = nn.Linear(c.d_model, target_vocab_size, bias=False)
+        for name, parameter in self.named_parameters():
+            if parameter.dim() == 2 and "embedding" not in name:
+                nn.init.xavier_uniform_(parameter)
+        if c.tie_output:
+            self.output.weight = self.target_embedding.tokens.weight
+        self.chunk = 256  # positions per chunk of candidate logits (see logits)
+        # Candidate logits that would gather more than dense_rows x v rows of the output matrix (positions x
+        # list width) take the full (d x v) product and pick columns instead: gathered rows are memory-bound
+        # matrix-vector products (and scatter-adds in the backward pass), the product one matmul near peak.
+        # On a CPU (d=256, v=6,000-11,000) the two cost the same at about 4 x v rows, forward alone and with
+        # the backward pass; for a chunk of 256 positions that is lists longer than v / 64 (~170 characters
+        # for the shipped model: prefix tokens' lists, and ji's), and a prefix token's chunk would otherwise
+        # hold hundreds of MB of gathered rows. inf: always gather.
+        self.dense_rows = 4.0
+
+    def encode(self, source: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """source (b, s) ids -> memory (b, s, d) and the padding mask (b, 1, 1, s), True at real tokens."""
+        padding_mask = (source != PAD_ID)[:, None, None, :]
+        x = self.source_embedding(source)
+        for layer in self.encoder_layers:
+            x = layer(x, padding_mask)
+        return self.encoder_norm(x), padding_mask
+
+    def decode(
+        self,
+        target_input: torch.Tensor,
+        memory: torch.Tensor,
+        padding_mask: torch.Tensor | None,
+        *,
+        cache: DecoderCache | None = None,
+        candidates: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """target_input (b, t) ids (already shifted), memory (b, s, d), padding_mask (b, 1, 1, s) or None
+        (nothing padded) -> logits (b, t, v).
+
+        With ``cache`` (from :meth:`new_cache`), ``target_input`` (b, 1) is the next position alone (at
+        ``cache.length``): keys/values of earlier positions and of the memory come from the cache instead of
+        being recomputed, and the cache grows by one position. With ``candidates`` (b, t, c) hanzi ids, the
+        logits of those ids only, (b, t, c), or candidates (b / g, t, c) shared by g consecutive rows (see
+        :meth:`logits`). ValueError past max_positions, or for several positions with a cache."""
+        if cache is None:
+            x = self.target_embedding(target_input)
+            for layer in self.decoder_layers:
+                x = layer(x, memory, padding_mask)
+        else:
+            if target_input.shape[1] != 1:
+                raise ValueError(f"a cached decoder step takes one position, not {target_input.shape[1]}")
+            x = self.target_embedding(target_input, start=cache.length)
+            for layer, layer_cache in zip(self.decoder_layers, cache.layers):
+                x = layer(x, memory, padding_mask, layer_cache)
+            cache.length += 1
+        return self.logits(self.decoder_norm(x), candidates)
+
+    def logits(self, hidden: torch.Tensor, candidates: torch.Tensor | None = None) -> torch.Tensor:
+        """Output projection: hidden (b, t, d) -> (b, t, v). With ``candidates`` (b, t, c) hanzi ids, each
+        position's list first and <pad> after it, the logits of those ids only -> (b, t, c); entries after
+        a list are meaningless (callers mask them). A syllable has a few dozen candidates, not v characters:
+        this skips the (d x v) product, a quarter of the model's FLOPs. Many positions (training) go in
+        order of their list's length, ``chunk`` at a time, each chunk gathering only as many output rows as
+        its longest list (~20 on average, up to ~100). A chunk whose longest list is long (a prefix token's:
+        all characters of an initial, up to ~1,500) takes the full product for its positions instead and
+        picks its columns (see ``dense_rows``): the same values.
+
+        Candidates (n, t, c) for hidden (g n, t, d) are shared by each g consecutive rows, as a beam search's
+        hypotheses of one input share their syllable's list: each list's output rows are gathered once and
+        multiplied with its g rows in one small matrix product, instead of gathered g times."""
+        if candidates is None:
+            return self.output(hidden)
+        if candidates.shape[0] != hidden.shape[0]:
+            return self._shared_candidate_logits(hidden, candidates)
+        if candidates.shape[:-1].numel() <= self.chunk:  # a few positions (decoding): all at once
+            return self._candidate_logits(hidden, candidates)
+        flat_hidden, flat_ids = hidden.flatten(0, -2), candidates.flatten(0, -2)  # (n, d), (n, c)
+        lengths = (flat_ids != PAD_ID).sum(dim=-1)  # (n,)
+        order = lengths.argsort()
+        pieces = []
+        for chunk in order.split(self.chunk):
+            ids = flat_ids[chunk, : int(lengths[chunk].max())]  # (m, c')
+            pieces.append(F.pad(self._candidate_logits(flat_hidden[chunk], ids), (0, flat_ids.shape[1] - ids.shape[1])))
+        return torch.cat(pieces)[order.argsort()].view(candidates.shape)  # back to position order
+
+    def _candidate_logits(self, hidden: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        """hidden (..., d), ids (..., c) -> (..., c): the logits of ``ids``, from their gathered output rows,
+        or, where that would gather more than ``dense_rows`` x v rows (long lists: prefix tokens), from the
+        full (d x v) product with their columns picked: the same values."""
+        if ids.numel() > self.dense_rows * self.output.weight.shape[0]:
+            return self.output(hidden).gather(-1, ids)  # (..., v) -> (..., c)
+        rows = F.embedding(ids, self.output.weight)  # (..., c, d)
+        return (rows @ hidden[..., None]).squeeze(-1)  # (..., c, d) @ (..., d, 1) -> (..., c)
+
+    def _shared_candidate_logits(self, hidden: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        """hidden (g n, t, d), ids (n, t, c), each list shared by g consecutive rows -> (g n, t, c)."""
+        n, t, c = ids.shape
+        group = hidden.shape[0] // n
+        if group * n != hidden.shape[0]:
+            raise ValueError(f"{n} candidate lists cannot be shared by {hidden.shape[0]} rows")
+        if ids.numel() > self.dense_rows * self.output.weight.shape[0]:  # rows gathered once; long lists: see logits
+            return self._candidate_logits(hidden, ids.repeat_interleave(group, dim=0))
+        rows = F.embedding(ids, self.output.weight)  # (n, t, c, d): each list's rows, once
+        grouped = hidden.view(n, group, t, -1).transpose(1, 2)  # (n, t, g, d)
+        logits = grouped @ rows.transpose(-2, -1)  # (n, t, g, d) @ (n, t, d, c) -> (n, t, g, c)
+        return logits.transpose(1, 2).reshape(n * group, t, c)
+
+    def new_cache(self) -> DecoderCache:
+        """An empty cache for incremental :meth:`decode`, one per batch of inputs."""
+        return DecoderCache(len(self.decoder_layers))
+
+    def forward(self, source: torch.Tensor, target: torch.Tensor, candidates: torch.Tensor | None = None
+                ) -> torch.Tensor:
+        """Teacher-forced logits: source (b, s), target (b, t) -> (b, t, v); position i predicts target[:, i].
+        With ``candidates`` (b, t, c) hanzi ids, the logits of those only (b, t, c), as in :meth:`logits`."""
+        memory, padding_mask = self.encode(source)
+        return self.decode(shift_right(target), memory, padding_mask, candidates=candidates)
+
+    @torch.no_grad()
+    def attention_maps(self, source: torch.Tensor, target: torch.Tensor) -> dict[str, list[torch.Tensor]]:
+        """Attention weights of a teacher-forced pass, per layer: "encoder" (b, h, s, s), "decoder"
+        (b, h, t, t) and "cross" (b, h, t, s); rows are queries and sum to 1."""
+        kinds = {"encoder": [layer.self_attention for layer in self.encoder_layers],
+                 "decoder": [layer.self_attention for layer in self.decoder_layers],
+                 "cross": [layer.cross_attention for layer in self.decoder_layers]}
+        modules = [module for group in kinds.values() for module in group]
+        was_training = self.training
+        self.eval()
+        try:
+            for module in modules:
+                module.record = True
+            self(source, target)
+            return {kind: [module.last_weights for module in group] for kind, group in kinds.items()}
+        finally:
+            for module in modules:
+                module.record, module.last_weights = False, None
+            self.train(was_training)

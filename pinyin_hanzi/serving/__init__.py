@@ -1,0 +1,1 @@
+"""The HTTP service, its model process and the web IME page."""

@@ -1,0 +1,1 @@
+"""Typed and corpus text: syllables and readings, what users type, shuangpin, the lexicon."""

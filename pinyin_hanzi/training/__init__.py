@@ -1,0 +1,1 @@
+"""The training recipe, its loss and its processes."""

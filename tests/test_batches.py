@@ -1,0 +1,171 @@
+import pytest
+
+from pinyin_hanzi.data.batches import (
+    BatchStream,
+    collate,
+    encode_examples,
+    hanzi_ids,
+    prefix_ids,
+    token_budget_batches,
+    training_abbreviations,
+)
+from pinyin_hanzi.data.corpus import Example
+from pinyin_hanzi.data.vocab import (
+    BOS_ID,
+    EOS_ID,
+    PAD_ID,
+    SPECIALS,
+    UNK_ID,
+    Vocab,
+    build_vocabs,
+    load_vocab,
+    save_vocab,
+)
+
+
+def _example(text):
+    from pinyin_hanzi.text.pinyin import hanzi_to_tokens
+
+    return Example(tuple(hanzi_to_tokens(text)), text)
+
+
+def test_special_tokens_have_fixed_ids_and_unknowns_map_to_unk():
+    vocab = Vocab.build(["abca", "ab"])
+    assert vocab.tokens[:4] == list(SPECIALS)
+    assert (PAD_ID, BOS_ID, EOS_ID, UNK_ID) == (0, 1, 2, 3)
+    assert vocab.tokens[4:] == ["a", "b", "c"]  # most frequent first
+    assert vocab.encode("az") == [4, UNK_ID]
+    with pytest.raises(ValueError):
+        Vocab(["a", "b"])
+
+
+def test_vocabularies_come_from_the_training_split_only():
+    train = [_example("你好"), _example("世界")]
+    test_only = _example("银行")
+    pinyin_vocab, hanzi_vocab = build_vocabs(train)
+    assert "你" in hanzi_vocab and "界" in hanzi_vocab
+    assert "银" not in hanzi_vocab and "yin" not in pinyin_vocab
+    encoded = encode_examples([test_only], pinyin_vocab, hanzi_vocab)[0]
+    assert encoded.target == [UNK_ID, UNK_ID] and encoded.source == [UNK_ID, UNK_ID]
+
+
+def test_min_char_count_drops_rare_characters():
+    _, hanzi_vocab = build_vocabs([_example("你好"), _example("你们")], min_char_count=2)
+    assert "你" in hanzi_vocab and "好" not in hanzi_vocab
+
+
+def test_token_budget_batches_cover_everything_once_within_budget():
+    lengths = [1 + (i * 7) % 30 for i in range(500)]
+    batches = token_budget_batches(lengths, batch_tokens=120, seed=3, epoch=0)
+    flat = sorted(index for batch in batches for index in batch)
+    assert flat == list(range(500))
+    for batch in batches:
+        assert max(lengths[i] for i in batch) * len(batch) <= 120
+        # grouped by length: little padding inside a batch
+        assert max(lengths[i] for i in batch) - min(lengths[i] for i in batch) <= 2
+    assert batches == token_budget_batches(lengths, batch_tokens=120, seed=3, epoch=0)
+    assert batches != token_budget_batches(lengths, batch_tokens=120, seed=3, epoch=1)
+
+
+def test_collate_pads_right_and_batch_stream_restores_its_position():
+    examples = encode_examples([_example(t) for t in ["你好", "世界和平", "好"] * 10],
+                               *build_vocabs([_example("你好世界和平")]))
+    batch = collate(examples[:2])
+    assert batch.source.shape == batch.target.shape == (2, 4)
+    assert batch.target[0, 2:].tolist() == [PAD_ID, PAD_ID] and batch.n_target_tokens == 6
+    stream = BatchStream(examples, batch_tokens=12, seed=1)
+    iterator = iter(stream)
+    for _ in range(7):  # past the end of the first epoch
+        next(iterator)
+    state = stream.state_dict()
+    expected = [next(iterator).target.tolist() for _ in range(5)]
+    restored = BatchStream(examples, batch_tokens=12, seed=1)
+    restored.load_state_dict(state)
+    assert [b.target.tolist() for _, b in zip(range(5), iter(restored))] == expected
+
+
+def test_vocab_files_round_trip(tmp_path):
+    vocab = Vocab.build(["你好，", "A1 "])
+    save_vocab(vocab, tmp_path / "v.txt")
+    assert load_vocab(tmp_path / "v.txt").tokens == vocab.tokens
+
+
+def test_prefix_tokens_join_the_pinyin_vocabulary_only_when_asked():
+    from pinyin_hanzi.text.typed_input import PREFIX_TOKENS
+
+    train = [_example("你好，世界")]
+    plain, _ = build_vocabs(train)
+    with_prefixes, _ = build_vocabs(train, extra_pinyin=PREFIX_TOKENS)
+    assert not PREFIX_TOKENS & set(plain.tokens)
+    assert with_prefixes.tokens[: len(plain)] == plain.tokens  # the data's tokens keep their ids
+    assert set(with_prefixes.tokens[len(plain):]) == PREFIX_TOKENS
+    with pytest.raises(ValueError, match="no prefix tokens"):
+        prefix_ids(plain)
+
+
+def _abbreviating_stream(abbreviate, seed=5):
+    from pinyin_hanzi.text.typed_input import PREFIX_TOKENS
+
+    texts = ["我想去北京。", "中国人民很勤劳！", "2024年我们学习Python。", "你好"] * 50
+    examples = [_example(text) for text in texts]
+    pinyin_vocab, hanzi_vocab = build_vocabs(examples, extra_pinyin=PREFIX_TOKENS)
+    encoded = encode_examples(examples, pinyin_vocab, hanzi_vocab)
+    stream = BatchStream(encoded, batch_tokens=64, seed=seed, abbreviate=abbreviate, prefix_of=prefix_ids(pinyin_vocab),
+                         hanzi_target=hanzi_ids(hanzi_vocab))
+    return stream, encoded, pinyin_vocab, hanzi_vocab
+
+
+def test_abbreviation_replaces_only_syllables_by_their_prefix_tokens():
+    from pinyin_hanzi.text.pinyin import syllables
+    from pinyin_hanzi.text.typed_input import prefix_token
+
+    stream, encoded, pinyin_vocab, hanzi_vocab = _abbreviating_stream(0.5)
+    changed, latin = 0, 0
+    for _ in range(30):
+        epoch, indices = stream.next_indices()
+        batch = stream.batch(epoch, indices)
+        for row, index in enumerate(indices):
+            original = pinyin_vocab.decode(encoded[index].source)
+            typed = pinyin_vocab.decode(batch.source[row, : len(original)].tolist())
+            for before, after, char in zip(original, typed, hanzi_vocab.decode(encoded[index].target)):
+                assert after == before or (before in syllables() and after == prefix_token(before))
+                changed += after != before
+                if char in "on":  # Python's letters: tokens that are syllables too, never abbreviated
+                    assert after == before
+                    latin += 1
+            assert batch.target[row, : len(original)].tolist() == encoded[index].target  # targets untouched
+    assert changed > 100 and latin > 10
+    assert pinyin_vocab.ids["zh*"] == prefix_ids(pinyin_vocab)[pinyin_vocab.ids["zhong"]]
+    assert all(prefix_ids(pinyin_vocab)[pinyin_vocab.ids[token]] == pinyin_vocab.ids[token] for token in "。！2P")
+
+
+def test_abbreviation_depends_on_seed_epoch_and_index_only():
+    def drawn(seed):
+        return [training_abbreviations(12, 0.5, seed=seed, epoch=epoch, index=index)
+                for epoch in range(3) for index in range(50)]
+
+    first = drawn(1)
+    assert first == drawn(1)
+    assert first[:50] != first[50:100]  # a new epoch types the same examples differently
+    assert first != drawn(2)
+    # a stream restored mid-epoch builds the very batches of the uninterrupted one, abbreviations included
+    stream, _, _, _ = _abbreviating_stream(0.5)
+    for _ in range(40):  # past the end of the first epoch
+        stream.next_indices()
+    state = stream.state_dict()
+    expected = [stream.batch(*stream.next_indices()).source.tolist() for _ in range(10)]
+    restored, _, _, _ = _abbreviating_stream(0.5)
+    restored.load_state_dict(state)
+    assert [restored.batch(*restored.next_indices()).source.tolist() for _ in range(10)] == expected
+
+
+def test_the_share_of_abbreviated_examples_and_their_rates_follow_the_setting():
+    for share in (0.0, 0.3, 1.0):
+        chosen = [training_abbreviations(30, share, seed=0, epoch=0, index=index) for index in range(4000)]
+        abbreviated = [positions for positions in chosen if positions]
+        # a chosen example keeps all 30 positions with probability 1/31 (the integral of (1 - rate)^30)
+        assert len(abbreviated) / len(chosen) == pytest.approx(share * 30 / 31, abs=0.02)
+        if share:
+            rates = [len(positions) / 30 for positions in abbreviated]
+            assert min(rates) < 0.1 and max(rates) == 1.0  # from a syllable or two to all of them
+            assert sum(rates) / len(rates) == pytest.approx(0.5, abs=0.05)

@@ -1,0 +1,158 @@
+import math
+
+import pytest
+import torch
+
+from pinyin_hanzi.data.vocab import BOS_ID
+from pinyin_hanzi.lm.char_ngram import CharNgramLM
+
+V = 12  # ids 0-3 are specials (<pad>, <s>, </s>, <unk>), 4-11 characters
+SENTENCES = [[4, 5, 6], [4, 5, 7], [4, 5, 6, 8], [9, 5, 6], [10, 11], [4, 10, 11, 5]]
+
+
+def _all_next(lm: CharNgramLM, context: list[int]) -> torch.Tensor:
+    """P(every id | context), (V,)."""
+    return lm.log_prob(torch.tensor([context]), torch.arange(V)[None]).exp()[0]
+
+
+@pytest.mark.parametrize("order", [1, 2, 3, 4])
+def test_probabilities_of_every_next_character_sum_to_one_in_seen_and_unseen_contexts(order):
+    lm = CharNgramLM.count(SENTENCES, V, order)
+    for context in ([BOS_ID, BOS_ID, BOS_ID], [BOS_ID, BOS_ID, 4], [BOS_ID, 4, 5], [6, 4, 5], [11, 11, 11]):
+        total = float(_all_next(lm, context).sum())
+        assert abs(total - 1.0) < 1e-5, (order, context, total)
+
+
+def test_kneser_ney_values_by_hand():
+    lm = CharNgramLM.count([[4, 5], [4, 5], [4, 6]], V, order=2, discount=0.75)
+    # Unigrams: continuation counts (distinct left neighbours): 4 <- {<s>}, 5 <- {4}, 6 <- {4}: 1 each of 3,
+    # add-one over V ids.
+    unigram = {4: 2 / (3 + V), 5: 2 / (3 + V), 6: 2 / (3 + V), 7: 1 / (3 + V)}
+    # After 4: seen 3 times, followed by 2 distinct characters (5 twice, 6 once).
+    expected = {5: (2 - 0.75 + 0.75 * 2 * unigram[5]) / 3, 6: (1 - 0.75 + 0.75 * 2 * unigram[6]) / 3,
+                7: 0.75 * 2 * unigram[7] / 3}
+    for char, probability in expected.items():
+        assert math.isclose(math.exp(float(lm.log_prob(torch.tensor([[4]]), torch.tensor([[char]]))[0, 0])),
+                            probability, rel_tol=1e-5)
+    # An unseen context backs off to the unigrams alone.
+    assert math.isclose(float(_all_next(lm, [7])[5]), unigram[5], rel_tol=1e-5)
+
+
+def test_context_changes_the_prediction():
+    lm = CharNgramLM.count(SENTENCES, V, order=3)
+    after_4_5 = _all_next(lm, [4, 5])
+    after_9_5 = _all_next(lm, [9, 5])
+    assert int(after_4_5.argmax()) == 6 and after_4_5[7] > after_9_5[7]  # 4 5 7 was seen, 9 5 7 never
+    assert lm.sentence_log_prob([4, 5, 6]) > lm.sentence_log_prob([4, 6, 5])
+
+
+def test_state_dict_round_trip_is_exact_and_compact():
+    lm = CharNgramLM.count(SENTENCES, V, order=3)
+    state = lm.state_dict()
+    assert all(table["last_ids"]["dtype"] == "int16" for table in state["tables"].values())
+    again = CharNgramLM.from_state_dict(state)
+    contexts = torch.tensor([[BOS_ID, BOS_ID], [4, 5], [9, 5], [11, 11]])
+    candidates = torch.arange(V).expand(4, -1)
+    assert torch.equal(lm.log_prob(contexts, candidates), again.log_prob(contexts, candidates))
+
+
+def test_min_count_drops_rare_top_order_ngrams_and_their_empty_contexts():
+    full = CharNgramLM.count(SENTENCES, V, order=3)
+    pruned = CharNgramLM.count(SENTENCES, V, order=3, min_count=2)
+    assert len(pruned.grams[3][0]) < len(full.grams[3][0]) and len(pruned.contexts[3][0]) < len(full.contexts[3][0])
+    assert torch.equal(pruned.grams[2][0], full.grams[2][0])  # lower orders are kept whole
+    kept = torch.tensor([[4, 5]]), torch.tensor([[6]])  # 4 5 6 was seen twice: the same probability
+    assert torch.allclose(pruned.log_prob(*kept), full.log_prob(*kept))
+    contexts, candidates = torch.tensor([[BOS_ID, BOS_ID], [4, 5], [10, 11]]), torch.arange(V).expand(3, -1)
+    again = CharNgramLM.from_state_dict(pruned.state_dict())
+    assert torch.equal(pruned.log_prob(contexts, candidates), again.log_prob(contexts, candidates))
+
+
+def test_keys_that_do_not_fit_are_refused():
+    with pytest.raises(ValueError, match="int64"):
+        CharNgramLM.count(SENTENCES, 10**7, order=3)
+
+
+def test_a_column_with_many_counts_past_int16_is_packed_whole_in_int32_and_read_back_exactly():
+    lm = CharNgramLM.count([[4, 5]] * 40_000 + SENTENCES, V, order=2)
+    state = lm.state_dict()
+    assert state["tables"][2]["counts"]["dtype"] == "int32"  # 40,001 and more, in a short column: no exceptions
+    again = CharNgramLM.from_state_dict(state)
+    contexts, candidates = torch.tensor([[4], [BOS_ID], [11]]), torch.arange(V).expand(3, -1)
+    assert torch.equal(lm.log_prob(contexts, candidates), again.log_prob(contexts, candidates))
+    from pinyin_hanzi.checkpoint import _char_lm_problem  # what every checkpoint load runs on it
+
+    assert _char_lm_problem(state, V) is None
+
+
+def test_a_few_counts_past_16_bits_are_listed_apart_and_the_column_stays_int16():
+    """A few counts of 70,000 among thousands of small ones: an int16 column plus those values, read back
+    exactly, instead of an int32 column twice the size."""
+    v = 300
+    pairs = [[a, b] for a in range(4, v, 3) for b in range(5, v, 7)]  # about 4,000 bigrams seen once or twice
+    lm = CharNgramLM.count([[4, 5]] * 70_000 + pairs, v, order=2)
+    stored = lm.state_dict()["tables"][2]["counts"]
+    assert stored["dtype"] == "int16" and len(stored["zlib"]) < 2 * stored["length"] / 2  # deflated: mostly ones
+    assert min(stored["wide"].tolist()) > 2**15 - 1 and 1 <= len(stored["at"]) <= 3  # 4 5, <s> 4, 5 </s>
+    again = CharNgramLM.from_state_dict(lm.state_dict())
+    assert torch.equal(again.grams[2][1], lm.grams[2][1])
+    contexts, candidates = torch.tensor([[4], [BOS_ID], [11]]), torch.arange(v).expand(3, -1)
+    assert torch.equal(lm.log_prob(contexts, candidates), again.log_prob(contexts, candidates))
+    from pinyin_hanzi.checkpoint import _char_lm_problem
+
+    assert _char_lm_problem(lm.state_dict(), v) is None
+    broken = lm.state_dict()
+    broken["tables"][2]["counts"]["at"] = torch.tensor([10**6], dtype=torch.int32)  # points past the column
+    assert "exceptions do not fit" in _char_lm_problem(broken, v)
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda column: {**column, "zlib": column["zlib"][:-5]}, "does not hold"),  # cut short
+    (lambda column: {**column, "zlib": b"not zlib at all"}, "corrupt"),
+    (lambda column: {**column, "length": column["length"] - 1}, "does not hold"),  # more data than it claims
+    (lambda column: {**column, "dtype": "float32"}, "not a 1-D integer tensor or a packed column"),
+    (lambda column: column["zlib"], "not a 1-D integer tensor or a packed column"),
+])
+def test_a_damaged_packed_column_is_refused_in_one_line(damage, message):
+    from pinyin_hanzi.checkpoint import _char_lm_problem
+
+    state = CharNgramLM.count(SENTENCES, V, order=3).state_dict()
+    state["tables"][3]["counts"] = damage(state["tables"][3]["counts"])
+    problem = _char_lm_problem(state, V)
+    assert problem.startswith("order 3's table lacks one of") and message in problem and "\n" not in problem
+
+
+def test_context_keys_are_stored_as_steps_and_older_files_with_plain_keys_still_load():
+    lm = CharNgramLM.count(SENTENCES, V, order=3)
+    state = lm.state_dict()
+    assert "context_keys" not in state["tables"][3] and "context_key_steps" in state["tables"][3]
+    older = {**state, "tables": {k: {**{n: c for n, c in table.items() if n != "context_key_steps"},
+                                      "context_keys": lm.contexts[k][0].int()}
+                                  for k, table in state["tables"].items()}}
+    contexts, candidates = torch.tensor([[BOS_ID, BOS_ID], [4, 5], [9, 5]]), torch.arange(V).expand(3, -1)
+    for stored in (state, older):
+        again = CharNgramLM.from_state_dict(stored)
+        assert torch.equal(lm.log_prob(contexts, candidates), again.log_prob(contexts, candidates))
+
+
+def test_phrase_table_entries_are_counted_into_the_model_and_unknown_characters_left_out():
+    from pinyin_hanzi.data.corpus import Example
+    from pinyin_hanzi.data.vocab import Vocab
+    from pinyin_hanzi.lm.char_ngram import count_for, known_phrases
+
+    vocab = Vocab(["<pad>", "<s>", "</s>", "<unk>", *"仗势欺人凌我们"])
+    text = [Example(("wo", "men"), "我们"), Example(("ren",), "人"), Example(("qi",), "欺")]
+    phrases = ["仗势欺人", "仗势凌人", "仗势欺汝"]  # 汝 is not in the vocabulary
+    assert known_phrases(phrases, vocab) == ["仗势欺人", "仗势凌人"]
+    plain = count_for(text, vocab, order=3, min_count=2)
+    fused = count_for(text, vocab, order=3, min_count=2, phrases=phrases, phrase_copies=2)
+    context, candidates = torch.tensor([vocab.encode("仗势")]), torch.tensor([vocab.encode("欺凌我")])
+    plain_p, fused_p = plain.log_prob(context, candidates)[0], fused.log_prob(context, candidates)[0]
+    assert fused.size() > plain.size()
+    assert fused_p[0] > plain_p[0] + 1 and fused_p[1] > plain_p[1] + 1  # 欺 and 凌 now follow 仗势
+    assert fused_p[2] < fused_p[0]  # and 我 does not
+    a, b, c = vocab.encode("仗势欺")
+    keys, counts = fused.grams[3]
+    assert int(counts[keys == (a * len(vocab) + b) * len(vocab) + c]) == 2  # 2 copies of 仗势欺人, none of 仗势欺汝
+    once = count_for(text, vocab, order=3, min_count=2, phrases=phrases, phrase_copies=1)
+    assert once.log_prob(context, candidates)[0, 0] < fused_p[0]  # seen once: the trigram is pruned

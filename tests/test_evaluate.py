@@ -1,0 +1,84 @@
+import pytest
+import torch
+
+from pinyin_hanzi.config import config_from_dict
+from pinyin_hanzi.data.batches import collate, encode_examples
+from pinyin_hanzi.data.corpus import Example, read_examples
+from pinyin_hanzi.evaluation.evaluate import compare_file, evaluate, evaluate_file
+from pinyin_hanzi.evaluation.metrics import conversion_scores
+from pinyin_hanzi.training.loss import model_loss
+
+from conftest import tiny_config_dict, untrained_converter
+
+
+@pytest.fixture(scope="module")
+def converter(trained):
+    from pinyin_hanzi.decoding.converter import Converter
+
+    _, _, best = trained
+    return Converter.from_checkpoint(best)
+
+
+def test_validation_loss_is_the_unsmoothed_loss_per_token_and_accuracy_is_of_the_first_sentences(trained, converter,
+                                                                                                  tmp_path):
+    tmp, _, _ = trained
+    examples = read_examples(tmp / "prepared" / "tiny" / "train.tsv")
+    encoded = encode_examples(examples, converter.pinyin_vocab, converter.hanzi_vocab)
+    raw = tiny_config_dict(tmp_path, tmp_path / "unused.txt", eval_sentences=4, label_smoothing=0.3)
+    config = config_from_dict(raw)
+    result = evaluate(converter.model, encoded, examples, converter, config, torch.device("cpu"))
+
+    with torch.no_grad():
+        losses = [model_loss(converter.model, collate([e]), 0.0) for e in encoded]  # one example at a time
+    expected = sum(float(value) * n for value, n in losses) / sum(n for _, n in losses)
+    assert result["loss"] == pytest.approx(expected, rel=1e-5)  # smoothing is for training only
+    outputs = converter.convert_tokens([e.tokens for e in examples[:4]])
+    assert {k: result[k] for k in ("char_accuracy", "cer", "exact", "sentences")} == {
+        k: v for k, v in conversion_scores(outputs, [e.hanzi for e in examples[:4]]).items() if k != "characters"}
+    assert result["sentences"] == 4 and len(result["samples"]) == 4
+    assert result["samples"][0].startswith(" ".join(examples[0].tokens) + "  →  ")
+
+
+def test_evaluate_file_scores_the_conversions_of_typed_input(trained, converter):
+    tmp, _, _ = trained
+    examples = read_examples(tmp / "prepared" / "tiny" / "train.tsv")
+    result = evaluate_file(converter, examples)
+    assert result["char_accuracy"] == 1.0 and result["top1"] == 1.0 and "top5" not in result
+    assert (result["constrained"], result["unsegmented"], result["beam"]) == (True, False, 1)
+
+    wrong = Example(examples[0].tokens, "错" * len(examples[0].hanzi))  # a reference the model never writes
+    result = evaluate_file(converter, [wrong] + examples[1:], beam=5)
+    assert result["exact"] == pytest.approx((len(examples) - 1) / len(examples))
+    assert result["top1"] == result["exact"] and result["top1"] <= result["top3"] <= result["top5"] < 1
+    assert result["char_accuracy"] < 1 and result["beam"] == 5
+
+
+def test_evaluate_file_types_a_share_of_syllables_abbreviated_and_reads_them_as_prefixes(trained, converter):
+    tmp, _, _ = trained
+    examples = read_examples(tmp / "prepared" / "tiny" / "train.tsv")
+    full = evaluate_file(converter, examples)
+    assert (full["abbreviate"], full["prefixes"]) == (0.0, converter.prefixes)
+    abbreviated = evaluate_file(converter, examples, abbreviate=1.0)
+    assert abbreviated["prefixes"] is True and abbreviated["char_accuracy"] < full["char_accuracy"]
+    assert evaluate_file(converter, examples, abbreviate=1.0) == abbreviated  # the same syllables every run
+    letters = evaluate_file(converter, examples, abbreviate=1.0, prefixes=False)  # b, j ... pass through
+    assert letters["prefixes"] is False and letters["char_accuracy"] < abbreviated["char_accuracy"]
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        evaluate_file(converter, examples, abbreviate=1.5)
+
+
+def test_compare_file_scores_two_models_on_the_same_typed_sentences(trained, converter):
+    tmp, _, _ = trained
+    examples = read_examples(tmp / "prepared" / "tiny" / "train.tsv")
+    itself = compare_file(converter, converter, examples, beam=5)
+    assert itself["cer"] == itself["other_cer"] == evaluate_file(converter, examples, beam=5)["cer"]
+    assert itself["difference"] == 0 and itself["interval"] == [0, 0] and itself["sentences"] == len(examples)
+
+    untrained = untrained_converter()  # its own vocabulary: most of this pinyin is unknown to it
+    worse = compare_file(converter, untrained, examples, abbreviate=0.5)
+    assert worse["abbreviate"] == 0.5 and worse["cer"] == evaluate_file(converter, examples, abbreviate=0.5)["cer"]
+    assert worse["other_cer"] == evaluate_file(untrained, examples, abbreviate=0.5)["cer"]
+    assert worse["difference"] > 0 and worse["interval"][0] > 0 and worse["worse"] > 0 == worse["better"]
+    flipped = compare_file(untrained, converter, examples, abbreviate=0.5)
+    assert flipped["difference"] == pytest.approx(-worse["difference"])
+    assert (flipped["better"], flipped["worse"]) == (worse["worse"], worse["better"])

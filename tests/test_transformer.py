@@ -1,0 +1,268 @@
+import pytest
+import torch
+
+from pinyin_hanzi.config import ModelConfig
+from pinyin_hanzi.data.vocab import BOS_ID, PAD_ID
+from pinyin_hanzi.models.transformer import InferenceView, Transformer, model_values, shift_right, sinusoidal_table
+
+SOURCE_VOCAB, TARGET_VOCAB = 30, 40
+
+
+def _model(**overrides) -> Transformer:
+    torch.manual_seed(0)
+    config = ModelConfig(**{"d_model": 32, "n_heads": 4, "n_encoder_layers": 2, "n_decoder_layers": 2, "d_ff": 64,
+                            "dropout": 0.0, "max_positions": 64, **overrides})
+    return Transformer(config, source_vocab_size=SOURCE_VOCAB, target_vocab_size=TARGET_VOCAB).eval()
+
+
+def _ids(batch, length, vocab, seed=1):
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randint(4, vocab, (batch, length), generator=generator)
+
+
+def test_shift_right_puts_bos_first_and_drops_the_last_target():
+    target = torch.tensor([[5, 6, 7], [8, 9, PAD_ID]])
+    assert shift_right(target).tolist() == [[BOS_ID, 5, 6], [BOS_ID, 8, 9]]
+
+
+@pytest.mark.parametrize("overrides", [{}, {"norm": "post", "tie_output": False}, {"n_encoder_layers": 1, "d_ff": 48, "max_positions": 20}])
+def test_the_memory_check_counts_every_value_the_model_holds(overrides):
+    model = _model(**overrides)  # what the check counts from the config alone, before building
+    held = sum(p.numel() for p in model.parameters()) + sum(b.numel() for b in model.buffers())
+    assert model_values(model.config, source_vocab_size=SOURCE_VOCAB, target_vocab_size=TARGET_VOCAB) == held
+
+
+def test_a_model_larger_than_memory_is_refused_before_it_is_allocated():
+    from pinyin_hanzi.errors import ConfigError
+
+    config = ModelConfig(d_model=8192, n_heads=8, d_ff=65536, n_encoder_layers=128, n_decoder_layers=128)
+    with pytest.raises(ConfigError, match=r"would need 1\.4 TiB of parameters; this machine has "):
+        Transformer(config, source_vocab_size=SOURCE_VOCAB, target_vocab_size=TARGET_VOCAB)
+
+
+def test_sinusoidal_table_values():
+    table = sinusoidal_table(10, 8)
+    assert torch.allclose(table[0, 0::2], torch.zeros(4)) and torch.allclose(table[0, 1::2], torch.ones(4))
+    assert torch.isclose(table[3, 0], torch.sin(torch.tensor(3.0)))
+    assert torch.isclose(table[3, 3], torch.cos(torch.tensor(3.0 / 10000 ** (2 / 8))))
+
+
+@pytest.mark.parametrize("norm", ["pre", "post"])
+def test_look_ahead_mask_future_targets_do_not_change_earlier_outputs(norm):
+    model = _model(norm=norm)
+    source, target = _ids(2, 7, SOURCE_VOCAB), _ids(2, 7, TARGET_VOCAB, seed=2)
+    changed = target.clone()
+    changed[:, 4:] = _ids(2, 3, TARGET_VOCAB, seed=3)
+    with torch.no_grad():
+        before, after = model(source, target), model(source, changed)
+    # Decoder input at position i is target[i-1], so outputs 0..4 see only target[:4].
+    assert torch.allclose(before[:, :5], after[:, :5], atol=1e-5)
+    assert not torch.allclose(before[:, 5:], after[:, 5:], atol=1e-3)
+
+
+@pytest.mark.parametrize("norm", ["pre", "post"])
+def test_extra_padding_does_not_change_outputs(norm):
+    model = _model(norm=norm)
+    source, target = _ids(1, 5, SOURCE_VOCAB), _ids(1, 5, TARGET_VOCAB, seed=2)
+    padded_source = torch.cat([source, torch.full((1, 6), PAD_ID)], dim=1)
+    padded_target = torch.cat([target, torch.full((1, 6), PAD_ID)], dim=1)
+    with torch.no_grad():
+        plain, padded = model(source, target), model(padded_source, padded_target)
+    assert torch.allclose(plain, padded[:, :5], atol=1e-5)
+    # and the source padding mask is what makes it so: real source tokens change the output
+    noisy_source = padded_source.clone()
+    noisy_source[:, 5:] = 7
+    with torch.no_grad():
+        assert not torch.allclose(plain, model(noisy_source, padded_target)[:, :5], atol=1e-3)
+
+
+@pytest.mark.parametrize("norm", ["pre", "post"])
+def test_cached_decoding_gives_the_uncached_logits_step_by_step_and_after_reordering(norm):
+    model = _model(norm=norm)
+    source, target = _ids(3, 6, SOURCE_VOCAB), _ids(3, 6, TARGET_VOCAB, seed=2)
+    source[1, 4:] = PAD_ID  # one padded input: the cross-attention mask matters
+    candidates = _ids(3 * 6, 5, TARGET_VOCAB, seed=3).view(3, 6, 5)
+    decoder_input = shift_right(target)
+    with torch.no_grad():
+        memory, mask = model.encode(source)
+        full = model.decode(decoder_input, memory, mask)  # (b, t, v), no cache
+        restricted = model.decode(decoder_input, memory, mask, candidates=candidates)
+        cache, steps = model.new_cache(), []
+        for position in range(6):
+            steps.append(model.decode(decoder_input[:, position : position + 1], memory, mask, cache=cache))
+        assert cache.length == 6
+        assert torch.allclose(torch.cat(steps, dim=1), full, atol=1e-5)
+        assert not torch.allclose(steps[1], steps[2], atol=1e-3)  # positions differ: the check has teeth
+        cache = model.new_cache()
+        for position in range(6):
+            logits = model.decode(decoder_input[:, position : position + 1], memory, mask, cache=cache,
+                                  candidates=candidates[:, position : position + 1])
+            assert torch.allclose(logits, restricted[:, position : position + 1], atol=1e-5)
+        # Beam search: rows of one input, each with its own prefix; reordering keeps each row's history.
+        one, one_mask = memory[:1].expand(3, -1, -1), mask[:1].expand(3, -1, -1, -1)
+        beams = model.decode(decoder_input, one, one_mask)  # (3, t, v): row r continues prefix r
+        cache = model.new_cache()
+        for position in range(3):
+            model.decode(decoder_input[:, position : position + 1], one, one_mask, cache=cache)
+        order = torch.tensor([2, 0, 2])
+        cache.reorder(order)
+        step = model.decode(decoder_input[order, 3:4], one, one_mask, cache=cache)
+        assert torch.allclose(step, beams[order, 3:4], atol=1e-5)
+        assert not torch.allclose(step, beams[:, 3:4], atol=1e-3)  # without the reorder it would differ
+
+
+@pytest.mark.parametrize("norm", ["pre", "post"])
+def test_an_inference_view_runs_the_modules_code_on_the_models_own_tensors(norm):
+    model = _model(norm=norm)
+    view = InferenceView(model)
+    source, target = _ids(2, 5, SOURCE_VOCAB), _ids(2, 5, TARGET_VOCAB, seed=2)
+    source[1, 3:] = PAD_ID
+    decoder_input = shift_right(target)
+    with torch.no_grad():
+        memory, mask = model.encode(source)
+        full = model.decode(decoder_input, memory, mask)
+        view_memory, view_mask = view.encode(source)
+        assert torch.equal(view_memory, memory) and torch.equal(view_mask, mask)
+        cache, steps = view.new_cache(), []
+        for position in range(5):
+            steps.append(view.decode(decoder_input[:, position : position + 1], memory, mask, cache=cache))
+        assert torch.allclose(torch.cat(steps, dim=1), full, atol=1e-5)
+        assert torch.allclose(view(source, target), model(source, target), atol=1e-6)  # called as the module is
+        # References, not copies: the view reads the weights as they are now (tied output weight included).
+        assert view.output.weight is model.output.weight
+        assert view.decoder_layers[0].feed_forward.net[0].weight is model.decoder_layers[0].feed_forward.net[0].weight
+        model.decoder_layers[0].feed_forward.net[0].weight.mul_(3.0)
+        assert not torch.allclose(view.decode(decoder_input, memory, mask), full, atol=1e-3)
+    with pytest.raises(AttributeError, match="InferenceView of Transformer has no attribute 'parameters'"):
+        view.parameters()  # nn.Module's own machinery reads its dicts: not offered
+
+
+def test_a_cache_grown_from_one_row_per_input_to_several_keeps_each_inputs_memory():
+    # A beam search's first step decodes one row per input, then continues with k rows each.
+    model = _model()
+    source = _ids(2, 5, SOURCE_VOCAB)
+    source[1, 3:] = PAD_ID
+    first = torch.full((2, 1), BOS_ID)
+    following = _ids(6, 1, TARGET_VOCAB, seed=7)
+    order = torch.tensor([0, 0, 0, 1, 1, 1])
+    with torch.no_grad():
+        memory, mask = model.encode(source)
+        cache = model.new_cache()
+        model.decode(first, memory, mask, cache=cache)
+        cache.reorder(order)
+        step = model.decode(following, memory[order], mask[order], cache=cache)
+        expected = model.decode(torch.cat([first[order], following], dim=1), memory[order], mask[order])[:, 1:]
+    assert torch.allclose(step, expected, atol=1e-5)
+    assert not torch.allclose(step[:3], step[3:], atol=1e-3)  # the two inputs' memories differ
+
+
+def test_cached_decoding_refuses_positions_past_max_positions_and_several_at_once():
+    model = _model()
+    memory, mask = model.encode(_ids(1, 3, SOURCE_VOCAB))
+    cache = model.new_cache()
+    cache.length = 64
+    with pytest.raises(ValueError, match="max_positions"):
+        model.decode(torch.tensor([[BOS_ID]]), memory, mask, cache=cache)
+    with pytest.raises(ValueError, match="one position"):
+        model.decode(torch.tensor([[BOS_ID, 5]]), memory, mask, cache=model.new_cache())
+
+
+def test_logits_of_candidates_equal_the_full_logits_at_those_ids():
+    model = _model()
+    source, target = _ids(3, 6, SOURCE_VOCAB), _ids(3, 6, TARGET_VOCAB, seed=2)
+    candidates = _ids(3 * 6, 5, TARGET_VOCAB, seed=3).view(3, 6, 5)  # (b, t, c)
+    with torch.no_grad():
+        memory, mask = model.encode(source)
+        full = model.decode(shift_right(target), memory, mask)  # (b, t, v)
+        restricted = model.decode(shift_right(target), memory, mask, candidates=candidates)  # (b, t, c)
+    assert torch.allclose(restricted, full.gather(-1, candidates), atol=1e-5)
+
+
+@pytest.mark.parametrize("tie_output", [True, False])
+def test_gathered_and_full_product_candidate_logits_are_equal(tie_output):
+    # Training chunks: lists of every length up to the whole vocabulary (a prefix token's is long), <pad> after
+    # each; the chunks either gather their rows or take the full product and pick columns (dense_rows).
+    model = _model(tie_output=tie_output)
+    model.chunk = 16
+    generator = torch.Generator().manual_seed(4)
+    hidden = torch.randn(4, 20, 32, generator=generator, requires_grad=True)  # (b, t, d): 80 positions, 5 chunks
+    lengths = torch.randint(1, TARGET_VOCAB - 4, (4, 20), generator=generator)
+    candidates = torch.randint(4, TARGET_VOCAB, (4, 20, TARGET_VOCAB - 4), generator=generator)
+    candidates = candidates.masked_fill(torch.arange(TARGET_VOCAB - 4) >= lengths[..., None], PAD_ID)
+    results = {}
+    for ratio in (float("inf"), 8, 0):  # always gather; chunks with lists over 20 only; always the full product
+        model.dense_rows = ratio
+        logits = model.logits(hidden, candidates)
+        real = candidates != PAD_ID
+        (logits[real] ** 2).sum().backward()
+        results[ratio] = logits[real].detach(), hidden.grad.clone(), model.output.weight.grad.clone()
+        hidden.grad, model.output.weight.grad = None, None
+    expected = (hidden @ model.output.weight.T).gather(-1, candidates)[candidates != PAD_ID].detach()
+    for logits, hidden_grad, weight_grad in results.values():
+        assert torch.allclose(logits, expected, atol=1e-5)
+        assert torch.allclose(hidden_grad, results[float("inf")][1], atol=1e-4)
+        assert torch.allclose(weight_grad, results[float("inf")][2], atol=1e-4)
+
+
+def test_few_positions_with_long_lists_take_the_full_product():
+    model = _model()
+    model.dense_rows = 1
+    hidden = torch.randn(1, 2, 32)
+    short = torch.tensor([[[5, 6], [7, PAD_ID]]])  # 4 rows gathered: fewer than the matrix's 40
+    long = torch.arange(4, TARGET_VOCAB).repeat(1, 2, 1)  # (1, 2, 36): 72 rows, more than the matrix has
+    with torch.no_grad():
+        full = model.logits(hidden)
+        assert torch.allclose(model.logits(hidden, short)[0, 0], full[0, 0, [5, 6]], atol=1e-5)
+        assert torch.allclose(model.logits(hidden, long), full[..., 4:], atol=1e-5)
+
+
+@pytest.mark.parametrize("dense_rows", [float("inf"), 0])
+def test_candidate_lists_shared_by_consecutive_rows_give_each_row_its_lists_logits(dense_rows):
+    # A beam search passes one list per input for its beams (rows 3i..3i+2 share list i): the same logits as
+    # the list repeated for every row, gathered once or by the full product.
+    model = _model()
+    model.dense_rows = dense_rows
+    hidden = torch.randn(2 * 3, 1, 32, generator=torch.Generator().manual_seed(5))  # (g n, t, d), g = 3
+    shared = torch.tensor([[[5, 9, 7, PAD_ID]], [[11, 4, 30, 6]]])  # (n, t, c)
+    with torch.no_grad():
+        logits = model.logits(hidden, shared)
+        assert logits.shape == (6, 1, 4)
+        assert torch.allclose(logits, model.logits(hidden, shared.repeat_interleave(3, dim=0)), atol=1e-5)
+        assert torch.allclose(logits[4, 0], (hidden[4, 0] @ model.output.weight.T)[[11, 4, 30, 6]], atol=1e-5)
+        with pytest.raises(ValueError, match="cannot be shared"):
+            model.logits(hidden[:5], shared)
+
+
+def test_output_projection_is_tied_to_the_target_embedding_when_configured():
+    tied, untied = _model(tie_output=True), _model(tie_output=False)
+    assert tied.output.weight.data_ptr() == tied.target_embedding.tokens.weight.data_ptr()
+    assert untied.output.weight.data_ptr() != untied.target_embedding.tokens.weight.data_ptr()
+    assert sum(p.numel() for p in untied.parameters()) - sum(p.numel() for p in tied.parameters()) == 32 * TARGET_VOCAB
+
+
+def test_too_long_input_is_a_clear_error():
+    with pytest.raises(ValueError, match="max_positions"):
+        _model()(_ids(1, 65, SOURCE_VOCAB), _ids(1, 65, TARGET_VOCAB))
+
+
+def test_attention_maps_are_distributions_that_respect_the_masks():
+    model = _model()
+    source = torch.cat([_ids(1, 5, SOURCE_VOCAB), torch.full((1, 2), PAD_ID)], dim=1)
+    target = torch.cat([_ids(1, 5, TARGET_VOCAB, seed=2), torch.full((1, 2), PAD_ID)], dim=1)
+    with torch.no_grad():
+        plain = model(source, target)
+    maps = model.attention_maps(source, target)
+    assert [len(maps[kind]) for kind in ("encoder", "decoder", "cross")] == [2, 2, 2]
+    cross, decoder, encoder = maps["cross"][0], maps["decoder"][1], maps["encoder"][0]
+    assert cross.shape == (1, 4, 7, 7)
+    for weights in (cross, decoder, encoder):
+        assert torch.allclose(weights.sum(-1), torch.ones(weights.shape[:-1]), atol=1e-5)
+    assert float(cross[..., 5:].abs().max()) == 0.0 and float(encoder[..., 5:].abs().max()) == 0.0  # padding
+    assert float(decoder.triu(1).abs().max()) == 0.0  # look-ahead: nothing above the diagonal
+    assert all(m.last_weights is None and not m.record for m in model.modules() if hasattr(m, "record"))
+    for module in model.modules():  # the explicit path computes what the fused kernel computes
+        if hasattr(module, "record"):
+            module.record = True
+    with torch.no_grad():
+        explicit = model(source, target)
+    assert torch.allclose(explicit[:, :5], plain[:, :5], atol=1e-5)
