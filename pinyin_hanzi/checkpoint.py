@@ -3,22 +3,21 @@ scheduler state, step, best validation score, data position and RNG state. ``tra
 else.
 
 This module owns the layout: the ``*_KEY`` constants name every entry, :func:`training_checkpoint` builds
-what training writes, :data:`EXPORTED_KEYS` is what an inference-only copy keeps, and :func:`load_checkpoint`
-checks every entry's type before anyone reads it. Written to a temporary file and renamed into place, so a
-crash never leaves a half-written checkpoint; read with ``torch.load(weights_only=True)``, so loading one
-never runs pickled code.
+what training writes, :data:`EXPORTED_KEYS` is what an inference-only copy keeps (checkpoint_copies.py writes
+it), :data:`LANGUAGE_MODELS` which entry holds which language model (each model checks its own stored
+state), and :func:`load_checkpoint` checks every entry before anyone reads it. Written to a temporary file
+and renamed into place, so a crash never leaves a half-written checkpoint; read with
+``torch.load(weights_only=True)``, so loading one never runs pickled code.
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import stat
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import torch
 
@@ -26,9 +25,9 @@ from pinyin_hanzi.config import Config, config_from_dict, shown
 from pinyin_hanzi.data.vocab import BOS_ID, Vocab
 from pinyin_hanzi.errors import CheckpointError, ConfigError
 from pinyin_hanzi.files import file_kind
-from pinyin_hanzi.lm.char_ngram import TABLE_COLUMNS, CharNgramLM, table_columns
+from pinyin_hanzi.lm.char_ngram import CharNgramLM
+from pinyin_hanzi.lm.stored import is_finite_number, is_int
 from pinyin_hanzi.lm.syllable import SyllableBigrams
-from pinyin_hanzi.lm.syllable import packed_columns as packed_syllable_columns
 from pinyin_hanzi.lm.word import WordLexiconLM
 from pinyin_hanzi.models.transformer import Transformer
 
@@ -61,6 +60,28 @@ RESUME_KEYS = (OPTIMIZER_KEY, SCHEDULER_KEY, BEST_ACCURACY_KEY, BATCHES_KEY, RNG
 # What an exported (inference-only) checkpoint keeps of a training checkpoint, besides its weights.
 EXPORTED_KEYS = (CONFIG_KEY, PINYIN_VOCAB_KEY, HANZI_VOCAB_KEY, STEP_KEY, SYLLABLE_LM_KEY, CHAR_LM_KEY, WORD_LM_KEY,
                  VALID_ACCURACY_KEY, ELAPSED_KEY)
+
+
+@dataclass(frozen=True)
+class StoredModel:
+    """A language model a checkpoint entry holds. The model's class knows its own stored form: it says what
+    is wrong with one (``state_problem(state, hanzi_vocab_size)``: a phrase, or None) and builds itself from
+    one (``from_state_dict``); this module only names the entry and words the error."""
+
+    model: type
+    error: str  # the one-line error, with {where} (the checkpoint) and {problem} (what state_problem said)
+    fused: bool = True  # scored character by character in the search (order, log_prob(context, candidates))
+
+
+# The language models of a checkpoint, by entry, in the order they are checked.
+LANGUAGE_MODELS = {
+    SYLLABLE_LM_KEY: StoredModel(SyllableBigrams, "{where} is not a pinyin_hanzi checkpoint: its syllable model "
+                                                  "{problem}", fused=False),
+    CHAR_LM_KEY: StoredModel(CharNgramLM, "{where}: its character n-gram model {problem}; count it again with "
+                                          "python -m pinyin_hanzi.cli.char_lm"),
+    WORD_LM_KEY: StoredModel(WordLexiconLM, "{where}: its word model {problem}; count it again with "
+                                            "python -m pinyin_hanzi.cli.word_lm"),
+}
 
 
 def training_checkpoint(*, config: dict, pinyin_vocab: list[str], hanzi_vocab: list[str], model: dict,
@@ -232,7 +253,7 @@ def validate_checkpoint(state, where: str = "checkpoint") -> None:
     if not isinstance(state, dict) or any(key not in state for key in REQUIRED_KEYS):
         raise CheckpointError(f"{where} is not a pinyin_hanzi checkpoint (missing keys)")
     version = state[FORMAT_VERSION_KEY]
-    if not (_is_int(version) and version == FORMAT_VERSION):
+    if not (is_int(version) and version == FORMAT_VERSION):
         small = isinstance(version, (int, float, str)) and len(repr(version)) <= 40  # never a tensor's repr
         shown = repr(version) if small else f"a {type(version).__name__}"
         raise CheckpointError(f"{where} has checkpoint format {shown}, this code reads {FORMAT_VERSION}")
@@ -242,12 +263,9 @@ def validate_checkpoint(state, where: str = "checkpoint") -> None:
     _, _, hanzi_vocab = _config_and_vocabularies(state, where)
     if problem := _model_problem(state[MODEL_KEY]):
         raise CheckpointError(f"{where}: weights do not fit the model its config describes ({problem})")
-    if SYLLABLE_LM_KEY in state and (problem := _syllable_lm_problem(state[SYLLABLE_LM_KEY])):
-        raise CheckpointError(f"{where} is not a pinyin_hanzi checkpoint: its syllable model {problem}")
-    if CHAR_LM_KEY in state and (problem := _char_lm_problem(state[CHAR_LM_KEY], len(hanzi_vocab))):
-        raise CheckpointError(_char_lm_error(where, problem))
-    if WORD_LM_KEY in state and (problem := _word_lm_problem(state[WORD_LM_KEY], len(hanzi_vocab))):
-        raise CheckpointError(_word_lm_error(where, problem))
+    for key, stored in LANGUAGE_MODELS.items():
+        if key in state and (problem := stored.model.state_problem(state[key], len(hanzi_vocab))):
+            raise CheckpointError(stored.error.format(where=where, problem=problem))
 
 
 def require_resumable(state: dict, where: str) -> None:
@@ -268,18 +286,6 @@ def clipped(text: str, limit: int) -> str:
     return (cut.rsplit(" ", 1)[0] if " " in cut else cut).rstrip(" ,;:") + "…"
 
 
-def _is_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _is_finite_number(value) -> bool:
-    return _is_number(value) and math.isfinite(value)
-
-
 def _is_str_list(value) -> bool:
     return isinstance(value, list) and all(isinstance(item, str) for item in value)
 
@@ -296,15 +302,13 @@ def _is_dict(value) -> bool:
 _ENTRY_TYPES = {  # key -> (test, what the error calls the expected type)
     CONFIG_KEY: (_is_dict, "a dict"), PINYIN_VOCAB_KEY: (_is_str_list, "a list of str"),
     HANZI_VOCAB_KEY: (_is_str_list, "a list of str"), MODEL_KEY: (_is_tensor_dict, "a dict of tensors"),
-    STEP_KEY: (_is_int, "an integer"), SYLLABLE_LM_KEY: (_is_dict, "a dict"), CHAR_LM_KEY: (_is_dict, "a dict"),
+    STEP_KEY: (is_int, "an integer"), SYLLABLE_LM_KEY: (_is_dict, "a dict"), CHAR_LM_KEY: (_is_dict, "a dict"),
     WORD_LM_KEY: (_is_dict, "a dict"),
-    VALID_ACCURACY_KEY: (_is_finite_number, "a finite number"), ELAPSED_KEY: (_is_finite_number, "a finite number"),
+    VALID_ACCURACY_KEY: (is_finite_number, "a finite number"), ELAPSED_KEY: (is_finite_number, "a finite number"),
     OPTIMIZER_KEY: (_is_dict, "a dict"), SCHEDULER_KEY: (_is_dict, "a dict"),
-    BEST_ACCURACY_KEY: (_is_finite_number, "a finite number"), BATCHES_KEY: (_is_dict, "a dict"),
+    BEST_ACCURACY_KEY: (is_finite_number, "a finite number"), BATCHES_KEY: (_is_dict, "a dict"),
     RNG_KEY: (_is_dict, "a dict"), DATA_FINGERPRINT_KEY: (lambda value: isinstance(value, str), "a str"),
 }
-MAX_COUNT = 2**53  # counts beyond this are no counts of text (and lose precision as floats)
-MAX_WORD_WINDOW = 32  # the word model's context: decoding keeps this many characters per hypothesis
 
 
 def _config_and_vocabularies(state: dict, where: str) -> tuple[Config, Vocab, Vocab]:
@@ -313,15 +317,6 @@ def _config_and_vocabularies(state: dict, where: str) -> tuple[Config, Vocab, Vo
         return config, Vocab(state[PINYIN_VOCAB_KEY]), Vocab(state[HANZI_VOCAB_KEY])
     except (ConfigError, ValueError, TypeError) as error:
         raise CheckpointError(f"{where}: config or vocabularies do not fit this code: {error}") from None
-
-
-def _is_vector(value, kind: str, length: int | None = None) -> bool:
-    """A dense 1-D tensor of integers (``kind`` "int"), floats ("float") or booleans ("bool"), of ``length``."""
-    if not (isinstance(value, torch.Tensor) and value.layout == torch.strided and value.dim() == 1):
-        return False
-    fits = {"int": not value.is_floating_point() and not value.is_complex() and value.dtype != torch.bool,
-            "float": value.is_floating_point(), "bool": value.dtype == torch.bool}[kind]
-    return fits and (length is None or len(value) == length)
 
 
 def _model_problem(weights: dict) -> str | None:
@@ -334,105 +329,6 @@ def _model_problem(weights: dict) -> str | None:
         if not bool(torch.isfinite(tensor).all()):
             return f"{name} holds NaN or infinite values"
     return None
-
-
-def _syllable_lm_problem(state: dict) -> str | None:
-    """What is wrong with a SyllableBigrams state dict, or None: in its packed form (see
-    :meth:`SyllableBigrams.state_dict`) or as the two dicts of counts that earlier files hold."""
-    if "syllables" in state:
-        try:
-            _, unigrams, _, counts = packed_syllable_columns(state)
-        except ValueError as error:
-            return f"cannot be read ({error})"
-        if any(len(values) and (int(values.min()) < 0 or int(values.max()) > MAX_COUNT)
-               for values in (unigrams, counts)):
-            return "has counts outside 0..2**53"
-        return None
-    for name in ("unigrams", "bigrams"):
-        counts = state.get(name)
-        if not (isinstance(counts, dict) and all(isinstance(key, str) and _is_int(count) and 0 <= count <= MAX_COUNT
-                                                 for key, count in counts.items())):
-            return f"has no {name} counts (a dict of str -> int in 0..2**53)"
-    return None
-
-
-def _char_lm_problem(state: dict, hanzi_vocab_size: int) -> str | None:
-    """What is wrong with a CharNgramLM state dict over ``hanzi_vocab_size`` characters, or None: the tables
-    of each order must pair up (one total, distinct count and run length per context; one last id and count
-    per n-gram), hold keys and ids inside the vocabulary, and keep the context keys sorted (they are searched)."""
-    order, tables, v = state.get("order"), state.get("tables"), hanzi_vocab_size
-    if not (_is_int(order) and 1 <= order <= 4):
-        return f"order {order!r}: expected an integer in 1..4"
-    if state.get("vocab_size") != v or not _is_int(state.get("vocab_size")):
-        return f"vocab_size {state.get('vocab_size')!r}: expected the hanzi vocabulary's {v}"
-    if (order + 1) * v**order >= 2**63:
-        return f"order {order} over {v} characters does not fit in int64 keys"
-    discount = state.get("discount")
-    if not (_is_finite_number(discount) and 0 < discount < 1):
-        return f"discount {discount!r}: expected a number in (0, 1)"
-    unigrams = state.get("unigrams")
-    if not (_is_vector(unigrams, "float", v) and bool(torch.isfinite(unigrams).all())):
-        return f"no unigram table of {v} finite log-probabilities"
-    if not (isinstance(tables, dict) and sorted(tables, key=repr) == list(range(2, order + 1))):
-        return f"no tables of orders 2..{order}"
-    for k, stored in tables.items():
-        try:
-            table = table_columns(stored)
-        except ValueError as error:
-            return f"order {k}'s table lacks one of {', '.join(TABLE_COLUMNS)} (1-D integer tensors): {error}"
-        contexts, runs = table["context_keys"], table["runs"]
-        if any(len(table[name]) != len(contexts) for name in ("totals", "distinct", "runs")):
-            return f"order {k}'s context_keys, totals, distinct and runs differ in length"
-        if bool((runs < 0).any()) or not len(table["last_ids"]) == len(table["counts"]) == int(runs.sum()):
-            return f"order {k}'s runs do not add up to its last_ids and counts"
-        if len(contexts) and (int(contexts.min()) < 0 or int(contexts.max()) >= v ** (k - 1)
-                              or bool((contexts[1:] <= contexts[:-1]).any())):
-            return f"order {k}'s context_keys are not sorted keys of {k - 1} characters"
-        last_ids = table["last_ids"]
-        if len(last_ids) and (int(last_ids.min()) < 0 or int(last_ids.max()) >= v):
-            return f"order {k}'s last_ids lie outside the vocabulary"
-        if any(len(table[name]) and int(table[name].min()) < 1 for name in ("totals", "distinct", "counts")):
-            return f"order {k}'s totals, distinct or counts are not positive"
-    return None
-
-
-def _word_lm_problem(state, hanzi_vocab_size: int) -> str | None:
-    """What is wrong with a word-model entry (see WordLexiconLM.state_dict), or None."""
-    from pinyin_hanzi.lm.word import MAX_WORD_LEN
-
-    if not isinstance(state, dict):
-        return "is not a mapping"
-    window, keys, log_probs = state.get("window"), state.get("word_keys"), state.get("word_log_probs")
-    if not (_is_int(window) and 1 <= window <= MAX_WORD_WINDOW):
-        return f"window {window!r}: expected an integer in 1..{MAX_WORD_WINDOW}"
-    if state.get("vocab_size") != hanzi_vocab_size or not _is_int(state.get("vocab_size")):
-        return f"counts {state.get('vocab_size')!r} characters, the hanzi vocabulary has {hanzi_vocab_size}"
-    if not _is_vector(state.get("is_word_char"), "bool", hanzi_vocab_size):
-        return f"has no is_word_char flags (a bool tensor of {hanzi_vocab_size})"
-    largest = (MAX_WORD_LEN + 1) * hanzi_vocab_size**MAX_WORD_LEN
-    if largest >= 2**63:
-        return f"{hanzi_vocab_size} characters do not fit in int64 word keys"
-    if not (_is_vector(keys, "int") and keys.dtype == torch.int64 and len(keys) > 0
-            and _is_vector(log_probs, "float", len(keys))):
-        return "has word keys and frequencies that do not pair up"
-    if int(keys.min()) < 0 or int(keys.max()) >= largest or bool((keys[1:] < keys[:-1]).any()):
-        return "has word keys that are not sorted keys of its words"
-    background = state.get("background_log_probs")
-    if background is not None and not _is_vector(background, "float", len(keys)):
-        return "has background frequencies that do not pair up with its words"
-    for values in (log_probs, background):
-        if values is not None and (bool(values.isnan().any()) or bool((values > 0).any())):
-            return "has word frequencies that are no log-probabilities"
-    return None
-
-
-def _char_lm_error(where: str, reason: str) -> str:
-    return (f"{where}: its character n-gram model cannot be read ({reason}); count it again with "
-            f"python -m pinyin_hanzi.cli.char_lm")
-
-
-def _word_lm_error(where: str, reason: str) -> str:
-    return f"{where}: its word model {reason}; count it again with python -m pinyin_hanzi.cli.word_lm"
 
 
 def model_from_checkpoint(state: dict, where: str = "checkpoint") -> tuple[Transformer, Vocab, Vocab, Config]:
@@ -479,87 +375,27 @@ def inference_parts(state: dict, where: str) -> InferenceParts:
     """The inference parts of a checkpoint's state that :func:`validate_checkpoint` passed (``where`` names
     it in errors); CheckpointError as :func:`load_for_inference` raises it."""
     model, pinyin_vocab, hanzi_vocab, config = model_from_checkpoint(state, where)
-    syllable_lm = SyllableBigrams.from_state_dict(state[SYLLABLE_LM_KEY]) if SYLLABLE_LM_KEY in state else None
-    char_lm = word_lm = None
-    if CHAR_LM_KEY in state:
-        char_lm = _rebuilt(CharNgramLM, state[CHAR_LM_KEY], len(hanzi_vocab), lambda reason: _char_lm_error(where, reason))
-    if WORD_LM_KEY in state:
-        word_lm = _rebuilt(WordLexiconLM, state[WORD_LM_KEY], len(hanzi_vocab),
-                           lambda reason: _word_lm_error(where, f"cannot be read ({reason})"))
-    return InferenceParts(model, pinyin_vocab, hanzi_vocab, config, syllable_lm, char_lm, word_lm)
+    lms = {key: _rebuilt(key, state[key], len(hanzi_vocab), where) if key in state else None
+           for key in LANGUAGE_MODELS}
+    return InferenceParts(model, pinyin_vocab, hanzi_vocab, config, lms[SYLLABLE_LM_KEY], lms[CHAR_LM_KEY],
+                          lms[WORD_LM_KEY])
 
 
-def _rebuilt(cls, state: dict, hanzi_vocab_size: int, error: Callable[[str], str]):
-    """``cls.from_state_dict(state)``, asked once for the scores of a few characters after ``<s>``, as decoding
-    will ask: tables that passed :func:`validate_checkpoint` but still do not fit one another give
-    CheckpointError(``error(reason)``) here, at loading, rather than an exception in the middle of a search."""
+def _rebuilt(key: str, state: dict, hanzi_vocab_size: int, where: str):
+    """The language model of entry ``key``, from its ``state`` that :func:`validate_checkpoint` passed; a model
+    fused into the search is asked once for the scores of a few characters after ``<s>``, as decoding will
+    ask: tables that passed the checks but still do not fit one another give a CheckpointError here, at
+    loading, rather than an exception in the middle of a search."""
+    stored = LANGUAGE_MODELS[key]
     try:
-        lm = cls.from_state_dict(state)
-        context = torch.full((1, lm.order), BOS_ID, dtype=torch.long)
-        scores = lm.log_prob(context, torch.arange(min(hanzi_vocab_size, 8))[None, :])
+        lm = stored.model.from_state_dict(state)
+        scores = None
+        if stored.fused:
+            context = torch.full((1, lm.order), BOS_ID, dtype=torch.long)
+            scores = lm.log_prob(context, torch.arange(min(hanzi_vocab_size, 8))[None, :])
     except Exception as exception:  # noqa: BLE001 - whatever the tables make the arithmetic raise
-        raise CheckpointError(error(f"{type(exception).__name__}: {clipped(str(exception), 120)}")) from None
-    if bool(scores.isnan().any()):
-        raise CheckpointError(error("its scores are NaN"))
+        reason = f"{type(exception).__name__}: {clipped(str(exception), 120)}"
+        raise CheckpointError(stored.error.format(where=where, problem=f"cannot be read ({reason})")) from None
+    if scores is not None and bool(scores.isnan().any()):
+        raise CheckpointError(stored.error.format(where=where, problem="cannot be read (its scores are NaN)"))
     return lm
-
-
-def export_checkpoint(source: str | Path, target: str | Path, half: bool = True,
-                      decode_overrides: list[str] | tuple[str, ...] = ()) -> dict:
-    """Write an inference-only copy of a training checkpoint: weights (float16 when ``half``), config,
-    vocabularies, the syllable model and the n-gram models (the syllable and character models stored anew, in
-    their ``state_dict``'s current form); no optimizer, scheduler, data position or RNG state.
-    ``decode_overrides``: ``decode.key=value`` settings that the copy decodes with by default (the other
-    sections describe how the weights were made, and stay). Returns {"parameters", "bytes"}. Raises
-    CheckpointError as :func:`load_checkpoint` does, ConfigError (one line) for a bad override, and
-    CheckpointError before anything is read if ``target`` is ``source`` itself or another training checkpoint
-    (see :func:`_check_export_target`)."""
-    from pinyin_hanzi.config import apply_overrides, config_from_dict
-
-    _check_export_target(Path(source), Path(target))
-    state = load_checkpoint(source)
-    model_from_checkpoint(state, str(source))  # the weights must fit their config before we ship them
-    if decode_overrides:
-        config = config_from_dict(state[CONFIG_KEY], str(source))
-        apply_overrides(config, decode_overrides, sections=("decode",))
-        state[CONFIG_KEY] = config_from_dict(config.to_dict(), "command line").to_dict()  # validated as a whole
-    weights, converted = {}, {}
-    for name, tensor in state[MODEL_KEY].items():
-        shared = (tensor.data_ptr(), tensor.shape)  # tied weights (embedding = output) stay one tensor, saved once
-        if shared not in converted:
-            converted[shared] = tensor.half() if half and tensor.is_floating_point() else tensor
-        weights[name] = converted[shared]
-    if state.get(CHAR_LM_KEY) is not None:  # in the current, most compact storage, whenever it was counted
-        state[CHAR_LM_KEY] = CharNgramLM.from_state_dict(state[CHAR_LM_KEY]).state_dict()
-    if state.get(SYLLABLE_LM_KEY) is not None:  # likewise
-        state[SYLLABLE_LM_KEY] = SyllableBigrams.from_state_dict(state[SYLLABLE_LM_KEY]).state_dict()
-    save_checkpoint(target, {**{key: state[key] for key in EXPORTED_KEYS if key in state}, MODEL_KEY: weights})
-    return {"parameters": sum(t.numel() for t in converted.values()), "bytes": Path(target).stat().st_size}
-
-
-def _check_export_target(source: Path, target: Path) -> None:
-    """CheckpointError unless writing an export to ``target`` loses nothing: ``target`` must not be ``source``
-    under any spelling (``./x.pt``, a symlink, a hard link: the same file, by device and inode), nor any other
-    checkpoint that --resume could continue (an export keeps no optimizer, schedule or data position, so
-    writing over a training checkpoint would silently end its run). A previous export may be replaced."""
-    try:
-        same = target.exists() and source.exists() and os.path.samefile(source, target)
-    except OSError:  # unreadable: load_checkpoint or save_checkpoint says why
-        return
-    if same:
-        raise CheckpointError(f"cannot export {source} onto itself ({target} is the same file): the export would "
-                              f"replace the training checkpoint; name another target, e.g. "
-                              f"{source.with_name(source.stem + '.export.pt')}")
-    if target.is_file() and _is_training_checkpoint(target):
-        raise CheckpointError(f"cannot export to {target}: it holds a training checkpoint that --resume continues, "
-                              f"which an inference-only export would replace; name another target")
-
-
-def _is_training_checkpoint(path: Path) -> bool:
-    """Whether ``path`` holds a checkpoint with the state --resume restores. Memory-mapped, so that only the
-    keys are read, not the weights; a file that is no checkpoint is none."""
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    except Exception:  # noqa: BLE001 - junk bytes make torch's unpickler raise about anything
-        return False
-    return isinstance(state, dict) and all(key in state for key in RESUME_KEYS)

@@ -80,9 +80,7 @@ def test_a_column_with_many_counts_past_int16_is_packed_whole_in_int32_and_read_
     again = CharNgramLM.from_state_dict(state)
     contexts, candidates = torch.tensor([[4], [BOS_ID], [11]]), torch.arange(V).expand(3, -1)
     assert torch.equal(lm.log_prob(contexts, candidates), again.log_prob(contexts, candidates))
-    from pinyin_hanzi.checkpoint import _char_lm_problem  # what every checkpoint load runs on it
-
-    assert _char_lm_problem(state, V) is None
+    assert CharNgramLM.state_problem(state, V) is None  # what every checkpoint load runs on it
 
 
 def test_a_few_counts_past_16_bits_are_listed_apart_and_the_column_stays_int16():
@@ -98,12 +96,10 @@ def test_a_few_counts_past_16_bits_are_listed_apart_and_the_column_stays_int16()
     assert torch.equal(again.grams[2][1], lm.grams[2][1])
     contexts, candidates = torch.tensor([[4], [BOS_ID], [11]]), torch.arange(v).expand(3, -1)
     assert torch.equal(lm.log_prob(contexts, candidates), again.log_prob(contexts, candidates))
-    from pinyin_hanzi.checkpoint import _char_lm_problem
-
-    assert _char_lm_problem(lm.state_dict(), v) is None
+    assert CharNgramLM.state_problem(lm.state_dict(), v) is None
     broken = lm.state_dict()
     broken["tables"][2]["counts"]["at"] = torch.tensor([10**6], dtype=torch.int32)  # points past the column
-    assert "exceptions do not fit" in _char_lm_problem(broken, v)
+    assert "exceptions do not fit" in CharNgramLM.state_problem(broken, v)
 
 
 @pytest.mark.parametrize("damage, message", [
@@ -114,12 +110,10 @@ def test_a_few_counts_past_16_bits_are_listed_apart_and_the_column_stays_int16()
     (lambda column: column["zlib"], "not a 1-D integer tensor or a packed column"),
 ])
 def test_a_damaged_packed_column_is_refused_in_one_line(damage, message):
-    from pinyin_hanzi.checkpoint import _char_lm_problem
-
     state = CharNgramLM.count(SENTENCES, V, order=3).state_dict()
     state["tables"][3]["counts"] = damage(state["tables"][3]["counts"])
-    problem = _char_lm_problem(state, V)
-    assert problem.startswith("order 3's table lacks one of") and message in problem and "\n" not in problem
+    problem = CharNgramLM.state_problem(state, V)
+    assert problem.startswith("cannot be read (order 3's table lacks one of") and message in problem and "\n" not in problem
 
 
 def test_context_keys_are_stored_as_steps_and_older_files_with_plain_keys_still_load():

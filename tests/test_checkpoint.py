@@ -81,7 +81,7 @@ def test_checkpoint_whose_weights_do_not_fit_its_config(trained):
 
 
 def test_export_keeps_what_translation_needs_in_half_precision(trained, tmp_path):
-    from pinyin_hanzi.checkpoint import export_checkpoint
+    from pinyin_hanzi.checkpoint_copies import export_checkpoint
 
     tmp, _, best = trained
     exported = tmp_path / "shipped" / "model.pt"
@@ -112,7 +112,7 @@ def test_one_non_finite_weight_in_any_precision_is_refused(trained, dtype, bad):
 
 
 def test_export_stores_older_n_gram_and_syllable_tables_in_the_current_compact_form(trained, tmp_path):
-    from pinyin_hanzi.checkpoint import export_checkpoint
+    from pinyin_hanzi.checkpoint_copies import export_checkpoint
     from pinyin_hanzi.lm.char_ngram import CharNgramLM, count_for
     from pinyin_hanzi.lm.syllable import SyllableBigrams
 
@@ -139,7 +139,7 @@ def test_export_stores_older_n_gram_and_syllable_tables_in_the_current_compact_f
 
 
 def test_export_can_change_the_default_decode_settings_and_nothing_else(trained, tmp_path):
-    from pinyin_hanzi.checkpoint import export_checkpoint
+    from pinyin_hanzi.checkpoint_copies import export_checkpoint
     from pinyin_hanzi.errors import ConfigError
 
     _, _, best = trained
@@ -286,7 +286,8 @@ def test_inference_parts_are_what_the_checkpoint_holds(trained, tmp_path):
 
 
 def test_an_exported_checkpoint_cannot_be_resumed(trained, tmp_path):
-    from pinyin_hanzi.checkpoint import export_checkpoint, require_resumable
+    from pinyin_hanzi.checkpoint import require_resumable
+    from pinyin_hanzi.checkpoint_copies import export_checkpoint
 
     _, _, best = trained
     require_resumable(load_checkpoint(best), str(best))
@@ -400,3 +401,27 @@ def test_a_junk_checkpoint_through_translate_is_one_line(tmp_path):
                                 capture_output=True, text=True, timeout=120, cwd=tmp_path)
         assert result.returncode == 2 and result.stdout == ""
         assert result.stderr.count("\n") == 1 and result.stderr.startswith("error: ") and message in result.stderr
+
+
+def test_no_language_model_module_imports_the_checkpoint_layout():
+    """The layout imports the language models (LANGUAGE_MODELS: entry -> class) and each model checks its own
+    stored state (``state_problem``), so no module of pinyin_hanzi/lm imports a checkpoint module, at its top
+    or inside a function: there is no import cycle to dodge."""
+    import ast
+    from pathlib import Path
+
+    import pinyin_hanzi.lm
+    from pinyin_hanzi.checkpoint import LANGUAGE_MODELS
+
+    modules = sorted(Path(pinyin_hanzi.lm.__file__).parent.glob("*.py"))
+    assert {stored.model.__module__.rsplit(".", 1)[1] for stored in LANGUAGE_MODELS.values()} <= {
+        path.stem for path in modules}
+    for path in modules:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [f"{node.module}.{alias.name}" for alias in node.names]
+            else:
+                continue
+            assert not [name for name in names if name.startswith("pinyin_hanzi.checkpoint")], (path.name, names)

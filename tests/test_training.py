@@ -94,7 +94,7 @@ def test_resume_refuses_a_different_model(tmp_path, tiny_corpus, trained):
 
 
 def test_resume_needs_a_training_checkpoint_not_an_export(tmp_path, tiny_corpus, trained):
-    from pinyin_hanzi.checkpoint import export_checkpoint
+    from pinyin_hanzi.checkpoint_copies import export_checkpoint
 
     _, _, best = trained
     config = load_config(write_config(tmp_path / "c.yaml", tiny_config_dict(tmp_path, tiny_corpus)))

@@ -80,8 +80,7 @@ def test_syllable_bigrams_rank_segmentations():
 
 
 def test_syllable_bigrams_are_stored_packed_and_earlier_files_still_load():
-    from pinyin_hanzi.checkpoint import _syllable_lm_problem
-    from pinyin_hanzi.lm.char_ngram import pack_integers, unpack_integers
+    from pinyin_hanzi.lm.stored import pack_integers, unpack_integers
     from pinyin_hanzi.lm.syllable import SyllableBigrams
 
     rng = random.Random(3)
@@ -90,7 +89,7 @@ def test_syllable_bigrams_are_stored_packed_and_earlier_files_still_load():
                                + [["ni", "，", "hao"]] * 70_000)  # counts beyond int16
     state = lm.state_dict()
     assert set(state) == {"syllables", "unigram_counts", "bigram_key_steps", "bigram_counts"}
-    assert _syllable_lm_problem(state) is None
+    assert SyllableBigrams.state_problem(state) is None
     for loaded in (SyllableBigrams.from_state_dict(state),
                    SyllableBigrams.from_state_dict({"unigrams": lm.unigrams, "bigrams": lm.bigrams})):  # before
         assert loaded.unigrams == lm.unigrams and loaded.bigrams == lm.bigrams and loaded.total == lm.total
@@ -99,7 +98,7 @@ def test_syllable_bigrams_are_stored_packed_and_earlier_files_still_load():
     for position, step in ((1, 0), (len(steps) - 1, len(state["syllables"]) ** 2)):  # a key twice; past the last
         broken = steps.clone()
         broken[position] = step
-        assert "not sorted pairs" in _syllable_lm_problem({**state, "bigram_key_steps": pack_integers(broken)})
+        assert "not sorted pairs" in SyllableBigrams.state_problem({**state, "bigram_key_steps": pack_integers(broken)})
 
 
 def test_every_tone_mark_is_known():

@@ -1,5 +1,5 @@
 """``python -m pinyin_hanzi.cli.char_lm CHECKPOINT OUT [--order 3] [--min-count 1] [--phrases 0] [--weight W]``:
-a copy of a checkpoint with a character n-gram model counted from its training split (char_lm.py)."""
+a copy of a checkpoint with a character n-gram model counted from its training split (lm/char_ngram.py)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,6 @@ from pinyin_hanzi.config import LIMITS
 
 
 def _main(argv) -> int:
-    from pinyin_hanzi.lm.char_ngram import count_into_checkpoint
-
     parser = argparse.ArgumentParser(prog="python -m pinyin_hanzi.cli.char_lm",
                                      description="Count a character n-gram model from a checkpoint's training split "
                                                  "into a copy of the checkpoint.")
@@ -28,8 +26,11 @@ def _main(argv) -> int:
                           ("--min-count", args.min_count, *LIMITS["decode.lm_min_count"]),
                           ("--phrases", args.phrases, *LIMITS["decode.lm_phrases"]),
                           ("--weight", args.weight, *LIMITS["decode.lm_weight"])])
-    lm, train = count_into_checkpoint(args.checkpoint, args.out, order=args.order, min_count=args.min_count,
-                                      phrases=args.phrases, weight=args.weight)
+    # torch and the package load only now: --help and usage errors answer in a fraction of a second, not ~2 s
+    from pinyin_hanzi.checkpoint_copies import count_char_lm
+
+    lm, train = count_char_lm(args.checkpoint, args.out, order=args.order, min_count=args.min_count,
+                              phrases=args.phrases, weight=args.weight)
     with_phrases = f" and the phrase table x {args.phrases}" if args.phrases else ""
     print(f"{args.out}: {args.order}-gram model of {train}{with_phrases} ({lm.size():,} n-grams), "
           f"decode.lm_weight={args.weight}")

@@ -11,8 +11,6 @@ from pinyin_hanzi.cli import run
 
 
 def _main(argv) -> int:
-    from pinyin_hanzi.checkpoint import export_checkpoint
-
     parser = argparse.ArgumentParser(prog="python -m pinyin_hanzi.cli.export",
                                      description="Export a training checkpoint for inference (float16 weights).")
     parser.add_argument("source")
@@ -21,6 +19,9 @@ def _main(argv) -> int:
     parser.add_argument("--set", action="append", default=[], metavar="decode.KEY=VALUE",
                         help="a decode setting the copy uses by default (repeatable; docs/config.md lists them)")
     args = parser.parse_args(argv)
+    # torch and the package load only now: --help and usage errors answer in a fraction of a second, not ~2 s
+    from pinyin_hanzi.checkpoint_copies import export_checkpoint
+
     result = export_checkpoint(args.source, args.target, half=not args.float32, decode_overrides=args.set)
     settings = f", {' '.join(args.set)}" if args.set else ""
     print(f"{args.target}: {result['parameters']:,} parameters, {result['bytes'] / 2**20:.1f} MiB{settings}")

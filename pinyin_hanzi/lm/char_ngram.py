@@ -25,13 +25,12 @@ checkpoint's hanzi vocabulary.
 
 from __future__ import annotations
 
-import zlib
-from pathlib import Path
 from typing import Iterable, Sequence
 
 import torch
 
 from pinyin_hanzi.data.vocab import BOS_ID
+from pinyin_hanzi.lm.stored import is_finite_number, is_int, is_vector, pack_integers, unpack_integers
 
 DISCOUNT = 0.75
 
@@ -197,6 +196,15 @@ class CharNgramLM:
             grams[k] = (gram_keys, columns["counts"].int())
         return cls(state["order"], state["vocab_size"], state["unigrams"].float(), grams, contexts, state["discount"])
 
+    @classmethod
+    def state_problem(cls, state: dict, hanzi_vocab_size: int) -> str | None:
+        """What is wrong with a stored state (:meth:`state_dict`'s form, or an older one) over
+        ``hanzi_vocab_size`` characters, as what follows "its character n-gram model" in a one-line error
+        ("cannot be read (order 7: ...)"), or None where :meth:`from_state_dict` may build from it. A
+        checkpoint may be crafted: this runs before anything is built."""
+        reason = _table_problem(state, hanzi_vocab_size)
+        return None if reason is None else f"cannot be read ({reason})"
+
 
 TABLE_COLUMNS = ("context_keys", "totals", "distinct", "runs", "last_ids", "counts")
 
@@ -218,57 +226,44 @@ def table_columns(table: dict) -> dict[str, torch.Tensor]:
     return columns
 
 
-# A packed column may list at most this share of its values apart, outside its int16 body.
-_MAX_EXCEPTIONS = 0.01
-_PACKED_TYPES = {"int16": torch.int16, "int32": torch.int32, "int64": torch.int64}
-
-
-def pack_integers(values: torch.Tensor) -> dict:
-    """``values`` (integers) packed for the checkpoint: a dict of ``zlib`` (the column's bytes, deflated: an
-    n-gram table's columns are mostly small, repeated numbers, and shrink to about 40%), ``dtype``,
-    ``length``, and ``at`` / ``wide``, the positions and values of the few (<= 1%) that an int16 body cannot
-    hold (clipped there). A column with more of those is stored whole in int32 or int64. See :func:`unpack_integers`."""
-    low, high = (int(values.min()), int(values.max())) if len(values) else (0, 0)
-    outside = ((values < -2**15) | (values > 2**15 - 1)).nonzero().flatten()
-    if len(outside) <= _MAX_EXCEPTIONS * len(values):
-        body, dtype, at = values.clamp(-2**15, 2**15 - 1).short(), "int16", outside
-    else:
-        dtype = "int32" if -2**31 <= low and high <= 2**31 - 1 else "int64"
-        body, at = values.to(_PACKED_TYPES[dtype]), outside[:0]
-    return {"zlib": zlib.compress(body.numpy().tobytes(), 6), "dtype": dtype, "length": len(values),
-            "at": at.int() if len(values) < 2**31 else at, "wide": values[at].long()}
-
-
-def _is_integer_vector(value) -> bool:
-    return (isinstance(value, torch.Tensor) and value.layout == torch.strided and value.dim() == 1
-            and not value.is_floating_point() and not value.is_complex() and value.dtype != torch.bool)
-
-
-def unpack_integers(stored, name: str = "column") -> torch.Tensor:
-    """The int64 values of a column that :func:`pack_integers` packed, or of a plain integer tensor (files written
-    before columns were packed); ValueError if ``stored`` is neither."""
-    if _is_integer_vector(stored):
-        return stored.long()
-    problem = f"{name} is not a 1-D integer tensor or a packed column"
-    if not (isinstance(stored, dict) and isinstance(stored.get("zlib"), bytes) and stored.get("dtype") in _PACKED_TYPES
-            and isinstance(stored.get("length"), int) and 0 <= stored["length"] < 2**40
-            and _is_integer_vector(stored.get("at")) and _is_integer_vector(stored.get("wide"))):
-        raise ValueError(problem)
-    dtype = _PACKED_TYPES[stored["dtype"]]
-    size = stored["length"] * dtype.itemsize
-    inflate = zlib.decompressobj()
-    try:
-        raw = inflate.decompress(stored["zlib"], size)  # never more than the column claims to hold
-    except zlib.error:
-        raise ValueError(f"{problem} (its zlib data is corrupt)") from None
-    if len(raw) != size or inflate.unconsumed_tail or not inflate.eof:
-        raise ValueError(f"{problem} (its zlib data does not hold {stored['length']} {stored['dtype']} values)")
-    values = torch.frombuffer(bytearray(raw), dtype=dtype).long() if size else torch.zeros(0, dtype=torch.long)
-    at = stored["at"].long()
-    if len(at) != len(stored["wide"]) or (len(at) and (int(at.min()) < 0 or int(at.max()) >= len(values))):
-        raise ValueError(f"{problem} (its exceptions do not fit it)")
-    values[at] = stored["wide"].long()
-    return values
+def _table_problem(state: dict, hanzi_vocab_size: int) -> str | None:
+    """What is wrong with a CharNgramLM state dict over ``hanzi_vocab_size`` characters, or None: the tables
+    of each order must pair up (one total, distinct count and run length per context; one last id and count
+    per n-gram), hold keys and ids inside the vocabulary, and keep the context keys sorted (they are searched)."""
+    order, tables, v = state.get("order"), state.get("tables"), hanzi_vocab_size
+    if not (is_int(order) and 1 <= order <= 4):
+        return f"order {order!r}: expected an integer in 1..4"
+    if state.get("vocab_size") != v or not is_int(state.get("vocab_size")):
+        return f"vocab_size {state.get('vocab_size')!r}: expected the hanzi vocabulary's {v}"
+    if (order + 1) * v**order >= 2**63:
+        return f"order {order} over {v} characters does not fit in int64 keys"
+    discount = state.get("discount")
+    if not (is_finite_number(discount) and 0 < discount < 1):
+        return f"discount {discount!r}: expected a number in (0, 1)"
+    unigrams = state.get("unigrams")
+    if not (is_vector(unigrams, "float", v) and bool(torch.isfinite(unigrams).all())):
+        return f"no unigram table of {v} finite log-probabilities"
+    if not (isinstance(tables, dict) and sorted(tables, key=repr) == list(range(2, order + 1))):
+        return f"no tables of orders 2..{order}"
+    for k, stored in tables.items():
+        try:
+            table = table_columns(stored)
+        except ValueError as error:
+            return f"order {k}'s table lacks one of {', '.join(TABLE_COLUMNS)} (1-D integer tensors): {error}"
+        contexts, runs = table["context_keys"], table["runs"]
+        if any(len(table[name]) != len(contexts) for name in ("totals", "distinct", "runs")):
+            return f"order {k}'s context_keys, totals, distinct and runs differ in length"
+        if bool((runs < 0).any()) or not len(table["last_ids"]) == len(table["counts"]) == int(runs.sum()):
+            return f"order {k}'s runs do not add up to its last_ids and counts"
+        if len(contexts) and (int(contexts.min()) < 0 or int(contexts.max()) >= v ** (k - 1)
+                              or bool((contexts[1:] <= contexts[:-1]).any())):
+            return f"order {k}'s context_keys are not sorted keys of {k - 1} characters"
+        last_ids = table["last_ids"]
+        if len(last_ids) and (int(last_ids.min()) < 0 or int(last_ids.max()) >= v):
+            return f"order {k}'s last_ids lie outside the vocabulary"
+        if any(len(table[name]) and int(table[name].min()) < 1 for name in ("totals", "distinct", "counts")):
+            return f"order {k}'s totals, distinct or counts are not positive"
+    return None
 
 
 def count_for(examples, hanzi_vocab, order: int = 3, min_count: int = 1, phrases: Sequence[str] = (),
@@ -285,26 +280,3 @@ def known_phrases(phrases: Sequence[str], hanzi_vocab) -> list[str]:
     """The phrases whose every character is in ``hanzi_vocab``: a phrase with a character the model
     cannot write would only add counts of <unk>."""
     return [phrase for phrase in phrases if all(char in hanzi_vocab.ids for char in phrase)]
-
-
-def count_into_checkpoint(checkpoint: str | Path, out: str | Path, *, order: int = 3, min_count: int = 1,
-                          phrases: int = 0, weight: float = 0.6) -> tuple[CharNgramLM, Path]:
-    """Write a copy of ``checkpoint`` to ``out`` with a character n-gram model counted from its training split
-    (for checkpoints trained without one, or to count it again: train.py adds one itself when
-    decode.lm_weight > 0), its decode.lm_* settings updated. Returns the model and the split it counted.
-    Raises CheckpointError for an unreadable checkpoint, DataError when its prepared data is missing."""
-    from pinyin_hanzi.checkpoint import CHAR_LM_KEY, CONFIG_KEY, HANZI_VOCAB_KEY, load_checkpoint, save_checkpoint
-    from pinyin_hanzi.config import config_from_dict
-    from pinyin_hanzi.data.corpus import phrase_texts, prepared_train_split, read_examples
-    from pinyin_hanzi.data.vocab import Vocab
-
-    state = load_checkpoint(checkpoint)
-    config = config_from_dict(state[CONFIG_KEY], str(checkpoint))
-    train = prepared_train_split(config.data)
-    table = phrase_texts(config.data.raw_dir) if phrases else []
-    lm = count_for(read_examples(train, trusted=True), Vocab(state[HANZI_VOCAB_KEY]), order, min_count, table, phrases)
-    decode = config.decode
-    decode.lm_weight, decode.lm_order, decode.lm_min_count, decode.lm_phrases = weight, order, min_count, phrases
-    state[CONFIG_KEY], state[CHAR_LM_KEY] = config.to_dict(), lm.state_dict()
-    save_checkpoint(out, state)
-    return lm, train

@@ -14,10 +14,11 @@ from typing import Iterable, Sequence
 
 import torch
 
-from pinyin_hanzi.lm.char_ngram import pack_integers, unpack_integers
+from pinyin_hanzi.lm.stored import is_int, pack_integers, unpack_integers
 from pinyin_hanzi.text.pinyin import syllables
 
 START = "<s>"
+MAX_COUNT = 2**53  # counts beyond this are no counts of text (and lose precision as floats)
 
 
 class SyllableBigrams:
@@ -47,7 +48,7 @@ class SyllableBigrams:
     def state_dict(self) -> dict:
         """Compact form for the checkpoint: the counted syllables (``<s>`` among them) as a list; their counts;
         each bigram as the key ``index of previous * len(syllables) + index of next``, sorted and stored as
-        differences, with its count; the integer columns packed by :func:`pinyin_hanzi.lm.char_ngram.pack_integers`.
+        differences, with its count; the integer columns packed by :func:`pinyin_hanzi.lm.stored.pack_integers`.
         As a dict of 100k strings the same counts cost torch.load's weights-only reader 0.4 s of every start
         and 2.3 MB of the file."""
         pairs = [key.split(" ") for key in self.bigrams]
@@ -72,6 +73,28 @@ class SyllableBigrams:
         unigrams = {name: count for name, count in zip(names, unigram_counts.tolist()) if count}
         bigrams = {f"{names[key // n]} {names[key % n]}": count for key, count in zip(keys.tolist(), counts.tolist())}
         return cls(unigrams, bigrams)
+
+    @classmethod
+    def state_problem(cls, state: dict, hanzi_vocab_size: int | None = None) -> str | None:
+        """What is wrong with a stored state, in :meth:`state_dict`'s packed form or as the two dicts of
+        counts that earlier files hold, as what follows "its syllable model" in a one-line error ("cannot be
+        read (...)", "has no unigrams counts ..."), or None where :meth:`from_state_dict` may build from it.
+        ``hanzi_vocab_size`` is not used (the model counts syllables): every stored model is asked alike."""
+        if "syllables" in state:
+            try:
+                _, unigrams, _, counts = packed_columns(state)
+            except ValueError as error:
+                return f"cannot be read ({error})"
+            if any(len(values) and (int(values.min()) < 0 or int(values.max()) > MAX_COUNT)
+                   for values in (unigrams, counts)):
+                return "has counts outside 0..2**53"
+            return None
+        for name in ("unigrams", "bigrams"):
+            counts = state.get(name)
+            if not (isinstance(counts, dict) and all(isinstance(key, str) and is_int(count) and 0 <= count <= MAX_COUNT
+                                                     for key, count in counts.items())):
+                return f"has no {name} counts (a dict of str -> int in 0..2**53)"
+        return None
 
     def bigram_log_prob(self, previous: str, syllable: str) -> float:
         """log P(syllable | previous syllable or "<s>"), natural log."""

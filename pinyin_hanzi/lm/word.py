@@ -1,6 +1,6 @@
 """Word knowledge for decoding: a word-unigram model read as a model of characters.
 
-The character n-gram model (char_lm.py) is counted from the training text and knows which characters
+The character n-gram model (char_ngram.py) is counted from the training text and knows which characters
 follow which there; it cannot know which of two homophone words people say when that text rarely has
 them (兽医 or 收益, 视野 or 时也). A word-frequency table counted from a large modern corpus does. This
 module turns such a table into scores that decoding can add character by character, as it adds the
@@ -32,7 +32,7 @@ more than speech lose; words both use alike score about 0, and the network and t
 This is the density-ratio method of adapting a language model to a new domain.
 
 Words and their prefixes are stored as sorted int64 keys (the characters' hanzi ids as digits in base v,
-plus the length times v ** max_word_len), looked up with ``torch.searchsorted`` as in char_lm.py.
+plus the length times v ** max_word_len), looked up with ``torch.searchsorted`` as in char_ngram.py.
 """
 
 from __future__ import annotations
@@ -44,11 +44,14 @@ from typing import Iterable, Mapping
 
 import torch
 
+from pinyin_hanzi.data.sources import word_table
 from pinyin_hanzi.data.vocab import Vocab
+from pinyin_hanzi.lm.stored import is_int, is_vector
 from pinyin_hanzi.text.pinyin import HANZI_CLASS, is_hanzi
 
 MAX_WORD_LEN = 4  # 4 characters in base v=10k+ still fit int64 keys; longer words are rare and left out
 FLOOR = 1e-8  # frequency of a hanzi of the vocabulary that is in no word of the table
+MAX_WINDOW = 32  # the widest stored window: decoding keeps this many characters per hypothesis
 _HANZI_RUNS = re.compile(f"[{HANZI_CLASS}]+")
 
 
@@ -221,6 +224,37 @@ class WordLexiconLM:
         return cls(state["vocab_size"], state["word_keys"], state["word_log_probs"], state["is_word_char"],
                    state["window"], state.get("background_log_probs"))
 
+    @classmethod
+    def state_problem(cls, state, hanzi_vocab_size: int) -> str | None:
+        """What is wrong with a stored state (:meth:`state_dict`'s form) over ``hanzi_vocab_size`` characters,
+        as what follows "its word model" in a one-line error ("window 7: ...", "has word keys that ..."), or
+        None where :meth:`from_state_dict` may build from it. A checkpoint may be crafted: this runs before
+        anything is built."""
+        if not isinstance(state, dict):
+            return "is not a mapping"
+        window, keys, log_probs = state.get("window"), state.get("word_keys"), state.get("word_log_probs")
+        if not (is_int(window) and 1 <= window <= MAX_WINDOW):
+            return f"window {window!r}: expected an integer in 1..{MAX_WINDOW}"
+        if state.get("vocab_size") != hanzi_vocab_size or not is_int(state.get("vocab_size")):
+            return f"counts {state.get('vocab_size')!r} characters, the hanzi vocabulary has {hanzi_vocab_size}"
+        if not is_vector(state.get("is_word_char"), "bool", hanzi_vocab_size):
+            return f"has no is_word_char flags (a bool tensor of {hanzi_vocab_size})"
+        largest = (MAX_WORD_LEN + 1) * hanzi_vocab_size**MAX_WORD_LEN
+        if largest >= 2**63:
+            return f"{hanzi_vocab_size} characters do not fit in int64 word keys"
+        if not (is_vector(keys, "int") and keys.dtype == torch.int64 and len(keys) > 0
+                and is_vector(log_probs, "float", len(keys))):
+            return "has word keys and frequencies that do not pair up"
+        if int(keys.min()) < 0 or int(keys.max()) >= largest or bool((keys[1:] < keys[:-1]).any()):
+            return "has word keys that are not sorted keys of its words"
+        background = state.get("background_log_probs")
+        if background is not None and not is_vector(background, "float", len(keys)):
+            return "has background frequencies that do not pair up with its words"
+        for values in (log_probs, background):
+            if values is not None and (bool(values.isnan().any()) or bool((values > 0).any())):
+                return "has word frequencies that are no log-probabilities"
+        return None
+
 
 def segment_counts(texts: Iterable[str], shares: Mapping[str, float]) -> Counter:
     """How often each word of ``shares`` (word -> probability) occurs in ``texts`` when each run of hanzi is
@@ -259,51 +293,7 @@ def word_model(decode, raw_dir, hanzi_vocab: Vocab, background: Iterable[str] = 
     decode.word_contrast), over ``hanzi_vocab``; ``background``: the training split's hanzi, which
     decode.word_contrast > 0 divides by. The table is fetched into ``raw_dir`` if needed (DataError if
     that fails)."""
-    from pinyin_hanzi.data.sources import word_table
-
     return WordLexiconLM.from_frequencies(word_table(decode.word_table, raw_dir), hanzi_vocab,
                                           min_frequency=decode.word_min_frequency,
                                           background=background if decode.word_contrast > 0 else None,
                                           contrast=decode.word_contrast)
-
-
-def add_to_checkpoint(checkpoint, out, *, table: str = "wordfreq-zh", min_frequency: float = 1e-7,
-                      weight: float = 0.5, contrast: float = 0.0) -> WordLexiconLM:
-    """Write a copy of ``checkpoint`` to ``out`` with a word model built from the word-frequency table
-    ``table`` (fetched into the checkpoint config's data.raw_dir if needed) and decode.word_* set to these
-    values; ``contrast`` > 0 divides by the words' frequencies in the checkpoint's training split. Raises
-    CheckpointError for an unreadable checkpoint, DataError when the table cannot be had or the training
-    split (needed for ``contrast``) is missing."""
-    from pinyin_hanzi.checkpoint import CONFIG_KEY, HANZI_VOCAB_KEY, WORD_LM_KEY, load_checkpoint, save_checkpoint
-    from pinyin_hanzi.config import config_from_dict
-    from pinyin_hanzi.data.corpus import prepared_train_split, read_examples
-
-    state = load_checkpoint(checkpoint)
-    config = config_from_dict(state[CONFIG_KEY], str(checkpoint))
-    decode = config.decode
-    decode.word_table, decode.word_min_frequency, decode.word_weight = table, min_frequency, weight
-    decode.word_contrast = contrast
-    background = []
-    if contrast > 0:
-        train = prepared_train_split(config.data, needed_for="the contrast needs the training split; ")
-        background = (example.hanzi for example in read_examples(train, trusted=True))
-    lm = word_model(decode, config.data.raw_dir, Vocab(state[HANZI_VOCAB_KEY]), background)
-    state[CONFIG_KEY], state[WORD_LM_KEY] = config.to_dict(), lm.state_dict()
-    save_checkpoint(out, state)
-    return lm
-
-
-def remove_from_checkpoint(checkpoint, out) -> bool:
-    """Write a copy of ``checkpoint`` to ``out`` without a word model and with decode.word_weight 0: a model
-    that decodes best without one ships without its megabytes. Returns whether there was one to remove.
-    Raises CheckpointError for an unreadable checkpoint."""
-    from pinyin_hanzi.checkpoint import CONFIG_KEY, WORD_LM_KEY, load_checkpoint, save_checkpoint
-    from pinyin_hanzi.config import config_from_dict
-
-    state = load_checkpoint(checkpoint)
-    config = config_from_dict(state[CONFIG_KEY], str(checkpoint))
-    config.decode.word_weight, config.decode.word_contrast = 0.0, 0.0
-    state[CONFIG_KEY] = config.to_dict()
-    had = state.pop(WORD_LM_KEY, None) is not None
-    save_checkpoint(out, state)
-    return had
