@@ -11,8 +11,19 @@ import sys
 import time
 from typing import Sequence
 
+import uvicorn
+
 from pinyin_hanzi.cli import check_bounds, load_converter, max_threads, run
 from pinyin_hanzi.errors import PinyinHanziError
+from pinyin_hanzi.serving.connections import (
+    HEAD_MAX_BYTES,
+    MIN_CONNECTIONS,
+    ConnectionLimits,
+    connection_capacity,
+    listen,
+    protocol_class,
+)
+from pinyin_hanzi.serving.worker import ModelProcess
 
 LOG_REPEAT_INTERVAL_S = 10.0
 
@@ -94,8 +105,6 @@ def _main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     _check_args(parser, args)
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
-    from pinyin_hanzi.serving.connections import listen
-
     listener = listen(args.host, args.port)  # before the model loads: a port in use fails at once
     fatal: list[str] = []
 
@@ -127,10 +136,8 @@ def _main(argv: Sequence[str] | None = None) -> int:
 
 def _load_model(args: argparse.Namespace):
     """The started model processes (or, with --worker thread, the converter) and the checkpoint's path."""
-    from pinyin_hanzi.serving.worker import ModelProcess
-
     if args.worker == "thread":
-        import torch
+        import torch  # only here: with model processes (the default) the server process never loads torch
 
         torch.set_num_threads(args.threads)
         model = load_converter(args.checkpoint, device=args.device)
@@ -139,7 +146,7 @@ def _load_model(args: argparse.Namespace):
     try:
         for process in model:
             process.launch()  # it loads the model while this process imports the web stack
-        import pinyin_hanzi.serving.service  # noqa: F401
+        import pinyin_hanzi.serving.service  # noqa: F401 - fastapi and pydantic: ~1 s, spent while the model loads
 
         for process in model:
             process.wait_ready()
@@ -152,15 +159,7 @@ def _load_model(args: argparse.Namespace):
 
 def _serve(args: argparse.Namespace, model, checkpoint, listener, give_up) -> None:
     """Run uvicorn on ``listener`` with the limits of the command line until it is stopped."""
-    import uvicorn
-
-    from pinyin_hanzi.serving.connections import (
-        HEAD_MAX_BYTES,
-        MIN_CONNECTIONS,
-        ConnectionLimits,
-        connection_capacity,
-        protocol_class,
-    )
+    # the web stack loads once the model is loading (see _load_model), not before the port is bound
     from pinyin_hanzi.serving.service import LOCAL_HOSTS, Limits, create_app
 
     limits = Limits() if args.max_request_cost is None else Limits(max_request_cost=args.max_request_cost)

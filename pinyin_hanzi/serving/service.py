@@ -42,6 +42,7 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from pinyin_hanzi import __version__
 from pinyin_hanzi.errors import PinyinHanziError
 from pinyin_hanzi.serving.request_cost import CostModel
 from pinyin_hanzi.serving.worker import ModelThread, WorkerDied
@@ -721,7 +722,7 @@ def create_app(model, *, limits: Limits = Limits(), batching: bool = True, max_w
             await batcher.stop()
 
     app = FastAPI(title="pinyin_hanzi", summary="Pinyin to Chinese characters with a Transformer",
-                  version=_version(), lifespan=lifespan)
+                  version=__version__, lifespan=lifespan)
     app.state.batcher, app.state.limits = batcher, limits
     _add_error_handlers(app)
     _add_conversion_routes(app, batcher, limits)
@@ -814,9 +815,3 @@ def _add_service_routes(app: FastAPI, batcher: DynamicBatcher) -> None:
         return FileResponse(WEB_DIR / "index.html", media_type="text/html; charset=utf-8")
 
     app.mount("/web", StaticFiles(directory=WEB_DIR), name="web")
-
-
-def _version() -> str:
-    from pinyin_hanzi import __version__
-
-    return __version__

@@ -38,7 +38,7 @@ def convert(converter, lines: list[str], beam: int, nbest: int, chinese_punctuat
 def attention_layers(converter, text: str, syllables: Sequence[str]) -> list[list[list[float]]]:
     """Cross-attention of ``text`` read as ``syllables`` (paired one to one; the service checks that): per
     decoder layer a (t, s) list of lists, heads averaged (t characters, s syllables)."""
-    import torch
+    import torch  # here and in _worker only: the server process, which imports this module, never loads torch
 
     device = next(converter.model.parameters()).device
     source = torch.tensor([converter.pinyin_vocab.encode(list(syllables))], device=device)
@@ -225,7 +225,7 @@ class ModelProcess:
 def _worker(conn, checkpoint: str | None, device: str, threads: int) -> None:
     """The worker process: load the model, then answer calls until told to stop or the server is gone."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    import torch
+    import torch  # the model process's own: the server process, which imports this module, never loads torch
 
     from pinyin_hanzi import Converter
 
