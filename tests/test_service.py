@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from pinyin_hanzi.serving.service import Limits
+from pinyin_hanzi.serving.limits import Limits
 
 from conftest import ROOT
 from serving import start_service, stop_service
@@ -333,7 +333,7 @@ def _run_batcher(converter, jobs, **kwargs):
     """Submit ``jobs`` ((lines, beam) pairs) at once; each job's texts or exception, in order."""
     import asyncio
 
-    from pinyin_hanzi.serving.service import DynamicBatcher
+    from pinyin_hanzi.serving.batcher import DynamicBatcher
 
     async def scenario():
         batcher = DynamicBatcher(converter, **kwargs)
@@ -434,7 +434,8 @@ def _crash_scenario(model, rounds: int, **kwargs):
     answer (texts, or the exception's status and message) and what on_fatal was told."""
     import asyncio
 
-    from pinyin_hanzi.serving.service import DynamicBatcher, RequestError
+    from pinyin_hanzi.serving.batcher import DynamicBatcher
+    from pinyin_hanzi.serving.limits import RequestError
 
     told = []
 
@@ -478,7 +479,7 @@ def test_a_model_process_that_keeps_dying_or_cannot_restart_stops_the_service():
 def test_a_large_job_is_decoded_in_slices_and_a_job_arriving_meanwhile_goes_before_its_next_slice():
     import asyncio
 
-    from pinyin_hanzi.serving.service import DynamicBatcher
+    from pinyin_hanzi.serving.batcher import DynamicBatcher
 
     converter = RecordingConverter(delay_s=0.2)
 
@@ -501,7 +502,7 @@ def test_a_large_job_is_decoded_in_slices_and_a_job_arriving_meanwhile_goes_befo
 def test_a_model_process_that_dies_while_idle_is_restarted_without_a_request():
     import asyncio
 
-    from pinyin_hanzi.serving.service import WATCH_INTERVAL_S, DynamicBatcher
+    from pinyin_hanzi.serving.batcher import WATCH_INTERVAL_S, DynamicBatcher
 
     model = DyingModel()
 
@@ -524,7 +525,7 @@ def test_a_model_process_that_dies_while_idle_is_restarted_without_a_request():
 def test_with_two_models_batches_are_decoded_side_by_side():
     import asyncio
 
-    from pinyin_hanzi.serving.service import DynamicBatcher
+    from pinyin_hanzi.serving.batcher import DynamicBatcher
 
     first, second = RecordingConverter(delay_s=0.3), RecordingConverter(delay_s=0.3)
 

@@ -1,5 +1,6 @@
 """``python serve.py [--checkpoint PATH] [--host 127.0.0.1] [--port 8000]``: serve conversion over HTTP with
-the web IME page at / (the app itself is pinyin_hanzi/serving/service.py, its connections pinyin_hanzi/serving/connections.py)."""
+the web IME page at / (the app itself is pinyin_hanzi/serving/service.py, its connections
+pinyin_hanzi/serving/connections.py)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from pinyin_hanzi.serving.connections import (
     listen,
     protocol_class,
 )
+from pinyin_hanzi.serving.limits import Limits
 from pinyin_hanzi.serving.worker import ModelProcess
 
 LOG_REPEAT_INTERVAL_S = 10.0
@@ -160,7 +162,8 @@ def _load_model(args: argparse.Namespace):
 def _serve(args: argparse.Namespace, model, checkpoint, listener, give_up) -> None:
     """Run uvicorn on ``listener`` with the limits of the command line until it is stopped."""
     # the web stack loads once the model is loading (see _load_model), not before the port is bound
-    from pinyin_hanzi.serving.service import LOCAL_HOSTS, Limits, create_app
+    from pinyin_hanzi.serving.middleware import LOCAL_HOSTS
+    from pinyin_hanzi.serving.service import create_app
 
     limits = Limits() if args.max_request_cost is None else Limits(max_request_cost=args.max_request_cost)
     given = {"max_connections": args.max_connections, "header_timeout_s": args.header_timeout,

@@ -1,0 +1,124 @@
+"""The HTTP service's request and response bodies as pydantic models: what FastAPI validates a request
+against (a wrong type or value is a 422 naming the field) and the OpenAPI page (``/docs``) documents; and
+the JSON of one conversion (:func:`conversion_body`)."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from pinyin_hanzi.text.pinyin import syllables as known_syllables
+
+MAX_BEAM = 16  # beyond this a request costs seconds of the shared worker for no gain in accuracy
+MAX_NBEST = 10
+
+
+class _Strict(BaseModel):
+    # strict: "5" is not a beam and 1 is not a text; forbid: a misspelled field is an error, not ignored
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+def _check_unicode(text: str) -> str:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("text holds a lone surrogate (\\ud800-\\udfff escape): not Unicode text") from None
+    return text
+
+
+class ConvertRequest(_Strict):
+    text: str | list[str] = Field(description="typed pinyin (e.g. 'ni hao', 'nihao', 'ni3hao3'), or a list of "
+                                              "such texts, converted as one batch")
+    beam: int | None = Field(None, ge=1, le=MAX_BEAM, description="beam size; default: the model's decode.beam")
+    nbest: int = Field(5, ge=1, le=MAX_NBEST, description="how many distinct candidates to return per text")
+    chinese_punctuation: bool = Field(False, description="ASCII , . ? ! after a hanzi become ，。？！")
+
+    @field_validator("text")
+    @classmethod
+    def _unicode(cls, text: str | list[str]) -> str | list[str]:
+        for line in [text] if isinstance(text, str) else text:
+            _check_unicode(line)
+        return text
+
+
+class AttentionRequest(_Strict):
+    text: str = Field(description="a conversion's characters, one per syllable")
+    syllables: list[str] = Field(description="the syllables (model tokens) that text was read as")
+
+    @field_validator("text")
+    @classmethod
+    def _unicode(cls, text: str) -> str:
+        return _check_unicode(text)
+
+
+class Piece(BaseModel):
+    reading: str = Field(description="the syllable (model token) this character converts")
+    text: str = Field(description="the character it became")
+    passthrough: bool = Field(description="true where the input passed through (letters, digits, "
+                                          "punctuation, hanzi typed as they are), not a syllable converted")
+
+
+class CandidateOut(BaseModel):
+    text: str
+    score: float = Field(description="log-probability under the model (higher is better)")
+    syllables: list[str] = Field(description="the syllable each character was read as (an abbreviation or a "
+                                             "fuzzy syllable as the full syllable it became)")
+    segmentation: list[str] = Field(description="the model tokens of the reading it converts (what /attention "
+                                                "takes as syllables)")
+    pieces: list[Piece] = Field(description="syllable -> character, one per syllable")
+    notes: list[str] = Field(description="fallbacks the converter used, if any")
+
+
+class Conversion(BaseModel):
+    input: str
+    output: str = Field(description="the best candidate's text")
+    candidates: list[CandidateOut] = Field(description="best first")
+
+
+class BatchConversion(BaseModel):
+    results: list[Conversion] = Field(description="one per input text, in order")
+
+
+class Attention(BaseModel):
+    chars: list[str] = Field(description="rows: the characters (decoder queries)")
+    syllables: list[str] = Field(description="columns: the syllables (encoder keys)")
+    layers: list[list[list[float]]] = Field(description="per decoder layer, heads averaged: chars x syllables, "
+                                                        "each row sums to 1")
+
+
+class WorkerState(BaseModel):
+    kind: str = Field(description="process: the model runs in a process of its own; thread: in the server's")
+    state: str = Field(description="ready, starting, dead (restarting after a crash) or stopped")
+    pid: int | None = Field(description="the model process's id")
+    restarts: int = Field(description="times the model process was restarted after a crash")
+
+
+class Health(BaseModel):
+    status: str = Field(description="ok, or unavailable (HTTP 503) while the model is not ready")
+    error: str | None = Field(None, description="why the model is unavailable")
+    checkpoint: str | None
+    beam: int
+    batching: bool
+    workers: list[WorkerState] = Field(description="the model processes (or the one model thread)")
+    calls: int = Field(description="convert_lines calls made so far (all workers)")
+    lines: int = Field(description="texts converted so far")
+    largest_call: int = Field(description="most texts converted in one call")
+    decoding: int = Field(description="texts in the calls in progress")
+
+
+def _pieces(candidate) -> list[dict]:
+    """One piece per syllable: what it was read as, the character it became, and whether the input passed
+    through as itself; none where text and readings do not pair up one to one."""
+    readings = candidate.read_as or candidate.syllables
+    if len(candidate.text) != len(readings):
+        return []
+    return [{"reading": reading, "text": char, "passthrough": reading == char or reading not in known_syllables()}
+            for reading, char in zip(readings, candidate.text)]
+
+
+def conversion_body(line: str, candidates: Sequence) -> dict:
+    return {"input": line, "output": candidates[0].text if candidates else "",
+            "candidates": [{"text": c.text, "score": float(c.score), "syllables": list(c.read_as or c.syllables),
+                            "segmentation": list(c.syllables), "pieces": _pieces(c), "notes": list(c.notes)}
+                           for c in candidates]}
