@@ -479,3 +479,13 @@ def test_lines_split_by_str_splitlines_and_empty_text_is_one_line():
     assert split_lines("ni\r\nhao\n") == ["ni", "hao"]
     assert split_lines("a\u2028b\x85c\u2029d") == ["a", "b", "c", "d"]
     assert split_lines("") == [""] and split_lines("\n\n") == ["", ""]
+
+
+def test_callers_import_all_of_typed_input_from_one_module():
+    """The parser's parts live in pieces.py, fuzzy.py and abbreviations.py; typed_input exports everything
+    callers use (``__all__``), so that none of them needs to know how typed input is split into modules."""
+    import pinyin_hanzi.text.typed_input as typed_input
+
+    assert [name for name in typed_input.__all__ if not hasattr(typed_input, name)] == []
+    assert typed_input.LONGEST_ABBREVIATION == 32 and typed_input.parse_pinyin("wxqbj", prefixes=True) == [
+        "w*", "x*", "q*", "b*", "j*"]

@@ -27,20 +27,56 @@ typed                         model token        constraint key          :func:`
 A toned key is its toneless key followed by one tone digit (neutral tone 5); each ``|`` variant carries
 the tone. The characters of a syllable key come from :func:`pinyin_hanzi.text.pinyin.syllable_table` (toned:
 ``toned_syllable_table``).
+
+This module reads text into pieces (:func:`parse_pieces`). The pieces, their tokens and keys and the
+whole-input readings they make (:func:`alternatives`) are :mod:`pinyin_hanzi.text.pieces`'s, the fuzzy pairs
+:mod:`pinyin_hanzi.text.fuzzy`'s, the rules for abbreviations among parsed pieces
+:mod:`pinyin_hanzi.text.abbreviations`'; callers import all of it from here (``__all__``).
 """
 
 from __future__ import annotations
 
 import functools
-import itertools
 import re
 import unicodedata
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Callable, Iterable
 
-from pinyin_hanzi.errors import DataError
 from pinyin_hanzi.text import shuangpin as double_pinyin
-from pinyin_hanzi.text.pinyin import ascii_letters_digits, syllables, toned_syllable_table
+from pinyin_hanzi.text.abbreviations import (
+    LONGEST_ABBREVIATION,
+    interjections_alone,
+    pass_through_long_abbreviations,
+    spell_out,
+)
+from pinyin_hanzi.text.fuzzy import FUZZY_PAIRS, fuzzy_pairs, widened
+from pinyin_hanzi.text.pieces import (
+    PREFIX,
+    PREFIX_TOKENS,
+    Option,
+    Piece,
+    alternatives,
+    fewest_syllables,
+    is_literal_key,
+    is_pass_through,
+    is_prefix_key,
+    is_prefix_token,
+    is_syllable_set_key,
+    key_syllables,
+    literal_key,
+    literal_piece,
+    pass_through_text,
+    prefix_token,
+    split_key,
+    spoken_alternatives,
+)
+from pinyin_hanzi.text.pinyin import ascii_letters_digits, syllables
+
+# What callers import from here, the one module of typed input they need, wherever it is defined.
+__all__ = ["APOSTROPHES", "FUZZY_PAIRS", "LONGEST_ABBREVIATION", "PREFIX_TOKENS", "TONE_MARKS", "Option", "Piece",
+           "alternatives", "clean_typed", "fewest_syllables", "fuzzy_pairs", "is_literal_key", "is_pass_through",
+           "is_prefix_key", "is_prefix_token", "is_syllable_set_key", "key_syllables", "literal_key", "parse_pieces",
+           "parse_pinyin", "pass_through_text", "prefix_token", "spoken_alternatives", "split_lines"]
 
 # Letters a user may type inside pinyin: ASCII, ü, and vowels (and ḿ ń ň ǹ) carrying tone marks.
 _MARKED = {"a": ("āáǎà", (1, 2, 3, 4)), "e": ("ēéěè", (1, 2, 3, 4)), "i": ("īíǐì", (1, 2, 3, 4)),
@@ -69,204 +105,26 @@ _SEPARATORS = re.compile(f"[\\s{APOSTROPHES}]+")
 # their own they count.
 _NOT_INSIDE_RUNS = frozenset({"m", "n", "ng", "hm", "hng"})
 
-
-Option = tuple[tuple[str, str], ...]  # one way to read a piece of input: (model token, constraint key) pairs
-
-
-@dataclass(frozen=True)
-class Piece:
-    """A stretch of typed input with its alternative readings, best guess first. A pass-through character
-    has one reading; a letter run may have several segmentations (``xian``: xian / xi'an)."""
-
-    options: tuple[Option, ...]
-    scores: tuple[float, ...] = (0.0,)  # prior log-score of each option (see ``parse_pieces``)
-    # The letters typed for a letter run's piece (tone digit included), for when it passes through after all
-    # (see _pass_through_long_abbreviations); "" for other pieces. Not part of a piece's identity.
-    typed: str = field(default="", compare=False)
-
-
-def fewest_syllables(previous: str, syllable: str) -> float:
-    """The default segmentation score: -1 per syllable, so that fewer syllables rank first."""
-    return -1.0
-
-
-LITERAL = "="  # constraint key prefix of a character typed to pass through as itself (not a syllable)
-
-
-def literal_key(char: str) -> str:
-    return LITERAL + char
-
-
-def is_literal_key(key: str) -> bool:
-    return len(key) == 2 and key[0] == LITERAL
-
-
-@functools.lru_cache(maxsize=4096)
-def _literal(char: str) -> Piece:  # cached: a long line of pass-through text is mostly the same few characters
-    return Piece((((char, literal_key(char)),),))
-
-
 # ---- Syllable prefixes -------------------------------------------------------------------------------
 #
 # A prefix piece is typed letters that begin a syllable without being one (``b``, ``zh``, ``zho``), or the
 # interjection syllables ``m`` and ``n`` (see _NOT_INSIDE_RUNS), inside a run and typed alone: typed ``n``
 # is far more often 你 那 呢 than 嗯, and the prefix's key n* still allows 嗯 (it begins with n); only
-# where n or m stands as a clause of its own is it the syllable first (see _interjections_alone). ``ng``
+# where n or m stands as a clause of its own is it the syllable first (see interjections_alone). ``ng``
 # begins no syllable but itself, so inside a run it is two prefixes, n* g* (``zhongg`` is zhong g*; ``wng``
 # is w* n* g*); likewise ``hm`` is h* m*. Typed alone, ``ng`` and ``hm`` stay the syllables they are (嗯 is
 # typed ng), and the vowels ``a`` ``o`` ``e`` are that syllable first, then a prefix.
-
-PREFIX = "*"  # ends a prefix piece's model token (``zh*``) and constraint key (``zho*``)
-_RETROFLEX = ("zh", "ch", "sh")
+#
 # A lone z c s may also be the first letter of zh ch sh (``zg`` is 中国 far more often than 糟糕, and IMEs
 # read it so): such a piece has both readings, z* and zh*, each a token the model was trained on, and the
 # model chooses between them as between segmentations.
 _RETROFLEX_READING = {letter: (letter + "h" + PREFIX,) for letter in "zcs"}
-_INTERJECTION_PREFIXES = ("n" + PREFIX, "m" + PREFIX)  # the prefix tokens of lone n and m
-# The model tokens of abbreviations: every letter a syllable begins with (all but i, u, v), and zh ch sh.
-PREFIX_TOKENS = frozenset(letter + PREFIX for letter in "abcdefghjklmnopqrstwxyz") | {
-    initial + PREFIX for initial in _RETROFLEX}
-
-
-def prefix_token(letters: str) -> str:
-    """The model token of an abbreviation: its initial and ``*``, the initial being ``zh``/``ch``/``sh``
-    where ``letters`` starts with them and the first letter otherwise. Works on a syllable (``zhong`` ->
-    ``zh*``, ``an`` -> ``a*``: what training puts in place of an abbreviated syllable) and on a typed
-    prefix (``zho`` -> ``zh*``, ``z`` -> ``z*``). Raises ValueError for an empty string."""
-    if not letters:
-        raise ValueError("an empty string has no prefix token")
-    return (letters[:2] if letters[:2] in _RETROFLEX else letters[0]) + PREFIX
-
-
-def is_prefix_token(token: str) -> bool:
-    return token in PREFIX_TOKENS
-
-
-# A key that stands for a set of syllables: a prefix (``zho*``, ``b*3``), fuzzy variants (``zi|zhi``), or a
-# corpus token that may also be a Latin letter (``o|=o``).
-# Spelled out in full because the vocabulary also holds corpus punctuation such as ``*`` and ``|``, which
-# are literal tokens, not empty prefixes.
-_VARIANT = r"(?:[a-zü]+\*?[1-5]?|=.)"  # a syllable or prefix, toned or not, or a literal (o|=o)
-_SYLLABLE_SET_KEY = re.compile(rf"{_VARIANT}(?:\|{_VARIANT})*")
-
-
-def is_prefix_key(key: str) -> bool:
-    """Whether ``key`` is the constraint key of an abbreviated syllable (``b*``, ``zho*``, ``b*3``)."""
-    return PREFIX in key and is_syllable_set_key(key)
-
-
-def is_syllable_set_key(key: str) -> bool:
-    """Whether ``key`` is a prefix or fuzzy constraint key (see :func:`key_syllables`)."""
-    return (PREFIX in key or "|" in key) and _SYLLABLE_SET_KEY.fullmatch(key) is not None
 
 
 @functools.lru_cache(maxsize=1)
 def _beginnings() -> frozenset[str]:
     """Every proper beginning of a syllable (``z``, ``zh``, ``zho``, ``zhon``, ``n`` of ``na`` ...)."""
     return frozenset(syllable[:k] for syllable in syllables() for k in range(1, len(syllable)))
-
-
-@functools.lru_cache(maxsize=None)
-def _begun_by(prefix: str) -> tuple[str, ...]:
-    """The syllables a typed prefix stands for: those it begins that share its model token, so ``z`` stands
-    for za ... zuo but not zh syllables (fuzzy ``z-zh`` adds those), ``zh`` for zha ... zhuo. A lone ``z``
-    piece has a second reading, ``zh*``, for those (see _RETROFLEX_READING)."""
-    token = prefix_token(prefix)
-    return tuple(sorted(s for s in syllables() if s.startswith(prefix) and prefix_token(s) == token))
-
-
-def _split_key(variant: str) -> tuple[str, str]:
-    """(toneless variant, tone digit or "")."""
-    return (variant[:-1], variant[-1]) if variant[-1:].isdigit() else (variant, "")
-
-
-def _typed_variant(key: str) -> tuple[str, str]:
-    """(toneless variant, tone digit or "") of the variant typed, the first: fuzzy pairs add theirs after it
-    (``n*4|l*4`` -> ``n*``, ``4``)."""
-    return _split_key(key.split("|")[0])
-
-
-def key_syllables(key: str) -> tuple[str, ...]:
-    """The syllables a constraint key may stand for, in order, without repeats: a syllable key itself
-    (``ni`` -> ("ni",), ``ni3`` -> ("ni3",)); a prefix key every syllable it begins that has the prefix's
-    initial (``zho*`` -> ("zhong", "zhou"); toned ``b*3`` -> the toned syllables b... with tone 3 that have
-    characters); a fuzzy key its ``|`` variants each read so (``zi|zhi`` -> ("zi", "zhi")). A literal key
-    (``=!``) stands for no syllable: (), nor does a literal variant of a fuzzy key (``o|=o``). Toned results
-    are keys of ``toned_syllable_table``."""
-    if is_literal_key(key):
-        return ()
-    if not is_syllable_set_key(key):
-        return (key,)
-    found: dict[str, None] = {}
-    for variant in key.split("|"):
-        if is_literal_key(variant):
-            continue
-        base, tone = _split_key(variant)
-        if base.endswith(PREFIX):
-            toned = toned_syllable_table()
-            found.update((s + tone, None) for s in _begun_by(base[:-1]) if not tone or s + tone in toned)
-        else:
-            found[variant] = None
-    return tuple(found)
-
-
-# ---- Fuzzy pinyin ------------------------------------------------------------------------------------
-#
-# Pairs are symmetric and each works on its own: with n-l and r-l on, typed l allows n and r, typed n
-# allows l but not r. Initial pairs compare the initial (y and w count as initials); final pairs compare the
-# whole spelled final after it, so an-ang pairs ban/bang, an/ang and yan/yang but not jian/jiang (that is
-# ian-iang) nor guan/guang (uan-uang). A variant counts only where it is a real syllable. Prefixes widen by
-# the initial pairs (z* with z-zh also allows zh syllables, zho* also zo...); final pairs change nothing
-# there, since a prefix already stands for every final it begins.
-
-_INITIAL, _FINAL = "initial", "final"
-FUZZY_PAIRS: dict[str, tuple[str, str, str]] = {  # name -> (which part of the syllable, one, the other)
-    "z-zh": (_INITIAL, "z", "zh"), "c-ch": (_INITIAL, "c", "ch"), "s-sh": (_INITIAL, "s", "sh"),
-    "n-l": (_INITIAL, "n", "l"), "r-l": (_INITIAL, "r", "l"), "f-h": (_INITIAL, "f", "h"),
-    "an-ang": (_FINAL, "an", "ang"), "en-eng": (_FINAL, "en", "eng"), "in-ing": (_FINAL, "in", "ing"),
-    "ian-iang": (_FINAL, "ian", "iang"), "uan-uang": (_FINAL, "uan", "uang"),
-}
-_INITIALS = _RETROFLEX + tuple("bpmfdtnlgkhjqxrzcsyw")
-
-
-def fuzzy_pairs(names: Iterable[str] | str | None) -> frozenset[str]:
-    """``names`` checked against :data:`FUZZY_PAIRS` (a single string is one name; None is none).
-    Raises :class:`DataError` naming the unknown pair and listing the known ones."""
-    chosen = frozenset() if names is None else frozenset([names] if isinstance(names, str) else names)
-    unknown = sorted(chosen - FUZZY_PAIRS.keys(), key=str)
-    if unknown:
-        raise DataError(f"unknown fuzzy pinyin pair {unknown[0]!r}; known: {', '.join(FUZZY_PAIRS)}")
-    return chosen
-
-
-def _initial(letters: str) -> str:
-    return next((initial for initial in _INITIALS if letters.startswith(initial)), "")
-
-
-def _swapped(part: str, which: str, fuzzy: frozenset[str]) -> list[str]:
-    """``part`` (an initial or a final) and what the chosen pairs of that kind pair it with."""
-    found = [part]
-    for name in sorted(fuzzy):
-        kind, one, other = FUZZY_PAIRS[name]
-        if kind == which and part in (one, other):
-            found.append(other if part == one else one)
-    return found
-
-
-def _widen(key: str, fuzzy: frozenset[str]) -> str:
-    """A syllable or prefix key widened to its fuzzy variants (typed first): ``zi`` -> ``zi|zhi``."""
-    base, tone = _split_key(key)
-    is_prefix = base.endswith(PREFIX)
-    letters = base[:-1] if is_prefix else base
-    initial = _initial(letters)
-    initials = _swapped(initial, _INITIAL, fuzzy) if initial else [""]
-    if is_prefix:
-        variants = [other + letters[len(initial):] + PREFIX for other in initials]
-        variants = [v for v in variants if v == base or _begun_by(v[:-1])]
-    else:
-        variants = [other + final for other in initials for final in _swapped(letters[len(initial):], _FINAL, fuzzy)]
-        variants = [v for v in variants if v == base or v in syllables()]
-    return "|".join(dict.fromkeys(v + tone for v in variants))
 
 
 # ---- Segmentation ------------------------------------------------------------------------------------
@@ -285,9 +143,30 @@ def _split_run(letters: str, tones: list[int | None], limit: int, score,
     are prefixes alone as inside runs (see above: their keys allow the interjections too).
     k-best dynamic programming with back-pointers, so a run of thousands of syllables is split in linear
     time."""
+    best = _segmentations(letters, limit, score, prefixes)
     n = len(letters)
-    # best[end]: up to `limit` entries (prefix pieces, score, start, rank at start, last token), best first
-    best: list[list[tuple[int, float, int, int, str]]] = [[] for _ in range(n + 1)]
+    kept = [entry for entry in best[n] if entry[0] == best[n][0][0]] if best[n] else []
+    options = [_option(best, top, letters, tones) for top in range(len(kept))]
+    scores = [entry[1] for entry in kept]
+    if prefixes and n == 1 and letters in syllables() and letters in _beginnings() and letters not in _NOT_INSIDE_RUNS:
+        # A lone a o e is that syllable (啊 哦 饿 are typed so) or the abbreviation of the syllables it begins
+        # (爱 安 而 二 ...): the second reading, with the syllable's score, so that both are decoded and the
+        # model chooses (a tie keeps the syllable first, see alternatives).
+        token = prefix_token(letters)
+        options.append(((token, letters + PREFIX + ("" if tones[0] is None else str(tones[0]))),))
+        scores.append(scores[0])
+    return options, scores
+
+
+_Entry = tuple[int, float, int, int, str]  # (prefix pieces, score, start, rank at start, last token)
+
+
+def _segmentations(letters: str, limit: int, score, prefixes: bool) -> list[list[_Entry]]:
+    """k-best dynamic programming over a run: entry ``end`` holds up to ``limit`` segmentations of
+    ``letters[:end]``, best first (fewest prefix pieces, then highest score), each as its last piece's
+    start and token and the rank, among those ending there, of the segmentation before it."""
+    n = len(letters)
+    best: list[list[_Entry]] = [[] for _ in range(n + 1)]
     best[0] = [(0, 0.0, -1, -1, "<s>")]
     for end in range(1, n + 1):
         found = []
@@ -305,44 +184,34 @@ def _split_run(letters: str, tones: list[int | None], limit: int, score,
             found.extend((count + cost, total + score(last, token), start, rank, token)
                          for token in tokens for rank, (count, total, _, _, last) in enumerate(best[start]))
         best[end] = sorted(found, key=lambda entry: (entry[0], -entry[1]))[:limit]
-    kept = [entry for entry in best[n] if entry[0] == best[n][0][0]] if best[n] else []
-    options = []
-    for top in range(len(kept)):
-        spans, end, rank = [], n, top
-        while end > 0:
-            _, _, start, rank, token = best[end][rank]
-            spans.append((start, end, token))
-            end = start
-        option = []
-        for start, end, token in reversed(spans):
-            tone = next((t for t in tones[start:end] if t is not None), None)
-            typed = letters[start:end]
-            if token in _RETROFLEX_READING.get(typed, ()):
-                key = token  # z read as zh*: every zh syllable
-            else:
-                key = typed + (PREFIX if is_prefix_token(token) else "")
-            option.append((token, key if tone is None else f"{key}{tone}"))
-        options.append(tuple(option))
-    scores = [entry[1] for entry in kept]
-    if prefixes and n == 1 and letters in syllables() and letters in _beginnings() and letters not in _NOT_INSIDE_RUNS:
-        # A lone a o e is that syllable (啊 哦 饿 are typed so) or the abbreviation of the syllables it begins
-        # (爱 安 而 二 ...): the second reading, with the syllable's score, so that both are decoded and the
-        # model chooses (a tie keeps the syllable first, see alternatives).
-        token = prefix_token(letters)
-        options.append(((token, letters + PREFIX + ("" if tones[0] is None else str(tones[0]))),))
-        scores.append(scores[0])
-    return options, scores
+    return best
+
+
+def _option(best: list[list[_Entry]], rank: int, letters: str, tones: list[int | None]) -> Option:
+    """The segmentation of the whole run ranked ``rank`` in ``best`` (see :func:`_segmentations`), followed
+    back to its start, as (token, key) pairs, each key with its piece's tone."""
+    spans, end = [], len(letters)
+    while end > 0:
+        _, _, start, rank, token = best[end][rank]
+        spans.append((start, end, token))
+        end = start
+    option = []
+    for start, end, token in reversed(spans):
+        tone = next((t for t in tones[start:end] if t is not None), None)
+        typed = letters[start:end]
+        if token in _RETROFLEX_READING.get(typed, ()):
+            key = token  # z read as zh*: every zh syllable
+        else:
+            key = typed + (PREFIX if is_prefix_token(token) else "")
+        option.append((token, key if tone is None else f"{key}{tone}"))
+    return tuple(option)
 
 
 def _with_tone(option: Option, digit: str) -> Option:
     """``option`` with a typed tone digit on its last piece (it replaces a tone mark there)."""
     token, key = option[-1]
     tone = 5 if digit in "05" else int(digit)
-    return option[:-1] + ((token, f"{_split_key(key)[0]}{tone}"),)
-
-
-def _widened(option: Option, fuzzy: frozenset[str]) -> Option:
-    return tuple((token, key if is_literal_key(key) else _widen(key, fuzzy)) for token, key in option)
+    return option[:-1] + ((token, f"{split_key(key)[0]}{tone}"),)
 
 
 def _shuangpin_pieces(run: str, digit: str, layout: str, prefixes: bool) -> list[Piece]:
@@ -358,12 +227,12 @@ def _shuangpin_pieces(run: str, digit: str, layout: str, prefixes: bool) -> list
         elif kind == double_pinyin.PREFIX and prefixes:
             pieces.append(Piece((((prefix_token(text), text + PREFIX),),), typed=typed))
         else:
-            pieces.extend(_literal(char) for char in typed)
+            pieces.extend(literal_piece(char) for char in typed)
     if digit:
         if pieces and not is_literal_key(pieces[-1].options[0][-1][1]):
             pieces[-1] = Piece((_with_tone(pieces[-1].options[0], digit),), typed=pieces[-1].typed + digit)
         else:
-            pieces.append(_literal(digit))
+            pieces.append(literal_piece(digit))
     return pieces
 
 
@@ -407,158 +276,86 @@ def parse_pieces(text: str, limit: int = 4, score=fewest_syllables, *, prefixes:
       syllable passes through as typed. Tone marks are no keys and pass through; a tone digit after a run
       tones its last syllable. Raises :class:`DataError` for an unknown layout."""
     fuzzy = fuzzy_pairs(fuzzy)
-    if shuangpin is not None:
-        extra = "".join(sorted(key for key in double_pinyin.layout_named(shuangpin).keys if not key.isalpha()))
-        piece_pattern = re.compile(f"([A-Za-z{re.escape(extra)}]+)([0-5]?)|(.)", re.S)
-    else:
-        piece_pattern = _PIECE
+    pattern = _piece_pattern(shuangpin)
     text = re.sub(r"(?<=[nlNL])[uU]:", "v", ascii_letters_digits(clean_typed(text)))
-    pieces: list[Piece] = []
-    # (piece index, letter, whether it marks a spelled word: a capital, or a letter that begins no syllable)
-    single_letters: list[tuple[int, str, bool]] = []
     # A capital means Shift+letter (typed for a word, as in IMEs) only in text that also has lower case: with
     # Caps Lock on (WO XIANG Q B J) case says nothing.
-    shifted = any(char.islower() for char in text)
+    reader = _Reader(limit, score, prefixes, fuzzy, shuangpin, shifted=any(char.islower() for char in text))
     for chunk in _SEPARATORS.split(text):
-        chunk_start = len(pieces)
-
-        def add_literal(char: str) -> None:
-            # A combining mark passes through only on the pass-through character before it: anywhere else
-            # it would be drawn on a converted character (or on nothing).
-            if _is_mark(char) and (len(pieces) == chunk_start or not is_pass_through(pieces[-1])):
-                return
-            pieces.append(_literal(char))
-
-        for match in piece_pattern.finditer(chunk):
-            run, digit, other = match.groups()
-            if other is not None:
-                add_literal(other)
-                continue
-            if shuangpin is not None:
-                found = _shuangpin_pieces(run, digit, shuangpin, prefixes)
-                pieces.extend(Piece(tuple(_widened(o, fuzzy) for o in p.options), p.scores, p.typed) if fuzzy
-                              else p for p in found)
-                continue
-            letters, tones = _letters_and_tones(run)
-            capital = shifted and not run.islower()
-            if len(letters) == 1 and not digit:
-                single_letters.append((len(pieces), run, capital or run.lower() not in _beginnings()))
-            # A run of marks alone (no letter) is no pinyin; a capital is typed for a word, not an
-            # abbreviation, so only full syllables read such a run.
-            options, scores = (_split_run(letters, tones, limit, score, prefixes and not capital)
-                               if letters else ([], []))
-            if digit and options:
-                options = [_with_tone(option, digit) for option in options]
-            if fuzzy:
-                options = [_widened(option, fuzzy) for option in options]
-            if options:
-                pieces.append(Piece(tuple(options), tuple(scores), run + digit))
-            else:  # not pinyin: every character passes through as typed
-                for char in run + digit:
-                    add_literal(char)
+        reader.read_chunk(chunk, pattern)
+    pieces = reader.pieces
     if prefixes:
-        _spell_out(pieces, single_letters)
+        spell_out(pieces, reader.single_letters)
         if shuangpin is None:  # a lone shuangpin key is an initial, never the syllable n
-            _interjections_alone(pieces, score, fuzzy)
-        pieces = _pass_through_long_abbreviations(pieces)
+            interjections_alone(pieces, score, fuzzy)
+        pieces = pass_through_long_abbreviations(pieces)
     return pieces
 
 
-def _interjections_alone(pieces: list[Piece], score, fuzzy: frozenset[str]) -> None:
-    """Give back, in place, the syllable reading (first, the abbreviation second) to a lone ``n`` or ``m``
-    that stands as a clause of its own: between punctuation and the line's ends, with punctuation on at
-    least one side (``n ， wo zhi dao le`` is 嗯，我知道了, as pypinyin types 嗯). Abbreviations are typed
-    inside words, so n there is far more often 嗯 than 你 or 那; next to digits it is 年 or 米 (``2011 n``),
-    and a line that is ``n`` alone stays an abbreviation (你), as in IMEs."""
-    def is_punctuation(index: int) -> bool:
-        return (0 <= index < len(pieces) and is_pass_through(pieces[index])
-                and unicodedata.category(pass_through_text([pieces[index]])[:1] or " ").startswith("P"))
-
-    for index, piece in enumerate(pieces):
-        if len(piece.options) != 1 or len(option := piece.options[0]) != 1:
-            continue
-        token, key = option[0]
-        typed, tone = _typed_variant(key)  # the typed prefix: n*, n*4
-        if token not in _INTERJECTION_PREFIXES or typed != token:
-            continue
-        neighbours = [i for i in (index - 1, index + 1) if 0 <= i < len(pieces)]
-        if not neighbours or not all(map(is_punctuation, neighbours)):
-            continue
-        syllable = ((token[:-1], token[:-1] + tone),)  # n* -> n, n*4 -> n4, widened as any syllable
-        pieces[index] = Piece((_widened(syllable, fuzzy) if fuzzy else syllable, option),
-                              (score("<s>", token[:-1]), score("<s>", token)), piece.typed)
+def _piece_pattern(shuangpin: str | None) -> re.Pattern:
+    """What the text between separators is read with: a run of letters and its tone digit, or any other
+    character; with ``shuangpin``, a run of that layout's keys (``;`` among them where the layout has a final
+    on it). DataError for an unknown layout."""
+    if shuangpin is None:
+        return _PIECE
+    extra = "".join(sorted(key for key in double_pinyin.layout_named(shuangpin).keys if not key.isalpha()))
+    return re.compile(f"([A-Za-z{re.escape(extra)}]+)([0-5]?)|(.)", re.S)
 
 
-# More abbreviations in a row than this are no abbreviation: the longest clause the configs train on
-# (data.max_len 32) abbreviated whole. Each abbreviated letter costs a wide beam search over every character
-# of the syllables it begins (3 ms each with the shipped model: 20,000 letters of x took 106 s).
-LONGEST_ABBREVIATION = 32
+@dataclass
+class _Reader:
+    """:func:`parse_pieces`' options and what it has read so far: the pieces, and the letters typed on their
+    own (for :func:`~pinyin_hanzi.text.abbreviations.spell_out`)."""
 
+    limit: int
+    score: Callable[[str, str], float]
+    prefixes: bool
+    fuzzy: frozenset[str]
+    shuangpin: str | None
+    shifted: bool  # the text has lower case too, so that a capital was typed for a word
+    pieces: list[Piece] = field(default_factory=list)
+    # (piece index, letter, whether it marks a spelled word: a capital, or a letter that begins no syllable)
+    single_letters: list[tuple[int, str, bool]] = field(default_factory=list)
 
-def _pass_through_long_abbreviations(pieces: list[Piece]) -> list[Piece]:
-    """``pieces`` with every letter-run piece that takes part in a stretch of more than
-    :data:`LONGEST_ABBREVIATION` abbreviations in a row (by each piece's best reading; spaces do not break a
-    stretch, since ``w x q b j`` is as much one abbreviation as ``wxqbj``; a syllable or a pass-through
-    character does) passing through as typed, one character per piece. Nobody types a stretch that long
-    (``xxxx…``, a keyboard mashed): reading it would cost a search per letter and give nonsense."""
-    marked: set[int] = set()
-    stretch: list[int] = []  # the pieces of the stretch that is still open
-    length = 0  # its abbreviations so far
+    def read_chunk(self, chunk: str, pattern: re.Pattern) -> None:
+        """Append the pieces of ``chunk``, text between separators."""
+        chunk_start = len(self.pieces)
+        for match in pattern.finditer(chunk):
+            run, digit, other = match.groups()
+            if other is not None:
+                self._add_literal(other, chunk_start)
+            elif self.shuangpin is not None:
+                found = _shuangpin_pieces(run, digit, self.shuangpin, self.prefixes)
+                self.pieces.extend(Piece(tuple(widened(o, self.fuzzy) for o in p.options), p.scores, p.typed)
+                                   if self.fuzzy else p for p in found)
+            elif not self._add_letter_run(run, digit):  # not pinyin: every character passes through as typed
+                for char in run + digit:
+                    self._add_literal(char, chunk_start)
 
-    def close(last: int | None = None, more: int = 0) -> None:  # the open stretch ends (in piece ``last``)
-        if length + more > LONGEST_ABBREVIATION:
-            marked.update(stretch + ([] if last is None else [last]))
+    def _add_literal(self, char: str, chunk_start: int) -> None:
+        # A combining mark passes through only on the pass-through character before it: anywhere else it
+        # would be drawn on a converted character (or on nothing).
+        if _is_mark(char) and (len(self.pieces) == chunk_start or not is_pass_through(self.pieces[-1])):
+            return
+        self.pieces.append(literal_piece(char))
 
-    for index, piece in enumerate(pieces):
-        if is_pass_through(piece):
-            close()
-            stretch, length = [], 0
-            continue
-        flags = [is_prefix_token(token) for token, _ in piece.options[0]]
-        if all(flags):  # abbreviations only: the stretch goes on through this piece
-            stretch, length = stretch + [index], length + len(flags)
-            continue
-        groups = [(flag, len(list(group))) for flag, group in itertools.groupby(flags)]  # (abbreviated, how many)
-        if groups[0][0]:  # the piece's first abbreviations end the open stretch, and count in it
-            close(index, groups[0][1])
-        else:
-            close()
-        if any(flag and count > LONGEST_ABBREVIATION for flag, count in groups[1:-1]):
-            marked.add(index)
-        stretch, length = ([index], groups[-1][1]) if groups[-1][0] else ([], 0)
-    close()
-    if not marked:
-        return pieces
-    return [literal for index, piece in enumerate(pieces)
-            for literal in ([_literal(char) for char in piece.typed] if index in marked else [piece])]
-
-
-def _spell_out(pieces: list[Piece], single_letters: list[tuple[int, str, bool]]) -> None:
-    """Pass through, in place, each word spelled as separate letters (``A t t i l a``, ``n i n``): a stretch
-    of consecutive pieces that are letters typed on their own (``single_letters``: piece index, letter,
-    marked), with a marked one among them (a capital, or a letter that begins no syllable: i, u, v).
-    Abbreviations are typed from syllable initials (``w x q b j``), so such a stretch is a word (the form
-    corpus text gives Latin words) that prefixes would otherwise misread."""
-    stretches: list[list[tuple[int, str, bool]]] = []
-    for entry in single_letters:
-        if stretches and stretches[-1][-1][0] == entry[0] - 1:
-            stretches[-1].append(entry)
-        else:
-            stretches.append([entry])
-    for stretch in stretches:
-        if any(marked for _, _, marked in stretch):
-            for index, letter, _ in stretch:
-                pieces[index] = _literal(letter)
-
-
-def is_pass_through(piece: Piece) -> bool:
-    """Whether ``piece`` is a character typed to pass through as itself (not pinyin)."""
-    return len(piece.options) == 1 and is_literal_key(piece.options[0][-1][1])
-
-
-def pass_through_text(pieces: Iterable[Piece]) -> str:
-    """The characters of pass-through pieces, as typed."""
-    return "".join(piece.options[0][0][0] for piece in pieces)
+    def _add_letter_run(self, run: str, digit: str) -> bool:
+        """Append the piece of a letter run read as pinyin; False (nothing appended) where it is none."""
+        letters, tones = _letters_and_tones(run)
+        capital = self.shifted and not run.islower()
+        if len(letters) == 1 and not digit:
+            self.single_letters.append((len(self.pieces), run, capital or run.lower() not in _beginnings()))
+        # A run of marks alone (no letter) is no pinyin; a capital is typed for a word, not an
+        # abbreviation, so only full syllables read such a run.
+        options, scores = (_split_run(letters, tones, self.limit, self.score, self.prefixes and not capital)
+                           if letters else ([], []))
+        if digit and options:
+            options = [_with_tone(option, digit) for option in options]
+        if self.fuzzy:
+            options = [widened(option, self.fuzzy) for option in options]
+        if options:
+            self.pieces.append(Piece(tuple(options), tuple(scores), run + digit))
+        return bool(options)
 
 
 def _letters_and_tones(run: str) -> tuple[str, list[int | None]]:
@@ -601,45 +398,6 @@ def clean_typed(text: str) -> str:
     separate what they stand between like a space (a soft hyphen or a zero-width space between syllables)."""
     return _NOT_PRINTABLE_ASCII.sub(lambda match: " " if _is_invisible(match[0]) else match[0],
                                     unicodedata.normalize("NFC", text))
-
-
-def alternatives(pieces: list[Piece], limit: int = 4) -> list[Option]:
-    """Up to ``limit`` whole-input readings, ranked by total piece score, ties in the pieces' order (see
-    :func:`spoken_alternatives`)."""
-    return [reading for reading, _ in spoken_alternatives(pieces, limit)]
-
-
-def spoken_alternatives(pieces: list[Piece], limit: int = 4) -> list[tuple[Option, tuple[str, ...]]]:
-    """Up to ``limit`` whole-input readings, ranked by total piece score, ties in the pieces' order, each
-    with what a syllable model should score: its tokens, except that a letter typed alone that is a
-    syllable itself and read as an abbreviation (a lone ``e`` read as e*, a lone ``n`` as n*) counts as
-    that syllable. A piece's options never differ in how many prefix pieces they have (``_split_run``
-    keeps the fewest) except for a lone a o e, which is also its own syllable's abbreviation with that
-    syllable's score, and a lone n or m standing as a clause (see _interjections_alone), whose
-    abbreviation scores as a prefix token (unseen by the syllable model): far below."""
-    combined: list[tuple[float, Option, tuple[str, ...]]] = [(0.0, (), ())]
-    for piece in pieces:
-        choices = [(option, score, _spoken(option)) for option, score in zip(piece.options, piece.scores)]
-        if len(choices) == 1:
-            option, _, spoken = choices[0]
-            combined = [(total, reading + option, said + spoken) for total, reading, said in combined]
-            continue
-        extended = [(total + score, reading + option, said + spoken)
-                    for total, reading, said in combined for option, score, spoken in choices]
-        combined = sorted(extended, key=lambda entry: -entry[0])[:limit]
-    return [(reading, said) for _, reading, said in combined]
-
-
-def _spoken(option: Option) -> tuple[str, ...]:
-    """The option's tokens, or for a single letter typed alone that spells a syllable and is read as an
-    abbreviation (key ``e*``, ``n*3``, ``n*|l*``: the typed variant first), that syllable. Inside a run
-    (``shn``: sh* n*) a prefix stays a prefix: there it competes with other segmentations, not with a
-    reading as its own syllable."""
-    if len(option) == 1 and is_prefix_token(option[0][0]):
-        letters = _typed_variant(option[0][1])[0].removesuffix(PREFIX)
-        if letters in syllables():
-            return (letters,)
-    return tuple(token for token, _ in option)
 
 
 def parse_pinyin(text: str, **options) -> list[str]:
