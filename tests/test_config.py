@@ -3,7 +3,8 @@ from pathlib import Path
 
 import pytest
 
-from pinyin_hanzi.config import SECTIONS, Config, config_from_dict, config_reference, field_docs, load_config
+from pinyin_hanzi.config import SECTIONS, Config, config_from_dict, load_config
+from pinyin_hanzi.config_docs import config_reference, field_docs
 from pinyin_hanzi.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
