@@ -3,7 +3,7 @@
 ``from pinyin_hanzi import Converter`` is the Python API (see converter.py). It is imported on first use, so
 that ``import pinyin_hanzi.config`` and the like stay light (no torch)."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"  # the one source: pyproject.toml reads it from here
 __all__ = ["Candidate", "Converter"]
 
 

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # Run from the install, in a folder that has no pinyin_hanzi/: import every module, find the files the code
 # reads where the install put them, and convert with the shipped model.
 _CHECK_INSTALL = """
-import json, pkgutil, importlib, sys
+import json, pkgutil, importlib, importlib.metadata, sys
 import pinyin_hanzi
 from pinyin_hanzi import Converter
 from pinyin_hanzi.decoding.converter import SHIPPED_MODEL
@@ -25,7 +25,8 @@ for name in modules:
     importlib.import_module(name)
 print(json.dumps({"package": pinyin_hanzi.__file__, "modules": modules, "model": str(SHIPPED_MODEL),
                   "model_exists": SHIPPED_MODEL.is_file(), "web": sorted(p.name for p in WEB_DIR.iterdir()),
-                  "converted": Converter.from_pretrained().convert("ni hao")}))
+                  "converted": Converter.from_pretrained().convert("ni hao"),
+                  "version": pinyin_hanzi.__version__, "installed_version": importlib.metadata.version("pinyin-hanzi")}))
 """
 
 
@@ -65,3 +66,4 @@ def test_an_installed_wheel_has_every_module_and_data_file_and_converts_from_ano
     assert Path(found["model"]).is_relative_to(site) and found["model_exists"]
     assert found["web"] == sorted(p.name for p in (ROOT / "pinyin_hanzi" / "serving" / "web").iterdir())
     assert found["converted"] == "你好"
+    assert found["installed_version"] == found["version"]  # one version: pyproject.toml reads the package's
