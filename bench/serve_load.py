@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from pinyin_hanzi.cli import check_bounds  # noqa: E402
-from pinyin_hanzi.config import LIMITS, MAX_NBEST  # noqa: E402
+from pinyin_hanzi.serving.schemas import MAX_BEAM, MAX_REQUEST_NBEST  # noqa: E402
 from pinyin_hanzi.text.pinyin import hanzi_to_tokens  # noqa: E402
 
 # Ten characters each, so ten syllables typed.
@@ -282,7 +282,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     check_bounds(parser, [*(("--clients", clients, 1, 10_000) for clients in args.clients),
                           ("--seconds", args.seconds, 0.1, 3600), ("--max-requests", args.max_requests, 1, 10**7),
-                          ("--beam", args.beam, *LIMITS["decode.beam"]), ("--nbest", args.nbest, 1, MAX_NBEST),
+                          ("--beam", args.beam, 1, MAX_BEAM), ("--nbest", args.nbest, 1, MAX_REQUEST_NBEST),
                           ("--max-wait-ms", args.max_wait_ms, 0, 10_000), ("--max-batch-lines", args.max_batch_lines, 1, 4096),
                           ("--rounds", args.rounds, 1, 1000)])
     lines = typed_lines()

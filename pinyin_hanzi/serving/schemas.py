@@ -11,7 +11,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pinyin_hanzi.text.pinyin import syllables as known_syllables
 
 MAX_BEAM = 16  # beyond this a request costs seconds of the shared worker for no gain in accuracy
-MAX_NBEST = 10
+# A service limit, below the Converter's MAX_NBEST (config.py): a request's candidates widen the shared
+# worker's beam as its beam does (the search keeps at least nbest).
+MAX_REQUEST_NBEST = 10
 
 
 class _Strict(BaseModel):
@@ -31,7 +33,7 @@ class ConvertRequest(_Strict):
     text: str | list[str] = Field(description="typed pinyin (e.g. 'ni hao', 'nihao', 'ni3hao3'), or a list of "
                                               "such texts, converted as one batch")
     beam: int | None = Field(None, ge=1, le=MAX_BEAM, description="beam size; default: the model's decode.beam")
-    nbest: int = Field(5, ge=1, le=MAX_NBEST, description="how many distinct candidates to return per text")
+    nbest: int = Field(5, ge=1, le=MAX_REQUEST_NBEST, description="how many distinct candidates to return per text")
     chinese_punctuation: bool = Field(False, description="ASCII , . ? ! after a hanzi become ，。？！")
 
     @field_validator("text")
