@@ -166,6 +166,13 @@ LIMITS: dict[str, tuple[float, float]] = {
 MAX_NBEST = 50  # the most candidates per line the Converter and translate.py --nbest give (not a config key)
 
 
+def search_beam(beam: int | None, nbest: int, default: int) -> int:
+    """The beam a conversion searches with: ``beam``, else ``default`` (the model's decode.beam), and at least
+    ``nbest``, since a beam of k keeps at most k candidates. The one rule: the Converter resolves each call's
+    beam with it, the HTTP service each request's (to estimate the request's work before the model sees it)."""
+    return max(default if beam is None else beam, nbest)
+
+
 def shown(value, limit: int = 60) -> str:
     """``repr(value)`` on one line and at most ``limit`` characters: what an error message may quote of a
     value a user or a file gave (a tensor or a long list would otherwise spill over many lines)."""

@@ -44,6 +44,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from pinyin_hanzi import __version__
+from pinyin_hanzi.config import search_beam
 from pinyin_hanzi.errors import PinyinHanziError
 from pinyin_hanzi.serving.batcher import DynamicBatcher
 from pinyin_hanzi.serving.limits import Limits, RequestError, check_attention, check_cost, check_lines
@@ -143,8 +144,8 @@ def _add_conversion_routes(app: FastAPI, batcher: DynamicBatcher, limits: Limits
         """Convert one text (``{"text": "ni hao"}`` -> one result) or a list of texts (-> ``results``)."""
         lines = [request.text] if isinstance(request.text, str) else request.text
         check_lines(lines, limits)
-        beam = request.beam or info["beam"]
-        costs = cost_model.line_costs(lines, max(beam, request.nbest), limits.max_request_cost)
+        beam = search_beam(request.beam, request.nbest, info["beam"])  # as the converter resolves it
+        costs = cost_model.line_costs(lines, beam, limits.max_request_cost)
         check_cost(costs, lines, limits)
         found = await batcher.convert(lines, beam=beam, nbest=request.nbest,
                                       chinese_punctuation=request.chinese_punctuation, costs=costs)
