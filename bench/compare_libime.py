@@ -244,7 +244,7 @@ def main() -> int:
         checkpoint = converter.checkpoint
         print(f"ours: {checkpoint}", file=sys.stderr)
         ours_load = time.perf_counter() - started
-        args.beam = args.beam or converter.beam
+        args.beam = converter.search_settings(beam=args.beam).beam  # the checkpoint's decode.beam unless given
     libime_load = libime_startup(args.libime) if "libime" in engines else None
 
     rows, dump = [], []

@@ -149,8 +149,8 @@ def main() -> int:
         print(f"baseline: {args.baseline}", flush=True)
         converters["baseline"] = Converter.from_checkpoint(args.baseline, log=print)
     converter = converters["model"]
-    decode = converter.config.decode
-    lm = f"{decode.lm_order}-gram model at weight {decode.lm_weight}" if converter.char_lm else "none"
+    decode = converter.decode  # what it converts with: the checkpoint's, --lm-weight and --word-weight applied
+    lm = f"{decode.lm_order}-gram model at weight {decode.lm_weight}" if converter.char_lm and decode.lm_weight else "none"
     print(f"character n-gram model: {lm}", flush=True)
     sentences = split_sentences(args.split) if args.split else carried_sentences()
     batched = sentences if args.split else sentences * max(1, 1024 // len(sentences))  # enough for full batches

@@ -146,7 +146,7 @@ def test_export_can_change_the_default_decode_settings_and_nothing_else(trained,
     exported = tmp_path / "model.pt"
     export_checkpoint(best, exported, decode_overrides=["decode.prefix_beam=12", "decode.beam=3"])
     converter = Converter.from_checkpoint(exported)
-    assert (converter.prefix_beam, converter.beam) == (12, 3)
+    assert (converter.decode.prefix_beam, converter.beam) == (12, 3)
     assert load_checkpoint(exported)["config"]["model"] == load_checkpoint(best)["config"]["model"]
     for override, message in [("model.d_model=8", "only decode.* settings"), ("decode.beam=0", "decode.beam=0 is invalid"),
                               ("decode.bem=3", "unknown key decode.bem"), ("beam=3", "expected decode.key=value")]:

@@ -525,6 +525,27 @@ def test_translate_ime_evaluate_with_abbreviations(tmp_path):
     assert letters["prefixes"] is False and letters["char_accuracy"] < scores["char_accuracy"]
 
 
+def test_translate_evaluate_converts_with_the_command_lines_options_for_both_models(trained, tmp_path):
+    """--evaluate and --compare read and search as every mode does: the command line's options go to each
+    call (they used to be set on the converter), to the compared model as well; the report says what ran."""
+    _, _, best = trained
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("wo men qu bei jing ba\t我们去北京吧\nni hao shi jie\t你好世界\n", encoding="utf-8")
+
+    def scores(*options):
+        result = run(ROOT / "translate.py", "--checkpoint", best, "--evaluate", pairs, "--beam", "1", *options)
+        assert result.returncode == 0, result.stderr
+        return result.stdout, json.loads(result.stdout.strip().splitlines()[-1])
+
+    _, full_pinyin = scores()
+    report, double_pinyin = scores("--shuangpin", "microsoft", "--unconstrained")  # wo men ... as key pairs
+    assert double_pinyin["cer"] > full_pinyin["cer"] and double_pinyin["constrained"] is False
+    assert "unconstrained greedy" in report.splitlines()[0]
+    _, double_alone = scores("--shuangpin", "microsoft")
+    _, compared = scores("--shuangpin", "microsoft", "--compare", best)
+    assert compared["cer"] == compared["other_cer"] == double_alone["cer"] != full_pinyin["cer"]
+
+
 def test_translate_ime_bad_option_values_are_usage_errors():
     for bad, message in ((["--fuzzy", "z-zh,q-x", "ni"], "--fuzzy: unknown pair 'q-x'"),
                          (["--shuangpin", "dvorak", "ni"], "invalid choice: 'dvorak'"),
@@ -532,7 +553,8 @@ def test_translate_ime_bad_option_values_are_usage_errors():
                          (["--abbreviate", "1.5", "--evaluate", "test"], "--abbreviate must be a finite number between 0 and 1"),
                          (["--abbreviate", "0.3", "ni"], "--abbreviate needs --evaluate"),
                          (["--abbreviate-as", "letter", "--evaluate", "test"], "--abbreviate-as needs --abbreviate"),
-                         (["--abbreviate", "0.3", "--abbreviate-as", "x", "--evaluate", "test"], "invalid choice: 'x'")):
+                         (["--abbreviate", "0.3", "--abbreviate-as", "x", "--evaluate", "test"], "invalid choice: 'x'"),
+                         (["--attention", "a.png", "--evaluate", "test"], "--attention needs pinyin text to convert")):
         usage = run(ROOT / "translate.py", *bad)
         lines = usage.stderr.strip().splitlines()
         assert usage.returncode == 2 and "Traceback" not in usage.stderr and usage.stdout == ""

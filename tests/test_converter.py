@@ -2,6 +2,7 @@ import pytest
 import torch
 
 from pinyin_hanzi.decoding.converter import CHECKPOINT_VARIABLE, SHIPPED_MODEL, Candidate, Converter, resolve_checkpoint
+from pinyin_hanzi.decoding.settings import TypingOptions
 from pinyin_hanzi.errors import CheckpointError, ConfigError, DataError, PinyinHanziError
 from pinyin_hanzi.text.lexicon import Lexicon
 from pinyin_hanzi.text.pinyin import readings
@@ -91,6 +92,27 @@ def test_convert_is_convert_lines_with_the_converters_beam():
     assert converter.convert(lines) == [c[0].text for c in converter.convert_lines(lines, beam=3)]
     assert converter.convert(lines[0]) == converter.convert(lines)[0]
     assert converter.candidates("ni hao", n=4) == converter.convert_lines(["ni hao"], beam=4, nbest=4)[0]
+
+
+def test_the_converter_holds_one_decode_config_that_calls_replace_for_themselves_only():
+    """Keywords of the constructor set the DecodeConfig's fields; a call's own arguments replace them for that
+    call (dataclasses.replace) and leave the converter as it was; one object says how the call searches."""
+    import dataclasses
+
+    from pinyin_hanzi.decoding.settings import SearchSettings
+
+    converter = untrained_converter(seed=2, beam=3, prefix_beam=7, prefixes=True, fuzzy=["z-zh"])
+    kept = dataclasses.replace(converter.decode)
+    assert (kept.beam, kept.prefix_beam, kept.prefixes, kept.fuzzy, converter.beam) == (3, 7, "on", ["z-zh"], 3)
+    assert converter.search_settings() == SearchSettings(beam=3, prefix_beam=7, constrained=True, fusion=None)
+    assert converter.search_settings(beam=1) == SearchSettings(beam=1, prefix_beam=1, constrained=True, fusion=None)
+    assert converter.search_settings(beam=1, nbest=9).beam == 9 and converter.search_settings(beam=12).prefix_beam == 12
+    assert converter.search_settings(constrained=False).constrained is False
+    converter.convert_lines(["zi dao"], beam=1, nbest=2, constrained=False, prefixes=False, fuzzy=(),
+                            shuangpin="microsoft")
+    assert converter.decode == kept and converter.typing_options() == TypingOptions(True, frozenset({"z-zh"}))
+    with pytest.raises(TypeError, match="unexpected keyword argument 'beem'"):  # as a misspelt keyword always is
+        untrained_converter(beem=3)
 
 
 def _refused(call, error_class, *fragments):
@@ -240,9 +262,10 @@ def _all_readings_ranked(converter, line, beam, nbest):
     fewest = min(len(reading) for reading in options)
     readings_ = [([token for token, _ in reading], [key for _, key in reading]) for reading in options]
     best: dict[str, float] = {}
-    for (tokens, _), candidates in zip(readings_, converter._decode(readings_, max(beam, nbest), True, 256)):
+    settings = converter.search_settings(beam=beam, nbest=nbest)
+    for (tokens, _), candidates in zip(readings_, converter._decode(readings_, settings, 256)):
         for candidate in candidates:
-            score = candidate.score - converter.split_penalty * (len(tokens) - fewest)
+            score = candidate.score - converter.decode.split_penalty * (len(tokens) - fewest)
             best[candidate.text] = max(score, best.get(candidate.text, float("-inf")))
     return sorted(best.items(), key=lambda item: -item[1])[:nbest]
 
@@ -316,14 +339,17 @@ def _each_character_has_the_syllable_it_was_read_as(candidate):
 
 def test_prefixes_are_off_for_a_model_trained_without_abbreviations_and_on_for_one_trained_with_them(shipped):
     plain = untrained_converter()
-    assert not plain.trained_with_prefixes and plain.prefixes is False
+    assert not plain.trained_with_prefixes and plain.typing_options().prefixes is False
     assert plain.convert_lines(["ni j"])[0][0].text.endswith("j")  # j passes through
-    assert shipped.trained_with_prefixes and shipped.prefixes is True  # the shipped model learnt abbreviations
+    assert shipped.trained_with_prefixes and shipped.typing_options().prefixes is True  # it learnt abbreviations
     assert shipped.convert_lines(["bei j"])[0][0].text == "北京"
     assert shipped.convert_lines(["bei j"], prefixes=False)[0][0].text.endswith("j")
     abbreviations = untrained_converter(pinyin=UNTRAINED_PINYIN + ["b*", "j*"])
-    assert abbreviations.trained_with_prefixes and abbreviations.prefixes is True
-    assert untrained_converter(pinyin=UNTRAINED_PINYIN + ["b*", "j*"], prefixes=False).prefixes is False
+    assert abbreviations.trained_with_prefixes and abbreviations.typing_options().prefixes is True
+    turned_off = untrained_converter(pinyin=UNTRAINED_PINYIN + ["b*", "j*"], prefixes=False)
+    assert turned_off.typing_options().prefixes is False
+    assert abbreviations.typing_options(prefixes="off").prefixes is False  # per call, as decode.prefixes names it
+    assert plain.typing_options(prefixes="auto").prefixes is False and plain.typing_options(prefixes="on").prefixes
     best = abbreviations.convert_lines(["b j"], beam=1)[0][0]
     assert best.syllables == ["b*", "j*"] and best.text in {"北京", "八京", "吧京", "北经", "八经", "吧经"}
     _each_character_has_the_syllable_it_was_read_as(best)
@@ -332,13 +358,13 @@ def test_prefixes_are_off_for_a_model_trained_without_abbreviations_and_on_for_o
 def test_a_reading_with_abbreviations_is_searched_with_the_wider_prefix_beam():
     converter = untrained_converter(pinyin=UNTRAINED_PINYIN + ["b*", "j*"], prefix_beam=7)
     searched = []
-    search = converter.search
+    search = converter._search
 
-    def recording(token_lists, key_lists=None, *, beam=1, constrained=True):
+    def recording(token_lists, key_lists, beam, settings):
         searched.append((beam, [" ".join(tokens) for tokens in token_lists]))
-        return search(token_lists, key_lists, beam=beam, constrained=constrained)
+        return search(token_lists, key_lists, beam, settings)
 
-    converter.search = recording
+    converter._search = recording
     converter.convert_lines(["b j", "ni hao", "wo men"], beam=3)
     assert sorted(searched) == [(3, ["ni hao 。", "wo men 。"]), (7, ["b* j* 。"])]  # one search per beam size
     for beam, expected in ((1, {1}), (12, {12})):  # greedy stays greedy; a wider beam is never narrowed
@@ -402,9 +428,9 @@ def test_a_lone_vowel_is_its_syllable_or_its_abbreviation_at_the_same_prior_and_
     (chunk,) = shipped.planner.chunks(parse_pieces("e", 4, prefixes=True))
     readings_ = shipped.planner.readings(chunk, 4, fused=False)
     assert [tokens for tokens, _, _ in readings_] == [["e"], ["e*"]]
-    assert shipped.syllable_lm.log_prob(["e*"]) > shipped.syllable_lm.log_prob(["e"])
-    assert shipped.abbreviation_penalty > 0
-    assert readings_[1][2] == pytest.approx(readings_[0][2] - shipped.abbreviation_penalty)
+    assert shipped.planner.syllable_lm.log_prob(["e*"]) > shipped.planner.syllable_lm.log_prob(["e"])
+    assert shipped.decode.abbreviation_penalty > 0
+    assert readings_[1][2] == pytest.approx(readings_[0][2] - shipped.decode.abbreviation_penalty)
     # other ambiguous syllables in the line (qie: qi'e, hao: ha'o) do not crowd the abbreviation out
     assert shipped.convert("e qie ta hen hao") == "而且他很好"
     assert shipped.convert("wo men a quan di hui jia") == "我们安全地回家"
@@ -431,12 +457,12 @@ def test_shuangpin_reads_key_pairs_of_the_layout(shipped):
 
 
 def test_the_checkpoints_decode_settings_choose_the_typing_options(shipped, tmp_path):
-    assert (shipped.fuzzy, shipped.shuangpin) == (frozenset(), None)  # a checkpoint older than the settings
+    assert shipped.typing_options() == TypingOptions(prefixes=True)  # a checkpoint older than fuzzy and shuangpin
     state = torch.load(SHIPPED_MODEL, weights_only=True)
     state["config"]["decode"].update(prefixes="on", fuzzy=["z-zh", "an-ang"], shuangpin="microsoft")
     torch.save(state, tmp_path / "ime.pt")
     converter = Converter.from_checkpoint(tmp_path / "ime.pt")
-    assert converter.prefixes is True and converter.fuzzy == {"z-zh", "an-ang"} and converter.shuangpin == "microsoft"
+    assert converter.typing_options() == TypingOptions(True, frozenset({"z-zh", "an-ang"}), "microsoft")
     assert converter.convert("nihk") == "你好"
     assert converter.convert_lines(["ni hao"], shuangpin="", prefixes=False)[0][0].text == "你好"  # per call
 
@@ -447,13 +473,13 @@ def test_the_checkpoints_decode_settings_choose_the_typing_options(shipped, tmp_
 def _counting_search(converter, monkeypatch):
     """Record the token lists the model is asked to decode."""
     seen = []
-    search = converter.search
+    search = converter._search
 
     def counted(token_lists, *args, **kwargs):
         seen.extend(list(tokens) for tokens in token_lists)
         return search(token_lists, *args, **kwargs)
 
-    monkeypatch.setattr(converter, "search", counted)
+    monkeypatch.setattr(converter, "_search", counted)
     return seen
 
 

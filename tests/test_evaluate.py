@@ -57,7 +57,7 @@ def test_evaluate_file_types_a_share_of_syllables_abbreviated_and_reads_them_as_
     tmp, _, _ = trained
     examples = read_examples(tmp / "prepared" / "tiny" / "train.tsv")
     full = evaluate_file(converter, examples)
-    assert (full["abbreviate"], full["prefixes"]) == (0.0, converter.prefixes)
+    assert (full["abbreviate"], full["prefixes"]) == (0.0, converter.typing_options().prefixes)
     abbreviated = evaluate_file(converter, examples, abbreviate=1.0)
     assert abbreviated["prefixes"] is True and abbreviated["char_accuracy"] < full["char_accuracy"]
     assert evaluate_file(converter, examples, abbreviate=1.0) == abbreviated  # the same syllables every run

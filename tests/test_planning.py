@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pinyin_hanzi.decoding.planning import Planner
+from pinyin_hanzi.decoding.settings import TypingOptions
 
 from conftest import untrained_converter
 
@@ -17,13 +18,13 @@ def test_every_reading_of_every_chunk_fits_the_window():
     readings one or two tokens longer, past the model's positions (a ValueError, a 500 from the service)."""
     for window in (3, 8, 15, 32):
         planner = Planner(window=window, clause_end=True, syllable_lm=None, split_penalty=3.0, reading_margin=8.0)
-        plan = planner.plan(AMBIGUOUS, 4, False, {"prefixes": True, "fuzzy": frozenset(), "shuangpin": None})
+        plan = planner.plan(AMBIGUOUS, 4, False, TypingOptions(prefixes=True))
         longest = max(len(tokens) for tokens, _ in plan.readings)
         assert longest <= window + 1, (window, longest)  # + the virtual clause end
 
 
 def test_a_model_whose_window_is_its_positions_converts_ambiguous_lines():
     converter = untrained_converter(prefixes=True)  # 16 positions: a window of 15 and the clause end
-    assert converter.window == converter.model.config.max_positions - 1
+    assert converter.planner.window == converter.model.config.max_positions - 1
     found = converter.convert_lines(AMBIGUOUS, beam=2, nbest=2)
     assert len(found) == len(AMBIGUOUS) and all(candidates for candidates in found)

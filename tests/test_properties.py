@@ -4,7 +4,6 @@ error, SystemExit 2), and every input line gets exactly one output line."""
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import io
 import math
@@ -92,11 +91,10 @@ def test_translate_prints_one_line_per_input_line(converter, lines, nbest, as_js
     """translate.py's output path (formatting, --nbest, --json) over any text: one line per input line.
     Its input lines never hold a line end (it splits its input by typed_input.split_lines), so neither do these."""
     lines = [" ".join(split_lines(line)) for line in lines]
-    args = argparse.Namespace(beam=3, nbest=nbest, constrained=True, batch_size=256, chinese_punctuation=False,
-                              verbose=False, json=as_json, nbest_table=False, lines_printed=0)  # piped output
+    printer = translate._Printer(nbest=nbest, json=as_json, table=False)  # piped output
     output = io.StringIO()
     with contextlib.redirect_stdout(output):
-        translate._convert_and_print(converter, lines, args)
+        translate._convert_and_print(converter, lines, {"beam": 3, "constrained": True}, printer)
     assert output.getvalue().count("\n") == len(lines)
 
 

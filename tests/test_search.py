@@ -3,8 +3,9 @@ import itertools
 import torch
 
 from pinyin_hanzi.data.vocab import PAD_ID
-from pinyin_hanzi.decoding.search import Constraint, NgramFusion, fusion_for
+from pinyin_hanzi.decoding.search import Constraint, NgramFusion, beam_search
 from pinyin_hanzi.models.transformer import Transformer
+from pinyin_hanzi.text.lexicon import token_key
 
 from conftest import untrained_converter
 
@@ -104,17 +105,34 @@ def _lm_preferring(converter, sentences: list[str], order: int = 2):
 
 
 def test_greedy_decoding_leaves_the_ngram_model_out_and_beam_search_uses_it():
-    fusion = NgramFusion([(_lm_preferring(untrained_converter(), ["你好"]), 1.0)])
-    assert fusion_for(1, fusion) is None and fusion_for(2, fusion) is fusion
     plain = untrained_converter(seed=3)
     tokens = [["ni", "hao", "wo", "men"]]
     for sentences, wanted in ((["你好我们"] * 5, "你好我们"), (["妮号我门"] * 5, "妮号我门")):
         lm = _lm_preferring(plain, sentences)
         fused = untrained_converter(seed=3, char_lm=lm, lm_weight=5.0)
+        # the one place that decides: the call's settings, which the search then runs as they are
+        assert fused.search_settings(beam=1).fusion is None and fused.search_settings(beam=2).fusion is not None
+        assert fused.search_settings(beam=1, nbest=2).fusion is not None  # nbest 2 widens the beam to 2
         assert fused.convert_tokens(tokens, beam=3) == [wanted]
         assert fused.convert_tokens(tokens, beam=1) == plain.convert_tokens(tokens, beam=1)
         off = untrained_converter(seed=3, char_lm=lm, lm_weight=0.0)
         assert off.convert_tokens(tokens, beam=3) == plain.convert_tokens(tokens, beam=3)
+
+
+def test_beam_search_given_a_fusion_at_beam_1_runs_it():
+    """Greedy search with a fusion adds the fused scores along its one path, as beam search does; it used
+    to drop the fusion silently (the converter's greedy conversion is given none: see the test above)."""
+    plain = untrained_converter(seed=4)
+    lm = _lm_preferring(plain, ["妮号我门。"] * 5, order=3)
+    tokens = ["ni", "hao", "wo", "men", "。"]  # 2 x 2 x 2 x 2 readings, and a forced 。 the fusion still scores
+    model_scores = {tuple(ids): score for ids, score in plain.search([tokens], beam=50)[0]}
+    source = torch.tensor([plain.pinyin_vocab.encode(tokens)])
+    rows = torch.tensor([[plain.lexicon.row(token_key(token)) for token in tokens]])
+    [[(ids, score)]] = beam_search(plain.model, source, Constraint(plain.lexicon, rows), beam=1,
+                                   fusion=NgramFusion([(lm, 5.0)]))
+    assert "".join(plain.hanzi_vocab.decode(ids)) == "妮号我门。"  # what the n-gram model prefers, not greedy alone
+    assert "".join(plain.hanzi_vocab.decode(plain.search([tokens], beam=1)[0][0][0])) != "妮号我门。"
+    assert abs(score - (model_scores[tuple(ids)] + 5.0 * lm.sentence_log_prob(ids))) < 1e-4
 
 
 def test_ngram_scores_add_to_the_model_scores_exactly():

@@ -145,9 +145,9 @@ def test_a_checkpoint_carries_its_word_model_into_the_converter(trained, tmp_pat
     save_checkpoint(with_words, state)
     assert load_for_inference(with_words).word_lm.size() == lm.size()
     converter = Converter.from_checkpoint(with_words, lm_weight=0.0)
-    assert converter.word_weight == 0.4 and converter.fusion is not None
-    assert [weight for _, weight in converter.fusion.models] == [0.4]
-    assert Converter.from_checkpoint(with_words, word_weight=0.0).fusion is None
+    assert converter.decode.word_weight == 0.4 and converter.search_settings(beam=5).fusion is not None
+    assert [weight for _, weight in converter.search_settings(beam=5).fusion.models] == [0.4]
+    assert Converter.from_checkpoint(with_words, word_weight=0.0).search_settings(beam=5).fusion is None
     state[WORD_LM_KEY]["vocab_size"] = 7  # a word model of another vocabulary
     save_checkpoint(tmp_path / "bad.pt", state)
     with pytest.raises(CheckpointError, match="word model counts 7 characters"):
@@ -169,7 +169,7 @@ def test_the_cli_removes_a_word_model_and_its_weight(trained, tmp_path, capsys):
     assert main([str(tmp_path / "words.pt"), str(tmp_path / "plain.pt"), "--remove"]) == 0
     assert "word model removed" in capsys.readouterr().out
     assert load_for_inference(tmp_path / "plain.pt").word_lm is None
-    assert Converter.from_checkpoint(tmp_path / "plain.pt").word_weight == 0.0
+    assert Converter.from_checkpoint(tmp_path / "plain.pt").decode.word_weight == 0.0
     assert main([str(tmp_path / "plain.pt"), str(tmp_path / "again.pt"), "--remove"]) == 0
     assert "had no word model" in capsys.readouterr().out
 
@@ -201,7 +201,7 @@ def test_the_cli_contrasts_a_word_model_with_the_checkpoint_training_split(train
     assert "contrasted with its training split at 0.5" in capsys.readouterr().out
     assert load_for_inference(out).word_lm.has_background
     converter = Converter.from_checkpoint(out)
-    assert converter.config.decode.word_contrast == 0.5 and converter.word_weight == 0.3
+    assert converter.config.decode.word_contrast == 0.5 and converter.decode.word_weight == 0.3
     assert converter.convert("ni hao")  # decodes with it
     # without the prepared training split: one line naming what is missing, nothing written
     state["config"]["data"]["prepared_dir"] = str(tmp_path / "nowhere")

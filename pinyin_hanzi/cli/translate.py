@@ -7,6 +7,7 @@ import argparse
 import json
 import sys
 import unicodedata
+from dataclasses import dataclass
 from pathlib import Path
 
 from pinyin_hanzi.cli import check_bounds, check_image_path, load_converter, max_threads, run, write_output
@@ -53,9 +54,10 @@ def _is_prepared_split(name: str) -> bool:
         name.split(".")[0] in ("valid", "test") and not name.endswith(".tsv") and "/" not in name)
 
 
-def _evaluate(converter, args, examples, other=None) -> int:
+def _evaluate(converter, args, options: dict, examples, other=None) -> int:
     """Score the conversion of a prepared split (``args.evaluate`` is train/valid/test or test.<source>)
-    or of ``examples`` read from the user's file; with ``other`` (--compare), score both on it side by side."""
+    or of ``examples`` read from the user's file, with the command line's ``options``; with ``other``
+    (--compare), score both on it side by side."""
     from pinyin_hanzi.data.corpus import prepared_split, read_examples
     from pinyin_hanzi.evaluation.evaluate import compare_file, evaluate_file
 
@@ -64,22 +66,16 @@ def _evaluate(converter, args, examples, other=None) -> int:
         examples = read_examples(path, trusted=True)
     else:
         path = Path(args.evaluate)
-    prefixes = None if args.prefixes is None else converter.prefixes  # None: on for abbreviated input
+    typing = {"unsegmented": args.unsegmented, "abbreviate": args.abbreviate, "abbreviate_as": args.abbreviate_as}
     if other is not None:
-        return _report_comparison(path, compare_file(
-            converter, other, examples, constrained=args.constrained, unsegmented=args.unsegmented, beam=args.beam,
-            batch_size=args.batch_size, abbreviate=args.abbreviate, abbreviate_as=args.abbreviate_as,
-            prefixes=prefixes, progress=True), args)
-    result = {"file": str(path), **evaluate_file(converter, examples, constrained=args.constrained,
-                                                 unsegmented=args.unsegmented, beam=args.beam,
-                                                 batch_size=args.batch_size, abbreviate=args.abbreviate,
-                                                 abbreviate_as=args.abbreviate_as, prefixes=prefixes,
-                                                 progress=True)}
-    style = ABBREVIATION_STYLES[args.abbreviate_as]
+        return _report_comparison(path, compare_file(converter, other, examples, **typing, **options, progress=True),
+                                  args)
+    result = {"file": str(path), **evaluate_file(converter, examples, **typing, **options, progress=True)}
+    style, beam = ABBREVIATION_STYLES[args.abbreviate_as], result["beam"]  # the settings evaluate_file resolved
     abbreviated = f" with {args.abbreviate:.0%} of syllables typed as their {style}" if args.abbreviate else ""
     mode = (f"{'unsegmented' if args.unsegmented else 'segmented'} input{abbreviated}, "
-            f"{'constrained' if args.constrained else 'unconstrained'} "
-            f"{'greedy' if args.beam == 1 else f'beam {args.beam}'}")
+            f"{'constrained' if result['constrained'] else 'unconstrained'} "
+            f"{'greedy' if beam == 1 else f'beam {beam}'}")
     report = [f"{result['file']}: {result['sentences']} sentences, {result['characters']} characters, {mode}"]
     line = (f"character accuracy {result['char_accuracy']:.2%}  CER {result['cer']:.2%}  "
             f"exact sentences {result['exact']:.2%}")
@@ -104,23 +100,45 @@ def _report_comparison(path, result: dict, args) -> int:
     return 0
 
 
-def _format(line: str, conversions, args) -> str:
-    """One output line: the best text; with --nbest, text, score and the syllables it was read as of each
-    candidate, tab-separated (on a terminal: :func:`_nbest_table`); with --json, a JSON object whose
-    candidates each carry their own reading (segmentation: the model tokens, b* for an abbreviation;
-    syllables: what each character was read as)."""
-    if args.json:
-        best = conversions[0]
-        return json.dumps({"input": line, "output": best.text, "segmentation": best.syllables,
-                           "syllables": best.read_as,
-                           "candidates": [{"text": c.text, "score": round(c.score, 4), "segmentation": c.syllables,
-                                           "syllables": c.read_as} for c in conversions],
-                           "notes": best.notes}, ensure_ascii=False)
-    if args.nbest > 1 and args.nbest_table:
-        return _nbest_table(conversions)
-    if args.nbest > 1:
-        return "\t".join(f"{c.text}\t{c.score:.3f}\t{' '.join(c.read_as)}" for c in conversions)
-    return conversions[0].text
+@dataclass
+class _Printer:
+    """How converted lines are printed: the best text; with ``nbest`` > 1, each candidate's text, score and the
+    syllables it was read as, tab-separated (``table``: one candidate per line, for a person at a terminal);
+    with ``json``, a JSON object per line. ``verbose``: fallback notes on stderr."""
+
+    nbest: int = 1
+    json: bool = False
+    table: bool = False
+    verbose: bool = False
+    printed: int = 0  # input lines printed so far: a table puts a blank line between two lines' candidates
+
+    def print(self, lines: list[str], found) -> None:
+        output = []
+        for line, conversions in zip(lines, found):
+            if self.verbose:
+                for note in conversions[0].notes:
+                    print(f"note: {note}", file=sys.stderr)
+            if self.table and self.printed:
+                output.append("\n")
+            output.append(self._format(line, conversions) + "\n")
+            self.printed += 1
+        write_output("".join(output))
+
+    def _format(self, line: str, conversions) -> str:
+        """One output line (with --json, its candidates each carry their own reading: segmentation, the model
+        tokens, b* for an abbreviation; syllables, what each character was read as)."""
+        if self.json:
+            best = conversions[0]
+            return json.dumps({"input": line, "output": best.text, "segmentation": best.syllables,
+                               "syllables": best.read_as,
+                               "candidates": [{"text": c.text, "score": round(c.score, 4), "segmentation": c.syllables,
+                                               "syllables": c.read_as} for c in conversions],
+                               "notes": best.notes}, ensure_ascii=False)
+        if self.nbest > 1 and self.table:
+            return _nbest_table(conversions)
+        if self.nbest > 1:
+            return "\t".join(f"{c.text}\t{c.score:.3f}\t{' '.join(c.read_as)}" for c in conversions)
+        return conversions[0].text
 
 
 def _nbest_table(conversions) -> str:
@@ -136,30 +154,22 @@ def _nbest_table(conversions) -> str:
                      f"{' '.join(c.read_as)}".rstrip() for rank, (c, score) in enumerate(zip(conversions, scores), 1))
 
 
-def _convert_and_print(converter, lines: list[str], args) -> None:
-    found = converter.convert_lines(lines, beam=args.beam, nbest=args.nbest, constrained=args.constrained,
-                              batch_size=args.batch_size, chinese_punctuation=args.chinese_punctuation)
-    output = []
-    for line, conversions in zip(lines, found):
-        if args.verbose:
-            for note in conversions[0].notes:
-                print(f"note: {note}", file=sys.stderr)
-        if args.nbest_table and args.lines_printed:
-            output.append("\n")  # a blank line between one line's candidates and the next one's
-        output.append(_format(line, conversions, args) + "\n")
-        args.lines_printed += 1
-    write_output("".join(output))
+def _convert_and_print(converter, lines: list[str], options: dict, printer: _Printer,
+                       chinese_punctuation: bool = False) -> None:
+    found = converter.convert_lines(lines, nbest=printer.nbest, chinese_punctuation=chinese_punctuation, **options)
+    printer.print(lines, found)
 
 
-def _draw_attention(converter, line: str, args) -> None:
+def _draw_attention(converter, line: str, options: dict, args) -> None:
     from pinyin_hanzi.visualize import save_figure, sentence_attention
 
-    best = converter.convert_lines([line], beam=args.beam, constrained=args.constrained)[0][0]
+    best = converter.convert_lines([line], **options)[0][0]
     if not best.text:
         raise DataError("nothing to draw: the input converts to an empty line")
     longest = len(max(best.syllables, best.text, key=len))
-    if longest > converter.window:  # the model takes one window at a time; a longer line has no one picture
-        raise DataError(f"--attention draws a line of at most {converter.window} syllables and characters; this "
+    window = converter.planner.window
+    if longest > window:  # the model takes one window at a time; a longer line has no one picture
+        raise DataError(f"--attention draws a line of at most {window} syllables and characters; this "
                         f"one has {longest}: draw a part of it")
     source_ids = converter.pinyin_vocab.encode(best.syllables)
     target_ids = converter.hanzi_vocab.encode(best.text)
@@ -174,7 +184,8 @@ def _draw_attention(converter, line: str, args) -> None:
     print(f"attention image written to {args.attention}", file=sys.stderr)
 
 
-def _interactive(converter, args) -> int:
+def _interactive(convert) -> int:
+    """Lines typed at a terminal, each converted and printed by ``convert([line])`` as it is entered."""
     print("type pinyin (e.g. ni hao, nihao, ni3hao3) and press Enter; Ctrl-D to quit", file=sys.stderr)
     while True:
         try:
@@ -185,17 +196,16 @@ def _interactive(converter, args) -> int:
         except (UnicodeDecodeError, DataError):  # one bad line should not end the session
             print("error: that line is not valid UTF-8", file=sys.stderr)
             continue
-        _convert_and_print(converter, [line], args)
+        convert([line])
 
 
-def _set_typing_options(converter, args) -> None:
-    """--fuzzy, --shuangpin and --prefixes, where given, replace the checkpoint's decode settings."""
-    if args.fuzzy is not None:
-        converter.fuzzy = args.fuzzy
-    if args.shuangpin is not None:
-        converter.shuangpin = None if args.shuangpin == "none" else args.shuangpin
-    if args.prefixes is not None:
-        converter.prefixes = converter.trained_with_prefixes if args.prefixes == "auto" else args.prefixes == "on"
+def _conversion_options(args) -> dict:
+    """``Converter.convert_lines``' decoding options from the command line, the same for every mode; one not
+    given is None: the checkpoint's decode.* setting (--prefixes auto: on for a model trained with
+    abbreviations)."""
+    return {"beam": args.beam, "constrained": False if args.unconstrained else None, "batch_size": args.batch_size,
+            "prefixes": args.prefixes, "fuzzy": args.fuzzy,
+            "shuangpin": "" if args.shuangpin == "none" else args.shuangpin}
 
 
 def _fail_fast(args) -> None:
@@ -215,7 +225,7 @@ def _fail_fast(args) -> None:
         check_input(args.input or "-")
 
 
-def _translate(argv) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="translate.py", description="Convert pinyin into hanzi with a trained checkpoint.",
         epilog='examples: python translate.py "ni hao" | python translate.py --nbest 5 xian | '
@@ -227,6 +237,19 @@ def _translate(argv) -> int:
                         "else the shipped pinyin_hanzi/pretrained/model.pt)")
     parser.add_argument("--input", metavar="FILE", help="convert each line of FILE ('-' for stdin), printed as it "
                         f"arrives from a pipe or FIFO; a line may hold up to {MAX_LINE_BYTES:,} bytes")
+    _add_decoding_arguments(parser)
+    _add_output_arguments(parser)
+    _add_evaluation_arguments(parser)
+    parser.add_argument("--batch-size", type=int, default=256, help="sentences decoded together (default 256)")
+    parser.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N, mps, or auto: CUDA, then "
+                        "MPS, then the CPU")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="CPU threads (default: 1 for text typed on the command line or at the prompt, "
+                             "one per core for --input and --evaluate)")
+    return parser
+
+
+def _add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--beam", type=int, help="beam size, 1 for greedy (default: the checkpoint's decode.beam, "
                         "5 unless its config says otherwise)")
     parser.add_argument("--lm-weight", type=float, metavar="W",
@@ -235,12 +258,6 @@ def _translate(argv) -> int:
     parser.add_argument("--word-weight", type=float, metavar="W",
                         help="weight of the checkpoint's word model in beam search (default: its decode.word_weight; "
                              "0: none; greedy decoding never uses it)")
-    parser.add_argument("--nbest", type=int, default=1,
-                        help=f"print the N best conversions (1-{MAX_NBEST}): on a terminal one per line (rank, text, "
-                             "score, the syllables it was read as), a blank line between input lines; piped, "
-                             "one output line per input line: text, score, syllables of each, all tab-separated")
-    parser.add_argument("--json", action="store_true", help="one JSON object per line: input, output, "
-                        "segmentation, syllables, candidates with scores, notes")
     parser.add_argument("--fuzzy", action="append", metavar="PAIRS",
                         help=f"fuzzy pinyin pairs, comma-separated or repeated (z-zh,n-l; 'none' for none); "
                              f"known: {', '.join(FUZZY_PAIRS)} (default: the checkpoint's decode.fuzzy)")
@@ -250,6 +267,17 @@ def _translate(argv) -> int:
     parser.add_argument("--prefixes", choices=("auto", "on", "off"),
                         help="letters that begin a syllable stand for it (bei j, wxqbj); auto: on for a model "
                              "trained with abbreviations (default: the checkpoint's decode.prefixes)")
+    parser.add_argument("--unconstrained", action="store_true",
+                        help="let the model choose any character (the checkpoint's decode.constrained=false does too)")
+
+
+def _add_output_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--nbest", type=int, default=1,
+                        help=f"print the N best conversions (1-{MAX_NBEST}): on a terminal one per line (rank, text, "
+                             "score, the syllables it was read as), a blank line between input lines; piped, "
+                             "one output line per input line: text, score, syllables of each, all tab-separated")
+    parser.add_argument("--json", action="store_true", help="one JSON object per line: input, output, "
+                        "segmentation, syllables, candidates with scores, notes")
     parser.add_argument("--chinese-punctuation", action="store_true",
                         help="ASCII , . ? ! after a hanzi become ，。？！")
     parser.add_argument("--verbose", action="store_true", help="say on stderr where a fallback character was used")
@@ -258,6 +286,9 @@ def _translate(argv) -> int:
     parser.add_argument("--attention-kind", default="cross", choices=("cross", "encoder", "decoder"),
                         help="cross (characters x syllables, default), encoder or decoder self-attention")
     parser.add_argument("--heads", action="store_true", help="with --attention: one row per head, not averaged")
+
+
+def _add_evaluation_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--evaluate", metavar="SPLIT_OR_FILE",
                         help="score on a prepared split (train/valid/test, or one source of a mix: test.novels) "
                         "or a pinyin<TAB>hanzi file")
@@ -271,14 +302,12 @@ def _translate(argv) -> int:
     parser.add_argument("--abbreviate-as", choices=ABBREVIATION_STYLES, default="initial",
                         help="with --abbreviate: type an abbreviated syllable as its initial (zh for zhong, "
                              "default) or its first letter only (z for zhong)")
-    parser.add_argument("--unconstrained", action="store_true",
-                        help="let the model choose any character (the checkpoint's decode.constrained=false does too)")
-    parser.add_argument("--batch-size", type=int, default=256, help="sentences decoded together (default 256)")
-    parser.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N, mps, or auto: CUDA, then "
-                        "MPS, then the CPU")
-    parser.add_argument("--threads", type=int, default=0,
-                        help="CPU threads (default: 1 for text typed on the command line or at the prompt, "
-                             "one per core for --input and --evaluate)")
+
+
+def _parse(argv) -> argparse.Namespace:
+    """The command line, checked: an argparse usage error (exit 2) for options that do not go together or a
+    number out of range. A lone '-' becomes --input -, and --fuzzy a set of pair names."""
+    parser = _parser()
     args = parser.parse_args(argv)
     if args.text == ["-"]:  # as in most Unix tools, a lone '-' is standard input
         if args.input is not None or args.evaluate is not None:
@@ -293,22 +322,25 @@ def _translate(argv) -> int:
                           ("--threads", args.threads, 0, max_threads()), ("--abbreviate", args.abbreviate, 0, 1)])
     if args.attention is not None:
         check_image_path(parser, "--attention", args.attention)
-    if args.abbreviate and args.evaluate is None:
-        parser.error("--abbreviate needs --evaluate")
-    if args.abbreviate_as != "initial" and not args.abbreviate:
-        parser.error("--abbreviate-as needs --abbreviate")
-    if args.compare is not None and args.evaluate is None:
-        parser.error("--compare needs --evaluate")
+    for option, needs, alone in (
+            ("--abbreviate", "--evaluate", args.abbreviate and args.evaluate is None),
+            ("--abbreviate-as", "--abbreviate", args.abbreviate_as != "initial" and not args.abbreviate),
+            ("--compare", "--evaluate", args.compare is not None and args.evaluate is None),
+            ("--attention", "pinyin text to convert", args.attention is not None and not args.text)):
+        if alone:
+            parser.error(f"{option} needs {needs}")
     if args.fuzzy is not None:
         names = {name.strip() for value in args.fuzzy for name in value.split(",")} - {"", "none"}
         unknown = sorted(names - FUZZY_PAIRS.keys())
         if unknown:
             parser.error(f"--fuzzy: unknown pair {shown(unknown[0])} (known: {', '.join(FUZZY_PAIRS)})")
         args.fuzzy = frozenset(names)
+    return args
+
+
+def _translate(argv) -> int:
+    args = _parse(argv)
     _fail_fast(args)
-    # On a terminal a person reads the n best one per line; piped, a program reads one line per input line.
-    args.nbest_table = args.nbest > 1 and not args.json and sys.stdout.isatty()
-    args.lines_printed = 0
     interactive = args.input is None and args.evaluate is None and (args.text or sys.stdin.isatty())
     threads = args.threads or (1 if interactive else 0)
     if threads:
@@ -318,33 +350,31 @@ def _translate(argv) -> int:
         import torch
 
         torch.set_num_threads(threads)
-
     user_pairs = None
     if args.evaluate is not None and not _is_prepared_split(args.evaluate):
         user_pairs = _read_pairs(args.evaluate)  # before loading the model: a bad file fails at once
-    converter = load_converter(args.checkpoint, device=args.device, lm_weight=args.lm_weight,
-                               word_weight=args.word_weight)
-    _set_typing_options(converter, args)
-    args.constrained = converter.constrained and not args.unconstrained
-    args.beam = args.beam or converter.beam
+    weights = {"device": args.device, "lm_weight": args.lm_weight, "word_weight": args.word_weight}
+    converter = load_converter(args.checkpoint, **weights)
+    options = _conversion_options(args)
     if args.evaluate is not None:
-        other = None
-        if args.compare is not None:
-            other = load_converter(args.compare, device=args.device, lm_weight=args.lm_weight,
-                                   word_weight=args.word_weight)
-            _set_typing_options(other, args)
-        return _evaluate(converter, args, user_pairs, other)
-    if args.attention and not args.text:
-        parser.error("--attention needs pinyin text to convert")
+        other = load_converter(args.compare, **weights) if args.compare is not None else None
+        return _evaluate(converter, args, options, user_pairs, other)
+    # On a terminal a person reads the n best one per line; piped, a program reads one line per input line.
+    printer = _Printer(nbest=args.nbest, json=args.json, verbose=args.verbose,
+                       table=args.nbest > 1 and not args.json and sys.stdout.isatty())
+
+    def convert(lines: list[str]) -> None:
+        _convert_and_print(converter, lines, options, printer, args.chinese_punctuation)
+
     if args.text:
         if args.attention:  # first: a line it cannot draw fails before any output
-            _draw_attention(converter, " ".join(args.text), args)
-        _convert_and_print(converter, split_lines(" ".join(args.text)), args)
+            _draw_attention(converter, " ".join(args.text), options, args)
+        convert(split_lines(" ".join(args.text)))
         return 0
     if args.input is None and sys.stdin.isatty():
-        return _interactive(converter, args)
+        return _interactive(convert)
     for batch in line_batches(args.input or "-", args.batch_size):
-        _convert_and_print(converter, batch, args)
+        convert(batch)
     return 0
 
 

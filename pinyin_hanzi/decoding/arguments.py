@@ -10,13 +10,14 @@ non-ASCII lines for surrogates), nothing next to decoding.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from collections.abc import Iterable, Sequence
 
 import torch
 
-from pinyin_hanzi.config import check_range, shown
+from pinyin_hanzi.config import PREFIX_MODES, DecodeConfig, check_range, shown
 from pinyin_hanzi.errors import CheckpointError, ConfigError, DataError
 
 # U+D800..U+DFFF are no characters: a lone one comes from a bad "\ud800" escape or a "surrogateescape" decoder,
@@ -116,14 +117,54 @@ def typing_options(method: str, fuzzy, shuangpin):
     return fuzzy
 
 
-def loading_options(method: str, *, path, lm_weight, word_weight, log) -> None:
-    """CheckpointError or ConfigError (one line) for a bad argument of ``from_checkpoint``/``from_pretrained``,
-    before seconds go into loading the checkpoint."""
+def decode_changes(method: str, changes: dict) -> dict:
+    """``changes`` (DecodeConfig field -> a value as the Python API takes it; None: left as it is) as
+    DecodeConfig values, each checked as a config file's value is: ``prefixes`` True, False or a mode of
+    decode.prefixes ("auto", "on", "off") -> the mode; ``fuzzy`` pair names (any iterable, or one name) -> a
+    list; ``shuangpin`` a layout's name or "" (full pinyin). ConfigError (one line, naming the argument) for a
+    number outside its decode.* range (config.LIMITS), a flag that is not a bool or text that is no str;
+    DataError for ``fuzzy`` or ``shuangpin`` of the wrong type (unknown names are refused where they are read,
+    listing the known ones); TypeError for a name DecodeConfig lacks, as Python reports a misspelt keyword."""
+    kinds = {item.name: item.type for item in dataclasses.fields(DecodeConfig)}  # "int", "bool", ... (strings)
+    checked = {}
+    for name, value in changes.items():
+        if value is None:
+            continue
+        kind = kinds.get(name)
+        if kind is None:
+            raise TypeError(f"{method}() got an unexpected keyword argument {name!r}")
+        if name == "prefixes":
+            value = _prefix_mode(method, value)
+        elif name == "fuzzy":
+            names = typing_options(method, value, None)
+            value = [names] if isinstance(names, str) else list(names)
+        elif name == "shuangpin":
+            typing_options(method, None, value)
+        elif kind in ("int", "float"):
+            check_range(f"decode.{name}", value, name)
+        elif kind == "bool":
+            check_flags(method, optional=(name,), **{name: value})
+        elif not isinstance(value, str):
+            raise ConfigError(f"{method}(): {name}={shown(value)} is invalid: expected a str")
+        checked[name] = value
+    return checked
+
+
+def _prefix_mode(method: str, value) -> str:
+    """decode.prefixes' mode of a ``prefixes`` argument: True "on", False "off", or a mode itself."""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, str) and value in PREFIX_MODES:
+        return value
+    raise ConfigError(f"{method}(): prefixes={shown(value)} is invalid: expected True, False, None or one of "
+                      f"{', '.join(repr(mode) for mode in PREFIX_MODES)}")
+
+
+def loading_options(method: str, *, path, log) -> None:
+    """CheckpointError or ConfigError (one line) for a bad ``path`` or ``log`` of ``from_checkpoint``/
+    ``from_pretrained``, before seconds go into loading the checkpoint."""
     if not (path is None or isinstance(path, (str, os.PathLike))) or isinstance(path, bytes):
         raise CheckpointError(f"{method}() takes a checkpoint path (a str or pathlib.Path), got {_kind_of(path)}")
-    for value, key in ((lm_weight, "lm_weight"), (word_weight, "word_weight")):
-        if value is not None:
-            check_range(f"decode.{key}", value, key)
     if not (log is None or callable(log)):
         raise ConfigError(f"{method}(): log={shown(log)} is invalid: expected None or a function of one str")
 

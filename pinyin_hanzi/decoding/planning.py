@@ -9,7 +9,7 @@ is (:func:`_spans`); the rest is cut into chunks of at most one window, and each
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from pinyin_hanzi.lm.syllable import SyllableBigrams
 from pinyin_hanzi.text.pinyin import CLAUSE_PUNCTUATION, is_hanzi
@@ -24,6 +24,9 @@ from pinyin_hanzi.text.typed_input import (
     split_lines,
     spoken_alternatives,
 )
+
+if TYPE_CHECKING:  # the planner reads the options; settings.py, which resolves them, imports the search
+    from pinyin_hanzi.decoding.settings import TypingOptions
 
 CLAUSE_END_MARK = "。"  # what a typed line that ends in a syllable is decoded as ending with (not shown)
 ASCII_TO_CHINESE_PUNCTUATION = {",": "，", ".": "。", "?": "？", "!": "！"}
@@ -95,12 +98,12 @@ class Planner:
         self.split_penalty, self.reading_margin = split_penalty, reading_margin
         self.abbreviation_penalty = abbreviation_penalty
 
-    def plan(self, lines: Sequence[str], alternatives_limit: int, fused: bool, options: dict) -> Plan:
+    def plan(self, lines: Sequence[str], alternatives_limit: int, fused: bool, options: TypingOptions) -> Plan:
         """Each line's layout: its chunks, with their readings and priors, and the text copied around them
         (see :func:`_spans`); a line holding line ends is converted line by line (``split_lines``), its
-        lines joined by "\\n". ``options`` are parse_pieces' keyword options. A run of pieces that ends in a
-        letter (no punctuation typed) has its last chunk decoded with a virtual clause end (see
-        ``Converter.__init__``)."""
+        lines joined by "\\n". ``options``: how typed letters are read; ``fused``: whether the search fuses
+        language models (see :meth:`readings`). A run of pieces that ends in a letter (no punctuation typed)
+        has its last chunk decoded with a virtual clause end (see ``Converter.__init__``)."""
         plan = Plan()
         score = self.syllable_lm.bigram_log_prob if self.syllable_lm is not None else fewest_syllables
         for line_index, line in enumerate(lines):
@@ -109,7 +112,9 @@ class Planner:
             for number, text in enumerate(split_lines(line)):
                 if number:
                     layout.append("\n")
-                for span in _spans(parse_pieces(text, alternatives_limit, score, **options), LITERAL_CONTEXT):
+                pieces = parse_pieces(text, alternatives_limit, score, prefixes=options.prefixes,
+                                      fuzzy=options.fuzzy, shuangpin=options.shuangpin)
+                for span in _spans(pieces, LITERAL_CONTEXT):
                     if isinstance(span, str):
                         layout.append(span)
                         continue

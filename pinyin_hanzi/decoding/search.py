@@ -5,8 +5,10 @@ One step loop, :func:`beam_search`, in the manner of OpenNMT-py's ``beam_search.
 - :class:`Constraint`: the characters each position may take (the lexicon's lists of a syllable's hanzi,
   or any character when unconstrained);
 - :class:`NgramFusion`: shallow fusion of models of the next character given the ones before it (the
-  character n-gram model of char_lm.py, the word model of word_lm.py), used by beam search only
-  (:func:`fusion_for`).
+  character n-gram model of char_lm.py, the word model of word_lm.py), wherever a search is given one.
+
+The search runs what it is given: which beam, constraint and fusion a call uses is decided once, in
+settings.py (greedy conversion, for one, is given no fusion).
 
 Scores are sums of log-probabilities, each a softmax over the allowed characters of its position, plus the
 fused models' weighted log-probabilities of each character where they are used.
@@ -88,13 +90,6 @@ class NgramFusion:
         return torch.cat([context[order, 1:], tokens[:, None]], dim=1)
 
 
-def fusion_for(beam: int, fusion: NgramFusion | None) -> NgramFusion | None:
-    """The n-gram fusion a search of this beam size uses: beam search adds the n-gram model's scores;
-    greedy decoding (beam 1) leaves the n-gram model out, since committing to one character at a time it
-    loses accuracy with it while beam search gains."""
-    return fusion if beam > 1 else None
-
-
 def encode(model: Transformer, source: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Memory (b, s, d) and the cross-attention mask (b, 1, 1, s): None when no input is padded (a single
     sentence), so that attention need not apply an all-True mask at every step."""
@@ -108,11 +103,10 @@ def beam_search(model: Transformer, source: torch.Tensor, constraint: Constraint
     """The ``beam`` best-scoring conversions of each input: source (b, s) pinyin ids on the model's device,
     <pad> after each input -> per input, up to ``beam`` (hanzi ids, one per pinyin id; score), best first.
     Partial conversions are extended one position at a time; the decoder's cache is reordered with the
-    kept beams, not recomputed.
+    kept beams, not recomputed. ``fusion``, where given, adds its models' scores at every step, at any beam.
     Beam 1 is greedy decoding: the most probable allowed character at each step, fed back as the next
     decoder input. A fixed last character (one allowed character for every input, e.g. a virtual 。) gets
-    no decoder step: its log-probability is 0 (the n-gram model, if used, still scores it)."""
-    fusion = fusion_for(beam, fusion)
+    no decoder step: its log-probability is 0 (the fused models, if any, still score it)."""
     model = InferenceView(model)  # the modules' own code, without nn.Module's per-step lookups
     batch, length = source.shape
     memory, cross_mask = encode(model, source)  # (b, s, d), (b, 1, 1, s) or None
@@ -126,10 +120,8 @@ def beam_search(model: Transformer, source: torch.Tensor, constraint: Constraint
     for position in range(length):
         if position == length - 1 and (forced := constraint.forced(position)) is not None:
             history[:, :, position] = forced[:, None]
-            if fusion is not None:  # the n-gram model may still change the beams' order
-                fused = fusion.scores(context, forced.repeat_interleave(rows)[:, None]).view(batch, rows)
-                scores, rank = (scores + fused).sort(dim=-1, descending=True)
-                history = history.gather(1, rank[..., None].expand_as(history))
+            if fusion is not None:  # the fused models may still change the beams' order
+                scores, history = _fuse_forced(fusion, context, forced, rows, scores, history)
             break
         ids, real, lists = constraint.at(position)  # the constraint's one place: (b, c) allowed ids
         # an input's rows share its list: the model gathers the list's output rows once, not per row
@@ -138,7 +130,7 @@ def beam_search(model: Transformer, source: torch.Tensor, constraint: Constraint
         width = logits.shape[-1]  # c
         log_probs = (logits[:, -1].float().cpu().view(batch, rows, width)
                      .masked_fill(~real[:, None, :], float("-inf")).log_softmax(-1))  # (b, r, c)
-        if fusion is not None:  # the n-gram model's one place (and the forced last character's, above)
+        if fusion is not None:  # the fused models' one place (and the forced last character's, above)
             log_probs = log_probs + fusion.scores(context, ids.repeat_interleave(rows, dim=0)).view(batch, rows, width)
         total = (scores[:, :rows, None] + log_probs).view(batch, rows * width)  # (b, r c)
         if rows * width < beam:  # fewer choices than beams (a first step with a short list): dead beams
@@ -147,12 +139,12 @@ def beam_search(model: Transformer, source: torch.Tensor, constraint: Constraint
         flat_index = flat_index.clamp(max=rows * width - 1)  # a dead beam's index points at a real entry
         parent = flat_index // width
         token = ids.gather(1, flat_index % width)  # (b, k) hanzi ids
+        order = (torch.arange(batch)[:, None] * rows + parent).flatten()  # (b k,) rows kept
+        if fusion is not None:
+            context = fusion.advance(context, order, token.flatten())
         if beam > 1:
             history = history.gather(1, parent[..., None].expand_as(history))
-            order = (torch.arange(batch)[:, None] * rows + parent).flatten()  # (b k,) rows kept
             cache.reorder(order.to(source.device))  # from one row per input to k after the first step
-            if fusion is not None:
-                context = fusion.advance(context, order, token.flatten())
             if rows == 1:
                 memory = memory.repeat_interleave(beam, dim=0)  # (b k, s, d)
                 cross_mask = None if cross_mask is None else cross_mask.repeat_interleave(beam, dim=0)
@@ -163,3 +155,13 @@ def beam_search(model: Transformer, source: torch.Tensor, constraint: Constraint
     alive = scores != float("-inf")  # dead beams (fewer candidates than beams); NaN (broken weights) stays
     return [[(history[i, k, : lengths[i]].tolist(), float(scores[i, k])) for k in range(beam) if alive[i, k]]
             for i in range(batch)]
+
+
+def _fuse_forced(fusion: NgramFusion, context: torch.Tensor, forced: torch.Tensor, rows: int, scores: torch.Tensor,
+                 history: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Scores (b, k) and history (b, k, s) of the beams after the fused models score the forced last
+    characters ``forced`` (b,), re-sorted best first."""
+    batch = len(forced)
+    fused = fusion.scores(context, forced.repeat_interleave(rows)[:, None]).view(batch, rows)
+    scores, rank = (scores + fused).sort(dim=-1, descending=True)
+    return scores, history.gather(1, rank[..., None].expand_as(history))

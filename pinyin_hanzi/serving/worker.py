@@ -31,8 +31,7 @@ class WorkerDied(Exception):
 
 
 def convert(converter, lines: list[str], beam: int, nbest: int, chinese_punctuation: bool) -> list[list]:
-    return converter.convert_lines(lines, beam=beam, nbest=nbest, constrained=converter.constrained,
-                                   chinese_punctuation=chinese_punctuation)
+    return converter.convert_lines(lines, beam=beam, nbest=nbest, chinese_punctuation=chinese_punctuation)
 
 
 def attention_layers(converter, text: str, syllables: Sequence[str]) -> list[list[list[float]]]:
@@ -57,12 +56,14 @@ def describe(converter) -> dict:
     attention spans (a stand-in converter in the tests may lack the latter two: None)."""
     checkpoint = getattr(converter, "checkpoint", None)
     model_config = getattr(getattr(converter, "model", None), "config", None)
-    fuzzy = getattr(converter, "fuzzy", None)
+    reads = hasattr(converter, "typing_options")  # a stand-in converter in the tests has no settings of its own
+    typing = converter.typing_options() if reads else None
     return {"beam": converter.beam, "constrained": converter.constrained,
             "checkpoint": str(checkpoint) if checkpoint else None,
-            "window": getattr(converter, "window", None), "prefix_beam": getattr(converter, "prefix_beam", None),
-            "prefixes": getattr(converter, "prefixes", False), "fuzzy": sorted(fuzzy) if fuzzy else [],
-            "shuangpin": getattr(converter, "shuangpin", None),
+            "window": converter.planner.window if reads else None,
+            "prefix_beam": converter.decode.prefix_beam if reads else None,
+            "prefixes": typing.prefixes if typing else False, "fuzzy": sorted(typing.fuzzy) if typing else [],
+            "shuangpin": typing.shuangpin if typing else None,
             "max_positions": getattr(model_config, "max_positions", None)}
 
 
