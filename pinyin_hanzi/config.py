@@ -210,7 +210,10 @@ def check_range(key: str, value, label: str) -> None:
         raise ConfigError(f"{label}={shown(value)} is invalid: expected {problem}")
 
 
-def _validate(config: Config, where: str) -> None:
+def validate_config(config: Config, where: str) -> None:
+    """ConfigError (one line, naming ``where`` and the key) for a value of ``config`` outside its range or
+    against its rule. The values' types are taken as checked (load_config and the Converter check them)."""
+
     def check(ok: bool, key: str, expected: str) -> None:
         if not ok:
             section, name = key.split(".")
@@ -368,7 +371,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
             for key, value in values.items():
                 _apply(config, str(section), str(key), value, where)
     apply_overrides(config, overrides)
-    _validate(config, where if not overrides else f"{where} + command line")
+    validate_config(config, where if not overrides else f"{where} + command line")
     return config
 
 
@@ -406,7 +409,7 @@ def config_from_dict(raw: dict, where: str = "checkpoint") -> Config:
             if not (isinstance(section, str) and isinstance(key, str)):
                 raise ConfigError(f"{where}: config key {shown(section)}.{shown(key)} is not a name")
             _apply(config, section, key, value, where)
-    _validate(config, where)
+    validate_config(config, where)
     return config
 
 

@@ -113,6 +113,14 @@ def test_the_converter_holds_one_decode_config_that_calls_replace_for_themselves
     assert converter.decode == kept and converter.typing_options() == TypingOptions(True, frozenset({"z-zh"}))
     with pytest.raises(TypeError, match="unexpected keyword argument 'beem'"):  # as a misspelt keyword always is
         untrained_converter(beem=3)
+    # every keyword is checked as the decode.* key of a config file is: type, range, rules
+    weighted = untrained_converter(lm_weight=2).decode
+    assert weighted.lm_weight == 2.0 and isinstance(weighted.lm_weight, float)
+    for settings, fragment in (({"beam": 3.0}, "beam=3.0 has the wrong type"),
+                               ({"clause_end": "yes"}, "clause_end='yes' is invalid"),
+                               ({"prefixes": "maybe"}, "prefixes='maybe' is invalid"),
+                               ({"word_contrast": 1.0}, "decode.word_contrast=1.0 is invalid: expected a number in [0, 1)")):
+        _refused(lambda: untrained_converter(**settings), ConfigError, fragment)
 
 
 def _refused(call, error_class, *fragments):

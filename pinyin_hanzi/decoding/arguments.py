@@ -142,6 +142,7 @@ def decode_changes(method: str, changes: dict) -> dict:
             typing_options(method, None, value)
         elif kind in ("int", "float"):
             check_range(f"decode.{name}", value, name)
+            value = float(value) if kind == "float" else value  # as a config file's 1 becomes 1.0
         elif kind == "bool":
             check_flags(method, optional=(name,), **{name: value})
         elif not isinstance(value, str):

@@ -24,7 +24,8 @@ from typing import Callable, Iterable, Sequence
 import torch
 
 from pinyin_hanzi.checkpoint import load_for_inference
-from pinyin_hanzi.config import MAX_NBEST, Config, DecodeConfig, check_range, search_beam, shown
+from pinyin_hanzi.config import (MAX_NBEST, Config, DecodeConfig, check_range, search_beam, shown,
+                                 validate_config)
 from pinyin_hanzi.data.batches import pad
 from pinyin_hanzi.data.vocab import Vocab
 from pinyin_hanzi.decoding import arguments
@@ -119,6 +120,8 @@ class Converter:
         self.config, self.checkpoint = config, checkpoint
         self.trained_with_prefixes = any(token in pinyin_vocab.ids for token in PREFIX_TOKENS)
         self.typing_options()  # an unknown fuzzy pair or layout fails here, not at the first conversion
+        if settings:  # a checkpoint's config was checked on loading; these are checked as a file's keys are
+            validate_config(Config(decode=self.decode), "Converter()")
         # Training clauses end with their punctuation; typed input usually has none. Without it the model
         # reads the last syllable as the middle of a clause (ba -> 八, not 吧), so a line that ends in a
         # syllable is decoded with a virtual 。 after it, which is dropped from the output.
