@@ -13,12 +13,13 @@ def test_loss_is_normalised_per_target_token():
     assert n_tokens == 4 and float(loss) == pytest.approx(math.log(5))
 
 
-def test_candidate_loss_equals_the_masked_softmax_over_the_vocabulary():
+def test_candidate_loss_equals_the_masked_softmax_over_the_vocabulary(monkeypatch):
     # model_loss computes the logits of each position's candidates only (the reference first); written out
     # over all v logits with a mask it is:
     from types import SimpleNamespace
 
     from pinyin_hanzi.config import ModelConfig
+    from pinyin_hanzi.models import candidate_logits
     from pinyin_hanzi.models.transformer import Transformer
 
     generator = torch.Generator().manual_seed(0)
@@ -26,7 +27,7 @@ def test_candidate_loss_equals_the_masked_softmax_over_the_vocabulary():
     torch.manual_seed(0)
     model = Transformer(ModelConfig(d_model=16, n_heads=2, n_encoder_layers=1, n_decoder_layers=1, d_ff=32,
                                     dropout=0.0, max_positions=16), source_vocab_size=pinyin, target_vocab_size=v)
-    model.chunk = 4  # several chunks of positions
+    monkeypatch.setattr(candidate_logits, "POSITIONS_PER_CHUNK", 4)  # several chunks of positions
     lengths = torch.randint(1, c + 1, (pinyin,), generator=generator)
     real = torch.arange(c)[None, :] < lengths[:, None]  # (pinyin, c), lists first
     ids = torch.stack([torch.randperm(v - 4, generator=generator)[:c] + 4 for _ in range(pinyin)]).where(real, 0)

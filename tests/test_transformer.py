@@ -178,61 +178,6 @@ def test_logits_of_candidates_equal_the_full_logits_at_those_ids():
     assert torch.allclose(restricted, full.gather(-1, candidates), atol=1e-5)
 
 
-@pytest.mark.parametrize("tie_output", [True, False])
-def test_gathered_and_full_product_candidate_logits_are_equal(tie_output):
-    # Training chunks: lists of every length up to the whole vocabulary (a prefix token's is long), <pad> after
-    # each; the chunks either gather their rows or take the full product and pick columns (dense_rows).
-    model = _model(tie_output=tie_output)
-    model.chunk = 16
-    generator = torch.Generator().manual_seed(4)
-    hidden = torch.randn(4, 20, 32, generator=generator, requires_grad=True)  # (b, t, d): 80 positions, 5 chunks
-    lengths = torch.randint(1, TARGET_VOCAB - 4, (4, 20), generator=generator)
-    candidates = torch.randint(4, TARGET_VOCAB, (4, 20, TARGET_VOCAB - 4), generator=generator)
-    candidates = candidates.masked_fill(torch.arange(TARGET_VOCAB - 4) >= lengths[..., None], PAD_ID)
-    results = {}
-    for ratio in (float("inf"), 8, 0):  # always gather; chunks with lists over 20 only; always the full product
-        model.dense_rows = ratio
-        logits = model.logits(hidden, candidates)
-        real = candidates != PAD_ID
-        (logits[real] ** 2).sum().backward()
-        results[ratio] = logits[real].detach(), hidden.grad.clone(), model.output.weight.grad.clone()
-        hidden.grad, model.output.weight.grad = None, None
-    expected = (hidden @ model.output.weight.T).gather(-1, candidates)[candidates != PAD_ID].detach()
-    for logits, hidden_grad, weight_grad in results.values():
-        assert torch.allclose(logits, expected, atol=1e-5)
-        assert torch.allclose(hidden_grad, results[float("inf")][1], atol=1e-4)
-        assert torch.allclose(weight_grad, results[float("inf")][2], atol=1e-4)
-
-
-def test_few_positions_with_long_lists_take_the_full_product():
-    model = _model()
-    model.dense_rows = 1
-    hidden = torch.randn(1, 2, 32)
-    short = torch.tensor([[[5, 6], [7, PAD_ID]]])  # 4 rows gathered: fewer than the matrix's 40
-    long = torch.arange(4, TARGET_VOCAB).repeat(1, 2, 1)  # (1, 2, 36): 72 rows, more than the matrix has
-    with torch.no_grad():
-        full = model.logits(hidden)
-        assert torch.allclose(model.logits(hidden, short)[0, 0], full[0, 0, [5, 6]], atol=1e-5)
-        assert torch.allclose(model.logits(hidden, long), full[..., 4:], atol=1e-5)
-
-
-@pytest.mark.parametrize("dense_rows", [float("inf"), 0])
-def test_candidate_lists_shared_by_consecutive_rows_give_each_row_its_lists_logits(dense_rows):
-    # A beam search passes one list per input for its beams (rows 3i..3i+2 share list i): the same logits as
-    # the list repeated for every row, gathered once or by the full product.
-    model = _model()
-    model.dense_rows = dense_rows
-    hidden = torch.randn(2 * 3, 1, 32, generator=torch.Generator().manual_seed(5))  # (g n, t, d), g = 3
-    shared = torch.tensor([[[5, 9, 7, PAD_ID]], [[11, 4, 30, 6]]])  # (n, t, c)
-    with torch.no_grad():
-        logits = model.logits(hidden, shared)
-        assert logits.shape == (6, 1, 4)
-        assert torch.allclose(logits, model.logits(hidden, shared.repeat_interleave(3, dim=0)), atol=1e-5)
-        assert torch.allclose(logits[4, 0], (hidden[4, 0] @ model.output.weight.T)[[11, 4, 30, 6]], atol=1e-5)
-        with pytest.raises(ValueError, match="cannot be shared"):
-            model.logits(hidden[:5], shared)
-
-
 def test_output_projection_is_tied_to_the_target_embedding_when_configured():
     tied, untied = _model(tie_output=True), _model(tie_output=False)
     assert tied.output.weight.data_ptr() == tied.target_embedding.tokens.weight.data_ptr()

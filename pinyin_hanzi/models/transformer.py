@@ -36,6 +36,8 @@ from torch import nn
 from pinyin_hanzi.config import ModelConfig
 from pinyin_hanzi.data.vocab import BOS_ID, PAD_ID
 from pinyin_hanzi.errors import ConfigError
+from pinyin_hanzi.models.candidate_logits import candidate_logits
+from pinyin_hanzi.models.kv_cache import DecoderCache, KVCache
 from pinyin_hanzi.runtime import memory_bytes, size_text
 
 
@@ -124,51 +126,6 @@ class InferenceView:
                 self.__dict__[name] = member
                 return member
         raise AttributeError(f"an InferenceView of {self._type.__name__} has no attribute {name!r}")
-
-
-class KVCache:
-    """One decoder layer's keys and values during incremental decoding (torchtune's ``KVCache``, grown by
-    concatenation): self-attention over the positions decoded so far, (n, h, t, k), and cross-attention
-    over the memory, (n, h, s, k), projected at the first step and reused after it."""
-
-    def __init__(self):
-        self.keys: torch.Tensor | None = None
-        self.values: torch.Tensor | None = None
-        self.memory_keys: torch.Tensor | None = None
-        self.memory_values: torch.Tensor | None = None
-
-    def append(self, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Add the newest positions' keys/values (n, h, t_new, k); returns all so far, (n, h, t, k)."""
-        if self.keys is not None:
-            keys, values = torch.cat([self.keys, keys], dim=2), torch.cat([self.values, values], dim=2)
-        self.keys, self.values = keys, values
-        return keys, values
-
-    def reorder(self, order: torch.Tensor) -> None:
-        """Keep the self-attention rows ``order`` (n,), in that order. The memory's keys/values stay where the
-        number of rows does not change: a beam search reorders among the hypotheses of one input, which share
-        their memory (as fairseq does). Where it does (a beam search's first step, from one row per input to
-        several), the memory's rows follow ``order`` too."""
-        if self.keys is not None:
-            rows = self.keys.shape[0]
-            self.keys, self.values = self.keys.index_select(0, order), self.values.index_select(0, order)
-            if self.memory_keys is not None and len(order) != rows:
-                self.memory_keys = self.memory_keys.index_select(0, order)
-                self.memory_values = self.memory_values.index_select(0, order)
-
-
-class DecoderCache:
-    """The whole decoder's state between incremental steps: a :class:`KVCache` per layer and the number of
-    positions decoded so far (the position of the next one)."""
-
-    def __init__(self, n_layers: int):
-        self.layers = [KVCache() for _ in range(n_layers)]
-        self.length = 0
-
-    def reorder(self, order: torch.Tensor) -> None:
-        """Continue from rows ``order`` (n,) of every layer (beam search); see :meth:`KVCache.reorder`."""
-        for layer in self.layers:
-            layer.reorder(order)
 
 
 class Embedding(nn.Module):
@@ -377,15 +334,6 @@ class Transformer(nn.Module):
                 nn.init.xavier_uniform_(parameter)
         if c.tie_output:
             self.output.weight = self.target_embedding.tokens.weight
-        self.chunk = 256  # positions per chunk of candidate logits (see logits)
-        # Candidate logits that would gather more than dense_rows x v rows of the output matrix (positions x
-        # list width) take the full (d x v) product and pick columns instead: gathered rows are memory-bound
-        # matrix-vector products (and scatter-adds in the backward pass), the product one matmul near peak.
-        # On a CPU (d=256, v=6,000-11,000) the two cost the same at about 4 x v rows, forward alone and with
-        # the backward pass; for a chunk of 256 positions that is lists longer than v / 64 (~170 characters
-        # for the shipped model: prefix tokens' lists, and ji's), and a prefix token's chunk would otherwise
-        # hold hundreds of MB of gathered rows. inf: always gather.
-        self.dense_rows = 4.0
 
     def encode(self, source: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """source (b, s) ids -> memory (b, s, d) and the padding mask (b, 1, 1, s), True at real tokens."""
@@ -411,7 +359,7 @@ class Transformer(nn.Module):
         ``cache.length``): keys/values of earlier positions and of the memory come from the cache instead of
         being recomputed, and the cache grows by one position. With ``candidates`` (b, t, c) hanzi ids, the
         logits of those ids only, (b, t, c), or candidates (b / g, t, c) shared by g consecutive rows (see
-        :meth:`logits`). ValueError past max_positions, or for several positions with a cache."""
+        :func:`candidate_logits`). ValueError past max_positions, or for several positions with a cache."""
         if cache is None:
             x = self.target_embedding(target_input)
             for layer in self.decoder_layers:
@@ -426,54 +374,11 @@ class Transformer(nn.Module):
         return self.logits(self.decoder_norm(x), candidates)
 
     def logits(self, hidden: torch.Tensor, candidates: torch.Tensor | None = None) -> torch.Tensor:
-        """Output projection: hidden (b, t, d) -> (b, t, v). With ``candidates`` (b, t, c) hanzi ids, each
-        position's list first and <pad> after it, the logits of those ids only -> (b, t, c); entries after
-        a list are meaningless (callers mask them). A syllable has a few dozen candidates, not v characters:
-        this skips the (d x v) product, a quarter of the model's FLOPs. Many positions (training) go in
-        order of their list's length, ``chunk`` at a time, each chunk gathering only as many output rows as
-        its longest list (~20 on average, up to ~100). A chunk whose longest list is long (a prefix token's:
-        all characters of an initial, up to ~1,500) takes the full product for its positions instead and
-        picks its columns (see ``dense_rows``): the same values.
-
-        Candidates (n, t, c) for hidden (g n, t, d) are shared by each g consecutive rows, as a beam search's
-        hypotheses of one input share their syllable's list: each list's output rows are gathered once and
-        multiplied with its g rows in one small matrix product, instead of gathered g times."""
+        """Output projection: hidden (b, t, d) -> (b, t, v), or with ``candidates`` (b, t, c) hanzi ids the
+        logits of those ids only, (b, t, c) (see :func:`candidate_logits`)."""
         if candidates is None:
             return self.output(hidden)
-        if candidates.shape[0] != hidden.shape[0]:
-            return self._shared_candidate_logits(hidden, candidates)
-        if candidates.shape[:-1].numel() <= self.chunk:  # a few positions (decoding): all at once
-            return self._candidate_logits(hidden, candidates)
-        flat_hidden, flat_ids = hidden.flatten(0, -2), candidates.flatten(0, -2)  # (n, d), (n, c)
-        lengths = (flat_ids != PAD_ID).sum(dim=-1)  # (n,)
-        order = lengths.argsort()
-        pieces = []
-        for chunk in order.split(self.chunk):
-            ids = flat_ids[chunk, : int(lengths[chunk].max())]  # (m, c')
-            pieces.append(F.pad(self._candidate_logits(flat_hidden[chunk], ids), (0, flat_ids.shape[1] - ids.shape[1])))
-        return torch.cat(pieces)[order.argsort()].view(candidates.shape)  # back to position order
-
-    def _candidate_logits(self, hidden: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-        """hidden (..., d), ids (..., c) -> (..., c): the logits of ``ids``, from their gathered output rows,
-        or, where that would gather more than ``dense_rows`` x v rows (long lists: prefix tokens), from the
-        full (d x v) product with their columns picked: the same values."""
-        if ids.numel() > self.dense_rows * self.output.weight.shape[0]:
-            return self.output(hidden).gather(-1, ids)  # (..., v) -> (..., c)
-        rows = F.embedding(ids, self.output.weight)  # (..., c, d)
-        return (rows @ hidden[..., None]).squeeze(-1)  # (..., c, d) @ (..., d, 1) -> (..., c)
-
-    def _shared_candidate_logits(self, hidden: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-        """hidden (g n, t, d), ids (n, t, c), each list shared by g consecutive rows -> (g n, t, c)."""
-        n, t, c = ids.shape
-        group = hidden.shape[0] // n
-        if group * n != hidden.shape[0]:
-            raise ValueError(f"{n} candidate lists cannot be shared by {hidden.shape[0]} rows")
-        if ids.numel() > self.dense_rows * self.output.weight.shape[0]:  # rows gathered once; long lists: see logits
-            return self._candidate_logits(hidden, ids.repeat_interleave(group, dim=0))
-        rows = F.embedding(ids, self.output.weight)  # (n, t, c, d): each list's rows, once
-        grouped = hidden.view(n, group, t, -1).transpose(1, 2)  # (n, t, g, d)
-        logits = grouped @ rows.transpose(-2, -1)  # (n, t, g, d) @ (n, t, d, c) -> (n, t, g, c)
-        return logits.transpose(1, 2).reshape(n * group, t, c)
+        return candidate_logits(hidden, self.output.weight, candidates)
 
     def new_cache(self) -> DecoderCache:
         """An empty cache for incremental :meth:`decode`, one per batch of inputs."""

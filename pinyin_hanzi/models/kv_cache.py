@@ -1,0 +1,54 @@
+"""The decoder's state between incremental decoding steps (torchtune's ``modules/kv_cache.py``, grown by
+concatenation rather than preallocated: sentences are short and beams reorder the rows at every step).
+
+Axes as in transformer.py: n rows (inputs, or an input's beam hypotheses), h heads, t positions decoded so
+far, s source length, k head width.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class KVCache:
+    """One decoder layer's keys and values: self-attention over the positions decoded so far, (n, h, t, k),
+    and cross-attention over the memory, (n, h, s, k), projected at the first step and reused after it."""
+
+    def __init__(self):
+        self.keys: torch.Tensor | None = None
+        self.values: torch.Tensor | None = None
+        self.memory_keys: torch.Tensor | None = None
+        self.memory_values: torch.Tensor | None = None
+
+    def append(self, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Add the newest positions' keys/values (n, h, t_new, k); returns all so far, (n, h, t, k)."""
+        if self.keys is not None:
+            keys, values = torch.cat([self.keys, keys], dim=2), torch.cat([self.values, values], dim=2)
+        self.keys, self.values = keys, values
+        return keys, values
+
+    def reorder(self, order: torch.Tensor) -> None:
+        """Keep the self-attention rows ``order`` (n,), in that order. The memory's keys/values stay where the
+        number of rows does not change: a beam search reorders among the hypotheses of one input, which share
+        their memory (as fairseq does). Where it does (a beam search's first step, from one row per input to
+        several), the memory's rows follow ``order`` too."""
+        if self.keys is not None:
+            rows = self.keys.shape[0]
+            self.keys, self.values = self.keys.index_select(0, order), self.values.index_select(0, order)
+            if self.memory_keys is not None and len(order) != rows:
+                self.memory_keys = self.memory_keys.index_select(0, order)
+                self.memory_values = self.memory_values.index_select(0, order)
+
+
+class DecoderCache:
+    """The whole decoder's state: a :class:`KVCache` per layer and the number of positions decoded so far
+    (the position of the next one)."""
+
+    def __init__(self, n_layers: int):
+        self.layers = [KVCache() for _ in range(n_layers)]
+        self.length = 0
+
+    def reorder(self, order: torch.Tensor) -> None:
+        """Continue from rows ``order`` (n,) of every layer (beam search); see :meth:`KVCache.reorder`."""
+        for layer in self.layers:
+            layer.reorder(order)
