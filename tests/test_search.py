@@ -4,6 +4,7 @@ import torch
 
 from pinyin_hanzi.data.vocab import PAD_ID
 from pinyin_hanzi.decoding.search import Constraint, NgramFusion, beam_search
+from pinyin_hanzi.models.inference import InferenceDecoder
 from pinyin_hanzi.models.transformer import Transformer
 from pinyin_hanzi.text.lexicon import token_key
 
@@ -82,8 +83,8 @@ def test_a_forced_last_character_skips_its_decoder_step_and_changes_nothing(monk
     converter = untrained_converter(seed=6)
     inputs = [["ni", "hao", "wo", "men", "。"], ["bei", "jing", "ba", "。"]]  # both end in a fixed 。
     calls = []
-    decode = Transformer.decode
-    monkeypatch.setattr(Transformer, "decode", lambda *args, **kwargs: calls.append(1) or decode(*args, **kwargs))
+    decode = InferenceDecoder.decode  # the search's decoder step
+    monkeypatch.setattr(InferenceDecoder, "decode", lambda *args, **kwargs: calls.append(1) or decode(*args, **kwargs))
     skipped = converter.search(inputs, beam=1), converter.search(inputs, beam=3)
     assert len(calls) == 2 * 4  # 4 decoder steps each, not 5
     monkeypatch.setattr(Constraint, "forced", lambda self, position: None)

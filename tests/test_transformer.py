@@ -3,7 +3,7 @@ import torch
 
 from pinyin_hanzi.config import ModelConfig
 from pinyin_hanzi.data.vocab import BOS_ID, PAD_ID
-from pinyin_hanzi.models.transformer import InferenceView, Transformer, model_values, shift_right, sinusoidal_table
+from pinyin_hanzi.models.transformer import Transformer, model_values, shift_right, sinusoidal_table
 
 SOURCE_VOCAB, TARGET_VOCAB = 30, 40
 
@@ -109,32 +109,6 @@ def test_cached_decoding_gives_the_uncached_logits_step_by_step_and_after_reorde
         step = model.decode(decoder_input[order, 3:4], one, one_mask, cache=cache)
         assert torch.allclose(step, beams[order, 3:4], atol=1e-5)
         assert not torch.allclose(step, beams[:, 3:4], atol=1e-3)  # without the reorder it would differ
-
-
-@pytest.mark.parametrize("norm", ["pre", "post"])
-def test_an_inference_view_runs_the_modules_code_on_the_models_own_tensors(norm):
-    model = _model(norm=norm)
-    view = InferenceView(model)
-    source, target = _ids(2, 5, SOURCE_VOCAB), _ids(2, 5, TARGET_VOCAB, seed=2)
-    source[1, 3:] = PAD_ID
-    decoder_input = shift_right(target)
-    with torch.no_grad():
-        memory, mask = model.encode(source)
-        full = model.decode(decoder_input, memory, mask)
-        view_memory, view_mask = view.encode(source)
-        assert torch.equal(view_memory, memory) and torch.equal(view_mask, mask)
-        cache, steps = view.new_cache(), []
-        for position in range(5):
-            steps.append(view.decode(decoder_input[:, position : position + 1], memory, mask, cache=cache))
-        assert torch.allclose(torch.cat(steps, dim=1), full, atol=1e-5)
-        assert torch.allclose(view(source, target), model(source, target), atol=1e-6)  # called as the module is
-        # References, not copies: the view reads the weights as they are now (tied output weight included).
-        assert view.output.weight is model.output.weight
-        assert view.decoder_layers[0].feed_forward.net[0].weight is model.decoder_layers[0].feed_forward.net[0].weight
-        model.decoder_layers[0].feed_forward.net[0].weight.mul_(3.0)
-        assert not torch.allclose(view.decode(decoder_input, memory, mask), full, atol=1e-3)
-    with pytest.raises(AttributeError, match="InferenceView of Transformer has no attribute 'parameters'"):
-        view.parameters()  # nn.Module's own machinery reads its dicts: not offered
 
 
 def test_a_cache_grown_from_one_row_per_input_to_several_keeps_each_inputs_memory():

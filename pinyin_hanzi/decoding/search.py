@@ -21,7 +21,8 @@ from typing import Protocol, Sequence
 import torch
 
 from pinyin_hanzi.data.vocab import BOS_ID, PAD_ID
-from pinyin_hanzi.models.transformer import InferenceView, Transformer
+from pinyin_hanzi.models.inference import InferenceDecoder
+from pinyin_hanzi.models.transformer import Transformer
 from pinyin_hanzi.text.lexicon import PAD_ROW, Lexicon
 
 Hypothesis = tuple[list[int], float]  # hanzi ids, score
@@ -107,7 +108,7 @@ def beam_search(model: Transformer, source: torch.Tensor, constraint: Constraint
     Beam 1 is greedy decoding: the most probable allowed character at each step, fed back as the next
     decoder input. A fixed last character (one allowed character for every input, e.g. a virtual 。) gets
     no decoder step: its log-probability is 0 (the fused models, if any, still score it)."""
-    model = InferenceView(model)  # the modules' own code, without nn.Module's per-step lookups
+    model = InferenceDecoder(model)  # the cached decoder step without nn.Module's per-step lookups
     batch, length = source.shape
     memory, cross_mask = encode(model, source)  # (b, s, d), (b, 1, 1, s) or None
     cache = model.new_cache()

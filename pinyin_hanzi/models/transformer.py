@@ -19,10 +19,10 @@ keys/values of the memory (projected once per input). ``cache.reorder(order)`` f
 re-ranking of its hypotheses.
 
 Inference decodes one position per call with a single query row, so the arithmetic of a step is small and
-per-call Python overhead counts: the search runs the model through an :class:`InferenceView` (the modules'
-own code over plain attributes), the modules call dropout only where it does something (training, p > 0),
-their Linear and LayerNorm children as plain function calls (:func:`linear`, :func:`layer_norm`), and split
-heads with views.
+per-call Python overhead counts: the search runs the cached decoder step of models/inference.py (plain
+functions over this model's weights, held to :meth:`Transformer.decode` by tests/test_inference.py); the
+modules here call dropout only where it does something (training, p > 0), their Linear and LayerNorm
+children as plain function calls (:func:`linear`, :func:`layer_norm`), and split heads with views.
 """
 
 from __future__ import annotations
@@ -86,46 +86,6 @@ def layer_norm(x: torch.Tensor, norm: nn.LayerNorm) -> torch.Tensor:
 def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
     """``F.dropout`` where it changes something (training with p > 0); otherwise x itself, without a call."""
     return F.dropout(x, p, training=True) if training and p > 0 else x
-
-
-class InferenceView:
-    """A module's parameters, buffers, settings and children (views in turn, lists for ModuleList and
-    Sequential) held as plain attributes, and the module's own methods, ``forward`` included, run over them:
-    a view is called and used as its module is.
-
-    Why: ``nn.Module`` keeps parameters and children in dicts that its ``__getattr__`` searches on every
-    access, and every call goes through ``__call__``'s hook handling. One cached decoder step of a small model
-    does about 90 such lookups and 15 module calls around a few small matrix products, and at one query row
-    per step they cost as much as a third of the arithmetic. Over a view they are plain attribute reads and
-    function calls. The code that runs is the modules' own, so the model has one spelling; the search builds a
-    view per call (a fraction of a millisecond for this model). A view holds references, not copies, and reads
-    settings (``training``) once: build a new one after changing the model (``train()``, ``to()``, new
-    parameters) rather than keeping one."""
-
-    def __init__(self, module: nn.Module):
-        attributes = {name: value for name, value in vars(module).items() if name[0] != "_"}
-        attributes.update(module._parameters, **module._buffers)
-        for name, child in module._modules.items():
-            is_list = isinstance(child, (nn.ModuleList, nn.Sequential))
-            attributes[name] = [InferenceView(part) for part in child] if is_list else InferenceView(child)
-        attributes["_type"] = type(module)
-        self.__dict__ = attributes
-
-    def __call__(self, *args, **kwargs):
-        return self.forward(*args, **kwargs)
-
-    def __getattr__(self, name: str):
-        """A method of the module's class or its bases up to ``nn.Module`` (not nn.Module's own, which read
-        its dicts), bound to the view on first use."""
-        for cls in self._type.__mro__:
-            if cls is nn.Module:
-                break
-            if name in vars(cls):
-                member = vars(cls)[name]
-                member = member.__get__(self, self._type) if hasattr(member, "__get__") else member
-                self.__dict__[name] = member
-                return member
-        raise AttributeError(f"an InferenceView of {self._type.__name__} has no attribute {name!r}")
 
 
 class Embedding(nn.Module):

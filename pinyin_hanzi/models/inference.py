@@ -1,0 +1,157 @@
+"""Conversion's decoder, fast: :meth:`Transformer.decode` with a cache, as plain functions over the model's weights.
+
+Why a second spelling of the decoder step: a search decodes one position per call with one query row per
+hypothesis, so a step's arithmetic is a few small matrix products, and nn.Module's machinery around them
+(for the shipped model about 90 lookups of parameters and submodules through ``nn.Module.__getattr__`` and
+15 module calls per step) costs as much as a third of it (docs/benchmarks.md). Here the weights are read
+once per search into plain tuples, through the modules' public attributes, and a step is ``F.*`` calls over
+them: the book model's operations in the book model's order, so the values are the same
+(tests/test_inference.py holds it to the book model's uncached ``decode``). Heads are split with views, not
+einops, whose per-call cost counts at one row per step.
+
+It runs the model as in eval mode (no dropout): it serves inference only. The encoder runs once per batch
+and stays the book's (:meth:`InferenceDecoder.encode`).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from pinyin_hanzi.models.candidate_logits import candidate_logits
+from pinyin_hanzi.models.kv_cache import DecoderCache, KVCache
+from pinyin_hanzi.models.transformer import DecoderLayer, MultiHeadAttention, Transformer
+
+Linear = tuple[torch.Tensor, torch.Tensor | None]  # weight (out, in), bias (out,): F.linear's arguments
+Norm = tuple[tuple[int, ...], torch.Tensor, torch.Tensor, float]  # F.layer_norm's: shape, weight, bias, eps
+
+
+class AttentionWeights(NamedTuple):
+    query: Linear
+    key_value: Linear
+    out: Linear
+    n_heads: int
+
+    @classmethod
+    def of(cls, module: MultiHeadAttention) -> AttentionWeights:
+        return cls(_linear(module.query), _linear(module.key_value), _linear(module.out), module.n_heads)
+
+
+class DecoderLayerWeights(NamedTuple):
+    self_attention: AttentionWeights
+    cross_attention: AttentionWeights
+    expand: Linear
+    contract: Linear
+    norms: tuple[Norm, ...]  # around self-attention, cross-attention, feed-forward
+
+    @classmethod
+    def of(cls, layer: DecoderLayer) -> DecoderLayerWeights:
+        return cls(AttentionWeights.of(layer.self_attention), AttentionWeights.of(layer.cross_attention),
+                   _linear(layer.feed_forward.net[0]), _linear(layer.feed_forward.net[3]),
+                   tuple(_norm(sublayer.norm) for sublayer in layer.sublayers))
+
+
+class InferenceDecoder:
+    """What a search runs: ``encode``, ``new_cache`` and a cached one-position ``decode`` with the signatures
+    and values of :class:`Transformer`'s. It holds references to the model's weights, not copies, read when
+    it is built: build one per search (a fraction of a millisecond), not once after changing the model
+    (``to()``, loading weights)."""
+
+    def __init__(self, model: Transformer):
+        self.model = model
+        embedding = model.target_embedding
+        self.tokens, self.positions, self.scale = embedding.tokens.weight, embedding.positions, embedding.scale
+        self.pre_norm = model.config.norm == "pre"
+        self.layers = [DecoderLayerWeights.of(layer) for layer in model.decoder_layers]
+        self.final_norm = _norm(model.decoder_norm) if self.pre_norm else None  # post-norm: nn.Identity
+        self.output = model.output.weight  # (v, d)
+
+    def encode(self, source: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`Transformer.encode`: source (b, s) -> memory (b, s, d), padding mask (b, 1, 1, s)."""
+        return self.model.encode(source)
+
+    def new_cache(self) -> DecoderCache:
+        return DecoderCache(len(self.layers))
+
+    def decode(self, target_input: torch.Tensor, memory: torch.Tensor, padding_mask: torch.Tensor | None, *,
+               cache: DecoderCache, candidates: torch.Tensor | None = None) -> torch.Tensor:
+        """:meth:`Transformer.decode` of one position with a cache: target_input (b, 1) at ``cache.length``,
+        memory (b, s, d), padding_mask (b, 1, 1, s) or None -> logits (b, 1, v), or (b, 1, c) of
+        ``candidates`` (b, 1, c), or of (b / g, 1, c) shared by g consecutive rows. ValueError past
+        max_positions, or for several positions."""
+        if target_input.shape[1] != 1:
+            raise ValueError(f"a cached decoder step takes one position, not {target_input.shape[1]}")
+        start = cache.length
+        if start + 1 > self.positions.shape[0]:
+            raise ValueError(f"sequence of {start + 1} positions exceeds max_positions={self.positions.shape[0]}")
+        x = F.embedding(target_input, self.tokens) * self.scale + self.positions[start : start + 1]  # (b, 1, d)
+        for layer, layer_cache in zip(self.layers, cache.layers):
+            x = self._layer_step(x, layer, memory, padding_mask, layer_cache)
+        cache.length += 1
+        hidden = x if self.final_norm is None else F.layer_norm(x, *self.final_norm)  # (b, 1, d)
+        if candidates is None:
+            return F.linear(hidden, self.output)  # (b, 1, v)
+        return candidate_logits(hidden, self.output, candidates)  # (b, 1, c)
+
+    def _layer_step(self, x: torch.Tensor, layer: DecoderLayerWeights, memory: torch.Tensor,
+                    cross_mask: torch.Tensor | None, cache: KVCache) -> torch.Tensor:
+        """:class:`DecoderLayer` with a cache: x (b, 1, d) -> (b, 1, d)."""
+        around_self, around_cross, around_feed_forward = layer.norms
+        x = self._sublayer(x, around_self, _self_attention, layer.self_attention, cache)
+        x = self._sublayer(x, around_cross, _cross_attention, layer.cross_attention, memory, cross_mask, cache)
+        return self._sublayer(x, around_feed_forward, _feed_forward, layer.expand, layer.contract)
+
+    def _sublayer(self, x: torch.Tensor, norm: Norm, function: Callable[..., torch.Tensor], *args) -> torch.Tensor:
+        """:class:`Sublayer`: pre-norm x + f(LN(x)), or post-norm LN(x + f(x))."""
+        if self.pre_norm:
+            return x + function(F.layer_norm(x, *norm), *args)
+        return F.layer_norm(x + function(x, *args), *norm)
+
+
+def _linear(layer: nn.Linear) -> Linear:
+    return layer.weight, layer.bias
+
+
+def _norm(layer: nn.LayerNorm) -> Norm:
+    return tuple(layer.normalized_shape), layer.weight, layer.bias, layer.eps
+
+
+def _split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """(b, t, h*k) -> (b, h, t, k): rearrange "b t (h k) -> b h t k", as a view."""
+    return x.view(x.shape[0], x.shape[1], n_heads, -1).transpose(1, 2)
+
+
+def _keys_values(source: torch.Tensor, attention: AttentionWeights) -> tuple[torch.Tensor, torch.Tensor]:
+    """source (b, s, d) -> keys and values, each (b, h, s, k)."""
+    keys, values = F.linear(source, *attention.key_value).chunk(2, dim=-1)  # (b, s, 2d) -> two (b, s, d)
+    return _split_heads(keys, attention.n_heads), _split_heads(values, attention.n_heads)
+
+
+def _attend(x: torch.Tensor, attention: AttentionWeights, keys: torch.Tensor, values: torch.Tensor,
+            mask: torch.Tensor | None) -> torch.Tensor:
+    """x (b, 1, d) queries over keys/values (b, h, s, k) -> (b, 1, d)."""
+    query = _split_heads(F.linear(x, *attention.query), attention.n_heads)  # (b, h, 1, k)
+    attended = F.scaled_dot_product_attention(query, keys, values, attn_mask=mask)  # (b, h, 1, k)
+    return F.linear(attended.transpose(1, 2).flatten(2), *attention.out)  # (b, 1, h k) -> (b, 1, d)
+
+
+def _self_attention(x: torch.Tensor, attention: AttentionWeights, cache: KVCache) -> torch.Tensor:
+    """The newest position attends to itself and the cached earlier ones (all of which it may see)."""
+    keys, values = cache.append(*_keys_values(x, attention))  # (b, h, t, k) each
+    return _attend(x, attention, keys, values, None)
+
+
+def _cross_attention(x: torch.Tensor, attention: AttentionWeights, memory: torch.Tensor,
+                     cross_mask: torch.Tensor | None, cache: KVCache) -> torch.Tensor:
+    """The newest position attends to the memory, projected into keys/values at the first step only."""
+    if cache.memory_keys is None:
+        cache.memory_keys, cache.memory_values = _keys_values(memory, attention)  # (b, h, s, k) each
+    return _attend(x, attention, cache.memory_keys, cache.memory_values, cross_mask)
+
+
+def _feed_forward(x: torch.Tensor, expand: Linear, contract: Linear) -> torch.Tensor:
+    """(b, 1, d) -> (b, 1, f) -> (b, 1, d)."""
+    return F.linear(F.relu(F.linear(x, *expand)), *contract)

@@ -1,0 +1,87 @@
+import pytest
+import torch
+
+from pinyin_hanzi.config import ModelConfig
+from pinyin_hanzi.data.vocab import BOS_ID, PAD_ID
+from pinyin_hanzi.models.inference import InferenceDecoder
+from pinyin_hanzi.models.transformer import Transformer, shift_right
+
+SOURCE_VOCAB, TARGET_VOCAB = 30, 40
+MODELS = [{}, {"norm": "post", "tie_output": False}]
+
+
+def _model(**overrides) -> Transformer:
+    torch.manual_seed(0)
+    config = ModelConfig(**{"d_model": 32, "n_heads": 4, "n_encoder_layers": 2, "n_decoder_layers": 2, "d_ff": 64,
+                            "dropout": 0.1, "max_positions": 16, **overrides})
+    return Transformer(config, source_vocab_size=SOURCE_VOCAB, target_vocab_size=TARGET_VOCAB).eval()
+
+
+def _ids(shape, vocab, seed):
+    return torch.randint(4, vocab, shape, generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("overrides", MODELS)
+@pytest.mark.parametrize("padded", [True, False])
+def test_fast_cached_steps_give_the_book_models_uncached_logits_and_candidate_logits(overrides, padded):
+    model = _model(**overrides)
+    source, decoder_input = _ids((3, 6), SOURCE_VOCAB, 1), shift_right(_ids((3, 6), TARGET_VOCAB, 2))
+    if padded:
+        source[1, 4:] = PAD_ID  # the cross-attention mask matters
+    candidates = _ids((3, 6, 5), TARGET_VOCAB, 3)
+    fast = InferenceDecoder(model)
+    with torch.no_grad():
+        memory, mask = model.encode(source)
+        mask = mask if padded else None  # what the search passes when nothing is padded
+        full = model.decode(decoder_input, memory, mask)  # (b, t, v): the book, uncached
+        plain_cache, candidate_cache, book_cache = fast.new_cache(), fast.new_cache(), model.new_cache()
+        for position in range(6):
+            step_input = decoder_input[:, position : position + 1]  # (b, 1)
+            logits = fast.decode(step_input, memory, mask, cache=plain_cache)  # (b, 1, v)
+            assert torch.allclose(logits, full[:, position : position + 1], atol=1e-5)
+            # the book's own cached path runs the same operations in the same order: the same bits
+            assert torch.equal(logits, model.decode(step_input, memory, mask, cache=book_cache))
+            listed = candidates[:, position : position + 1]  # (b, 1, c)
+            restricted = fast.decode(step_input, memory, mask, cache=candidate_cache, candidates=listed)
+            assert torch.allclose(restricted, full[:, position : position + 1].gather(-1, listed), atol=1e-5)
+        assert plain_cache.length == 6
+        assert not torch.allclose(full[:, 1], full[:, 2], atol=1e-3)  # positions differ: the checks have teeth
+
+
+@pytest.mark.parametrize("overrides", MODELS)
+def test_fast_steps_follow_a_beam_search_from_one_row_to_reordered_beams_sharing_a_list(overrides):
+    # A beam search decodes <s> once per input, widens the cache to k rows, reorders it after every step, and
+    # passes one candidate list per input for its k rows.
+    model = _model(**overrides)
+    source = _ids((1, 5), SOURCE_VOCAB, 1)
+    prefixes = torch.cat([torch.full((3, 1), BOS_ID), _ids((3, 3), TARGET_VOCAB, 4)], dim=1)  # (k, t)
+    shared = _ids((1, 1, 6), TARGET_VOCAB, 5)  # (inputs, 1, c)
+    fast = InferenceDecoder(model)
+    with torch.no_grad():
+        memory, _ = model.encode(source)
+        beams = memory.repeat_interleave(3, dim=0)  # (k, s, d)
+        full = model.decode(prefixes, beams, None)  # (k, t, v): row r continues prefix r
+        cache = fast.new_cache()
+        first = fast.decode(prefixes[:1, :1], memory, None, cache=cache)  # (1, 1, v): <s> once
+        assert torch.allclose(first[0], full[0, :1], atol=1e-5)
+        cache.reorder(torch.tensor([0, 0, 0]))  # one row -> three
+        for position in (1, 2):
+            fast.decode(prefixes[:, position : position + 1], beams, None, cache=cache)
+        order = torch.tensor([2, 0, 2])
+        cache.reorder(order)
+        step = fast.decode(prefixes[order, 3:4], beams, None, cache=cache, candidates=shared)  # (k, 1, c)
+    expected = full[order, 3:4].gather(-1, shared.expand(3, -1, -1))
+    assert torch.allclose(step, expected, atol=1e-5)
+    assert not torch.allclose(step, full[:, 3:4].gather(-1, shared.expand(3, -1, -1)), atol=1e-3)  # reordered
+
+
+def test_fast_steps_refuse_several_positions_and_positions_past_max_positions():
+    model = _model()
+    fast = InferenceDecoder(model)
+    memory, mask = model.encode(_ids((1, 3), SOURCE_VOCAB, 1))
+    with pytest.raises(ValueError, match="one position"):
+        fast.decode(torch.tensor([[BOS_ID, 5]]), memory, mask, cache=fast.new_cache())
+    cache = fast.new_cache()
+    cache.length = 16
+    with pytest.raises(ValueError, match="max_positions=16"):
+        fast.decode(torch.tensor([[BOS_ID]]), memory, mask, cache=cache)
