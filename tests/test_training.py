@@ -342,8 +342,8 @@ def test_init_from_a_deeper_config_grows_identity_layers_on_top(tmp_path, tiny_c
     model, _, _ = training._setup_model(config, splits, None, None, str(best), messages.append)
     assert (len(model.encoder_layers), len(model.decoder_layers)) == (3, 4)
     assert messages[1].startswith("grown deeper: encoder 2 -> 3 layers, decoder 2 -> 4 layers")
-    assert not model.decoder_layers[3].feed_forward.net[3].weight.any()
-    assert model.decoder_layers[3].feed_forward.net[0].weight.std() > 0  # its inputs start as a fresh model's
+    assert not model.decoder_layers[3].feed_forward.contract.weight.any()
+    assert model.decoder_layers[3].feed_forward.expand.weight.std() > 0  # its inputs start as a fresh model's
     source, target = torch.randint(4, 20, (2, 6)), torch.randint(4, 20, (2, 5))
     model.eval(), old_model.eval()
     with torch.no_grad():

@@ -3,13 +3,14 @@ import torch
 
 from pinyin_hanzi.config import ModelConfig
 from pinyin_hanzi.data.vocab import BOS_ID, PAD_ID
-from pinyin_hanzi.models.transformer import Transformer, model_values, shift_right, sinusoidal_table
+from pinyin_hanzi.models.transformer import (RESIDUAL_OUTPUTS, Transformer, model_values, shift_right,
+                                             sinusoidal_table)
 
 SOURCE_VOCAB, TARGET_VOCAB = 30, 40
 
 
-def _model(**overrides) -> Transformer:
-    torch.manual_seed(0)
+def _model(seed=0, **overrides) -> Transformer:
+    torch.manual_seed(seed)
     config = ModelConfig(**{"d_model": 32, "n_heads": 4, "n_encoder_layers": 2, "n_decoder_layers": 2, "d_ff": 64,
                             "dropout": 0.0, "max_positions": 64, **overrides})
     return Transformer(config, source_vocab_size=SOURCE_VOCAB, target_vocab_size=TARGET_VOCAB).eval()
@@ -185,3 +186,65 @@ def test_attention_maps_are_distributions_that_respect_the_masks():
     with torch.no_grad():
         explicit = model(source, target)
     assert torch.allclose(explicit[:, :5], plain[:, :5], atol=1e-5)
+
+
+def test_every_submodule_runs_in_a_training_forward_pass():
+    # The model holds no module only for its parameter names: in training (dropout > 0) each one is called.
+    model = _model(dropout=0.1).train()
+    called = set()
+    for module in model.modules():
+        module.register_forward_hook(lambda module, inputs, output: called.add(module))
+    model(_ids(2, 5, SOURCE_VOCAB), _ids(2, 5, TARGET_VOCAB, seed=2))
+    never_called = [name for name, module in model.named_modules() if module not in called
+                    and not isinstance(module, torch.nn.ModuleList)]
+    assert never_called == []
+
+
+@pytest.mark.parametrize("tie_output", [True, False])
+def test_weights_saved_under_the_old_feed_forward_names_load_into_the_named_layers(tie_output):
+    # Checkpoints written before the feed-forward had named layers (the shipped model among them) call them
+    # net.0 and net.3 (an nn.Sequential of Linear, ReLU, Dropout, Linear).
+    trained, fresh = _model(tie_output=tie_output), _model(tie_output=tie_output, seed=5)
+    old_names = {name.replace("feed_forward.expand.", "feed_forward.net.0.")
+                 .replace("feed_forward.contract.", "feed_forward.net.3."): tensor
+                 for name, tensor in trained.state_dict().items()}
+    assert sum("feed_forward.net.3.weight" in name for name in old_names) == 4
+    source, target = _ids(2, 5, SOURCE_VOCAB), _ids(2, 5, TARGET_VOCAB, seed=2)
+    with torch.no_grad():
+        assert not torch.allclose(fresh(source, target), trained(source, target), atol=1e-3)
+        fresh.load_state_dict(old_names)
+        assert torch.equal(fresh(source, target), trained(source, target))
+    with pytest.raises(RuntimeError, match="feed_forward.net.1.weight"):  # other names are still refused
+        fresh.load_state_dict({**old_names, "decoder_layers.0.feed_forward.net.1.weight": torch.zeros(1)})
+
+
+def test_the_shipped_checkpoint_loads_and_converts_as_before(shipped_converter):
+    from pinyin_hanzi.decoding.converter import SHIPPED_MODEL
+
+    state = torch.load(SHIPPED_MODEL, weights_only=True)["model"]
+    model = shipped_converter.model
+    for name, tensor in state.items():
+        renamed = name.replace("feed_forward.net.0.", "feed_forward.expand.").replace("feed_forward.net.3.",
+                                                                                      "feed_forward.contract.")
+        assert torch.equal(model.state_dict()[renamed], tensor.float()), name
+    assert shipped_converter.convert("wo men ming tian jian") == "我们明天见"
+
+
+@pytest.mark.parametrize("stack", ["encoder_layers", "decoder_layers"])
+def test_a_pre_norm_layer_whose_residual_outputs_are_zero_is_the_identity(stack):
+    # RESIDUAL_OUTPUTS names what growing a model deeper zeroes (training --init-from): the layer must then
+    # pass its input through unchanged, and with any one of them left as it is, it must not.
+    model = _model()
+    layer = getattr(model, stack)[1]
+    names = [name for name, _ in layer.named_parameters() if name.endswith(RESIDUAL_OUTPUTS)]
+    assert len(names) == (4 if stack == "encoder_layers" else 6)
+    x, memory = torch.randn(2, 5, 32), torch.randn(2, 4, 32)
+    run = (lambda: layer(x, None)) if stack == "encoder_layers" else (lambda: layer(x, memory, None))
+    with torch.no_grad():
+        parameters = dict(layer.named_parameters())
+        for name in names[:-2]:
+            parameters[name].zero_()
+        assert not torch.allclose(run(), x, atol=1e-3)  # the last projection still writes
+        for name in names[-2:]:
+            parameters[name].zero_()
+        assert torch.equal(run(), x)

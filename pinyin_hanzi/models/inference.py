@@ -50,7 +50,7 @@ class DecoderLayerWeights(NamedTuple):
     @classmethod
     def of(cls, layer: DecoderLayer) -> DecoderLayerWeights:
         return cls(AttentionWeights.of(layer.self_attention), AttentionWeights.of(layer.cross_attention),
-                   _linear(layer.feed_forward.net[0]), _linear(layer.feed_forward.net[3]),
+                   _linear(layer.feed_forward.expand), _linear(layer.feed_forward.contract),
                    tuple(_norm(sublayer.norm) for sublayer in layer.sublayers))
 
 

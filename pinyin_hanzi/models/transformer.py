@@ -1,8 +1,9 @@
-"""The encoder-decoder Transformer ("Attention Is All You Need"), written out module by module.
+"""The encoder-decoder Transformer ("Attention Is All You Need"), written out module by module as the book
+draws it. Training runs this model; conversion runs its decoder through models/inference.py (below).
 
 Axis legend used in shape comments:
-    b batch   s source length (pinyin tokens)   t target length (hanzi)   h heads
-    d model width   k head width (d / h)   f feed-forward width   v vocabulary size
+    b batch   s source length (pinyin tokens)   t target length (hanzi)   h heads   d model width
+    k head width (d / h)   f feed-forward width   v vocabulary size   c candidates per position
 
 Mask convention (one, everywhere): a boolean tensor that is True where attention is ALLOWED, broadcast
 against the (b, h, query, key) score matrix, as ``F.scaled_dot_product_attention`` expects.
@@ -12,25 +13,25 @@ against the (b, h, query, key) score matrix, as ``F.scaled_dot_product_attention
 Padded target positions need no mask of their own: under the look-ahead mask a real position never sees
 a later (padded) one, and the loss ignores outputs at padded positions.
 
-Incremental decoding (one path, the modules' own): ``Transformer.new_cache()`` gives a :class:`DecoderCache`;
-``decode(next_ids, memory, padding_mask, cache=cache)`` then takes the next position alone, and each decoder
-layer's :class:`KVCache` keeps the self-attention keys/values of earlier positions and the cross-attention
-keys/values of the memory (projected once per input). ``cache.reorder(order)`` follows a beam search's
-re-ranking of its hypotheses.
+Incremental decoding: ``Transformer.new_cache()`` gives a :class:`DecoderCache`; ``decode(next_ids, memory,
+padding_mask, cache=cache)`` then takes the next position alone, and each decoder layer's :class:`KVCache`
+keeps the self-attention keys/values of earlier positions and the cross-attention keys/values of the memory
+(projected once per input). ``cache.reorder(order)`` follows a beam search's re-ranking of its hypotheses.
 
-Inference decodes one position per call with a single query row, so the arithmetic of a step is small and
-per-call Python overhead counts: the search runs the cached decoder step of models/inference.py (plain
-functions over this model's weights, held to :meth:`Transformer.decode` by tests/test_inference.py); the
-modules here call dropout only where it does something (training, p > 0), their Linear and LayerNorm
-children as plain function calls (:func:`linear`, :func:`layer_norm`), and split heads with views.
+Speed lives beside the book, not in it: models/candidate_logits.py computes the logits of a few candidate
+characters per position instead of all v (training and decoding); models/inference.py runs the cached decoder
+step as plain functions over this model's weights, where one query row per step makes nn.Module's per-call
+overhead count (tests/test_inference.py holds it to :meth:`Transformer.decode`).
 """
 
 from __future__ import annotations
 
 import math
+from typing import Any, Callable, Mapping
 
 import torch
 import torch.nn.functional as F
+from einops import rearrange
 from torch import nn
 
 from pinyin_hanzi.config import ModelConfig
@@ -39,6 +40,23 @@ from pinyin_hanzi.errors import ConfigError
 from pinyin_hanzi.models.candidate_logits import candidate_logits
 from pinyin_hanzi.models.kv_cache import DecoderCache, KVCache
 from pinyin_hanzi.runtime import memory_bytes, size_text
+
+# The projections that write into the residual stream, as state_dict names within a layer: with them zero,
+# a pre-norm layer is the identity x -> x (how a trained model grows deeper, training --init-from).
+RESIDUAL_OUTPUTS = tuple(f"{projection}.{kind}"
+                         for projection in ("self_attention.out", "cross_attention.out", "feed_forward.contract")
+                         for kind in ("weight", "bias"))
+
+# Checkpoints written before the feed-forward's layers had names held them in an nn.Sequential
+# (Linear, ReLU, Dropout, Linear): state_dict names net.0 and net.3. Transformer.load_state_dict renames them.
+_OLD_NAMES = {"feed_forward.net.0.": "feed_forward.expand.", "feed_forward.net.3.": "feed_forward.contract."}
+
+
+def _renamed(name: str) -> str:
+    """A state_dict name of an old checkpoint as this model names it (see _OLD_NAMES)."""
+    for old, new in _OLD_NAMES.items():
+        name = name.replace(old, new)
+    return name
 
 
 def shift_right(target: torch.Tensor) -> torch.Tensor:
@@ -61,31 +79,19 @@ def sinusoidal_table(max_positions: int, d_model: int) -> torch.Tensor:
     return table
 
 
-def split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
-    """(b, t, h*k) -> (b, h, t, k), i.e. einops' rearrange "b t (h k) -> b h t k", written out as a view
-    (einops' per-call overhead is a cost at one position per decoding step)."""
-    return x.view(x.shape[0], x.shape[1], n_heads, -1).transpose(1, 2)
-
-
-def merge_heads(x: torch.Tensor) -> torch.Tensor:
-    """(b, h, t, k) -> (b, t, h*k): the inverse of :func:`split_heads`."""
-    return x.transpose(1, 2).flatten(2)
-
-
-def linear(x: torch.Tensor, layer: nn.Linear) -> torch.Tensor:
-    """``layer(x)`` as a plain function call: the module call's per-call overhead is a cost at one position
-    per decoding step."""
-    return F.linear(x, layer.weight, layer.bias)
-
-
-def layer_norm(x: torch.Tensor, norm: nn.LayerNorm) -> torch.Tensor:
-    """``norm(x)`` as a plain function call (see :func:`linear`)."""
-    return F.layer_norm(x, norm.normalized_shape, norm.weight, norm.bias, norm.eps)
-
-
-def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
-    """``F.dropout`` where it changes something (training with p > 0); otherwise x itself, without a call."""
-    return F.dropout(x, p, training=True) if training and p > 0 else x
+def attention_weights(query: torch.Tensor, keys: torch.Tensor, mask: torch.Tensor | None,
+                      causal: bool) -> torch.Tensor:
+    """softmax(Q K^T / sqrt(k)) written out, as in the book: query (b, h, t, k), keys (b, h, s, k) ->
+    weights (b, h, t, s), each row a distribution over the keys it may see. What the fused kernel computes
+    inside and does not return; :meth:`Transformer.attention_maps` draws them."""
+    scores = query @ keys.transpose(-2, -1) / math.sqrt(query.shape[-1])  # (b, h, t, s)
+    if causal:  # query i sees keys up to i (shifted by s - t when t < s: the newest t of s positions)
+        t, s = scores.shape[-2:]
+        scores = scores.masked_fill(~torch.ones(t, s, dtype=torch.bool, device=scores.device).tril(s - t),
+                                    float("-inf"))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return scores.softmax(dim=-1)
 
 
 class Embedding(nn.Module):
@@ -98,15 +104,15 @@ class Embedding(nn.Module):
         with torch.no_grad():
             self.tokens.weight[PAD_ID].zero_()
         self.register_buffer("positions", sinusoidal_table(max_positions, d_model), persistent=False)
-        self.scale, self.dropout = math.sqrt(d_model), dropout
+        self.scale = math.sqrt(d_model)
+        self.dropout = nn.Dropout(dropout)
 
     def forward(self, ids: torch.Tensor, start: int = 0) -> torch.Tensor:
-        """(b, t) ids, first position ``start`` -> (b, t, d)."""
-        length = ids.shape[1]
-        if start + length > self.positions.shape[0]:
-            raise ValueError(f"sequence of {start + length} positions exceeds max_positions={self.positions.shape[0]}")
-        tokens = F.embedding(ids, self.tokens.weight, PAD_ID)  # nn.Embedding's computation, without a module call
-        return dropout(tokens * self.scale + self.positions[start : start + length], self.dropout, self.training)
+        """(b, t) ids, first position ``start`` -> (b, t, d). ValueError past max_positions."""
+        end = start + ids.shape[1]
+        if end > self.positions.shape[0]:
+            raise ValueError(f"sequence of {end} positions exceeds max_positions={self.positions.shape[0]}")
+        return self.dropout(self.tokens(ids) * self.scale + self.positions[start:end])  # (b, t, d) + (t, d)
 
 
 class MultiHeadAttention(nn.Module):
@@ -115,77 +121,54 @@ class MultiHeadAttention(nn.Module):
 
     def __init__(self, *, d_model: int, n_heads: int, dropout: float):
         super().__init__()
-        self.n_heads, self.dropout = n_heads, dropout
-        self.record = False  # when True, weights are computed explicitly and kept in last_weights
-        self.last_weights: torch.Tensor | None = None  # (b, h, t, s), for visualisation
+        self.n_heads, self.dropout = n_heads, dropout  # dropout: on the attention weights, in training
         self.query = nn.Linear(d_model, d_model)
-        self.key_value = nn.Linear(d_model, 2 * d_model)
+        self.key_value = nn.Linear(d_model, 2 * d_model)  # keys and values in one product
         self.out = nn.Linear(d_model, d_model)
+        self.record = False  # when True, the weights are computed explicitly and kept in last_weights
+        self.last_weights: torch.Tensor | None = None  # (b, h, t, s), for pictures
 
-    def _keys_values(self, source: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        keys, values = linear(source, self.key_value).chunk(2, dim=-1)  # (b, s, 2d) -> two (b, s, d)
-        return split_heads(keys, self.n_heads), split_heads(values, self.n_heads)  # two (b, h, s, k)
+    def keys_values(self, source: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """source (b, s, d) -> keys and values, each (b, h, s, k)."""
+        keys, values = rearrange(self.key_value(source), "b s (two h k) -> two b h s k", two=2, h=self.n_heads)
+        return keys, values
 
-    def forward(
-        self,
-        x: torch.Tensor,
-        memory: torch.Tensor | None = None,
-        *,
-        mask: torch.Tensor | None = None,
-        causal: bool = False,
-        cache: KVCache | None = None,
-    ) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, memory: torch.Tensor | None = None, *, mask: torch.Tensor | None = None,
+                causal: bool = False, cache: KVCache | None = None) -> torch.Tensor:
         """x (b, t, d) -> (b, t, d). With a ``cache`` (incremental decoding), self-attention appends this
         step's keys/values to the earlier positions' and attends to all of them; cross-attention projects
         the memory at the first step and reuses it."""
-        query = split_heads(linear(x, self.query), self.n_heads)
-        if memory is None:
-            keys, values = self._keys_values(x)
-            if cache is not None:
-                keys, values = cache.append(keys, values)
-        elif cache is None:
-            keys, values = self._keys_values(memory)
+        query = rearrange(self.query(x), "b t (h k) -> b h t k", h=self.n_heads)
+        if cache is None:
+            keys, values = self.keys_values(x if memory is None else memory)  # (b, h, s, k) each
+        elif memory is None:
+            keys, values = cache.append(*self.keys_values(x))  # earlier positions' and this one's, (b, h, t, k)
         else:
             if cache.memory_keys is None:
-                cache.memory_keys, cache.memory_values = self._keys_values(memory)
+                cache.memory_keys, cache.memory_values = self.keys_values(memory)
             keys, values = cache.memory_keys, cache.memory_values
-        # (b, h, t, k) attending over (b, h, s, k); mask broadcasts to (b, h, t, s)
+        # (b, h, t, k) queries attend over (b, h, s, k) keys; mask broadcasts to the (b, h, t, s) scores
         if self.record:
-            attended = self._attend_explicitly(query, keys, values, mask, causal)
+            self.last_weights = attention_weights(query, keys, mask, causal)  # (b, h, t, s)
+            attended = self.last_weights @ values  # (b, h, t, s) @ (b, h, s, k) -> (b, h, t, k)
         else:
-            attended = F.scaled_dot_product_attention(
-                query, keys, values, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0,
-                is_causal=causal)
-        return linear(merge_heads(attended), self.out)
-
-    def _attend_explicitly(self, query, keys, values, mask, causal) -> torch.Tensor:
-        """softmax(QK^T / sqrt(k)) V written out, as in the book, keeping the weights (b, h, t, s)."""
-        scores = query @ keys.transpose(-2, -1) / math.sqrt(query.shape[-1])  # (b, h, t, s)
-        if causal:
-            t, s = scores.shape[-2:]
-            scores = scores.masked_fill(~torch.ones(t, s, dtype=torch.bool, device=scores.device).tril(s - t),
-                                        float("-inf"))
-        if mask is not None:
-            scores = scores.masked_fill(~mask, float("-inf"))
-        weights = scores.softmax(dim=-1)
-        self.last_weights = weights.detach()
-        return weights @ values
+            attended = F.scaled_dot_product_attention(query, keys, values, attn_mask=mask, is_causal=causal,
+                                                      dropout_p=self.dropout if self.training else 0.0)
+        return self.out(rearrange(attended, "b h t k -> b t (h k)"))
 
 
 class FeedForward(nn.Module):
-    """Position-wise feed-forward: Linear(d -> f), ReLU, dropout, Linear(f -> d)."""
+    """Position-wise feed-forward: expand (d -> f), ReLU, dropout, contract (f -> d)."""
 
     def __init__(self, *, d_model: int, d_ff: int, dropout: float):
         super().__init__()
-        # A Sequential for the parameter names of saved checkpoints (net.0, net.3); forward calls its Linears
-        # and skips the dropout where it does nothing.
-        self.net = nn.Sequential(nn.Linear(d_model, d_ff), nn.ReLU(), nn.Dropout(dropout), nn.Linear(d_ff, d_model))
-        self.dropout = dropout
+        self.expand = nn.Linear(d_model, d_ff)
+        self.dropout = nn.Dropout(dropout)
+        self.contract = nn.Linear(d_ff, d_model)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """(b, t, d) -> (b, t, f) -> (b, t, d)."""
-        hidden, _, _, output = self.net
-        return linear(dropout(F.relu(linear(x, hidden)), self.dropout, self.training), output)
+        return self.contract(self.dropout(F.relu(self.expand(x))))
 
 
 class Sublayer(nn.Module):
@@ -193,16 +176,20 @@ class Sublayer(nn.Module):
 
     def __init__(self, *, d_model: int, dropout: float, pre_norm: bool):
         super().__init__()
-        self.norm, self.dropout, self.pre_norm = nn.LayerNorm(d_model), dropout, pre_norm
+        self.norm = nn.LayerNorm(d_model)
+        self.dropout = nn.Dropout(dropout)
+        self.pre_norm = pre_norm
 
-    def forward(self, x: torch.Tensor, function, *args, **kwargs) -> torch.Tensor:
-        """x (b, t, d) -> (b, t, d); ``function(y, *args, **kwargs)`` is the sublayer."""
+    def forward(self, x: torch.Tensor, sublayer: Callable[..., torch.Tensor], *args, **kwargs) -> torch.Tensor:
+        """x (b, t, d) -> (b, t, d); ``sublayer(y, *args, **kwargs)`` is the wrapped function, (b, t, d)."""
         if self.pre_norm:
-            return x + dropout(function(layer_norm(x, self.norm), *args, **kwargs), self.dropout, self.training)
-        return layer_norm(x + dropout(function(x, *args, **kwargs), self.dropout, self.training), self.norm)
+            return x + self.dropout(sublayer(self.norm(x), *args, **kwargs))
+        return self.norm(x + self.dropout(sublayer(x, *args, **kwargs)))
 
 
 class EncoderLayer(nn.Module):
+    """Self-attention over the source, then the feed-forward, each inside a :class:`Sublayer`."""
+
     def __init__(self, *, d_model: int, n_heads: int, d_ff: int, dropout: float, pre_norm: bool):
         super().__init__()
         self.self_attention = MultiHeadAttention(d_model=d_model, n_heads=n_heads, dropout=dropout)
@@ -211,11 +198,14 @@ class EncoderLayer(nn.Module):
 
     def forward(self, x: torch.Tensor, padding_mask: torch.Tensor) -> torch.Tensor:
         """x (b, s, d), padding_mask (b, 1, 1, s) -> (b, s, d)."""
-        x = self.sublayers[0](x, self.self_attention, mask=padding_mask)
-        return self.sublayers[1](x, self.feed_forward)
+        around_attention, around_feed_forward = self.sublayers
+        x = around_attention(x, self.self_attention, mask=padding_mask)
+        return around_feed_forward(x, self.feed_forward)
 
 
 class DecoderLayer(nn.Module):
+    """Look-ahead-masked self-attention, cross-attention to the memory, then the feed-forward."""
+
     def __init__(self, *, d_model: int, n_heads: int, d_ff: int, dropout: float, pre_norm: bool):
         super().__init__()
         self.self_attention = MultiHeadAttention(d_model=d_model, n_heads=n_heads, dropout=dropout)
@@ -303,15 +293,8 @@ class Transformer(nn.Module):
             x = layer(x, padding_mask)
         return self.encoder_norm(x), padding_mask
 
-    def decode(
-        self,
-        target_input: torch.Tensor,
-        memory: torch.Tensor,
-        padding_mask: torch.Tensor | None,
-        *,
-        cache: DecoderCache | None = None,
-        candidates: torch.Tensor | None = None,
-    ) -> torch.Tensor:
+    def decode(self, target_input: torch.Tensor, memory: torch.Tensor, padding_mask: torch.Tensor | None, *,
+               cache: DecoderCache | None = None, candidates: torch.Tensor | None = None) -> torch.Tensor:
         """target_input (b, t) ids (already shifted), memory (b, s, d), padding_mask (b, 1, 1, s) or None
         (nothing padded) -> logits (b, t, v).
 
@@ -320,25 +303,18 @@ class Transformer(nn.Module):
         being recomputed, and the cache grows by one position. With ``candidates`` (b, t, c) hanzi ids, the
         logits of those ids only, (b, t, c), or candidates (b / g, t, c) shared by g consecutive rows (see
         :func:`candidate_logits`). ValueError past max_positions, or for several positions with a cache."""
-        if cache is None:
-            x = self.target_embedding(target_input)
-            for layer in self.decoder_layers:
-                x = layer(x, memory, padding_mask)
-        else:
-            if target_input.shape[1] != 1:
-                raise ValueError(f"a cached decoder step takes one position, not {target_input.shape[1]}")
-            x = self.target_embedding(target_input, start=cache.length)
-            for layer, layer_cache in zip(self.decoder_layers, cache.layers):
-                x = layer(x, memory, padding_mask, layer_cache)
+        if cache is not None and target_input.shape[1] != 1:
+            raise ValueError(f"a cached decoder step takes one position, not {target_input.shape[1]}")
+        x = self.target_embedding(target_input, start=0 if cache is None else cache.length)
+        layer_caches = [None] * len(self.decoder_layers) if cache is None else cache.layers
+        for layer, layer_cache in zip(self.decoder_layers, layer_caches):
+            x = layer(x, memory, padding_mask, layer_cache)
+        if cache is not None:
             cache.length += 1
-        return self.logits(self.decoder_norm(x), candidates)
-
-    def logits(self, hidden: torch.Tensor, candidates: torch.Tensor | None = None) -> torch.Tensor:
-        """Output projection: hidden (b, t, d) -> (b, t, v), or with ``candidates`` (b, t, c) hanzi ids the
-        logits of those ids only, (b, t, c) (see :func:`candidate_logits`)."""
+        hidden = self.decoder_norm(x)  # (b, t, d)
         if candidates is None:
-            return self.output(hidden)
-        return candidate_logits(hidden, self.output.weight, candidates)
+            return self.output(hidden)  # (b, t, v)
+        return candidate_logits(hidden, self.output.weight, candidates)  # (b, t, c)
 
     def new_cache(self) -> DecoderCache:
         """An empty cache for incremental :meth:`decode`, one per batch of inputs."""
@@ -347,9 +323,16 @@ class Transformer(nn.Module):
     def forward(self, source: torch.Tensor, target: torch.Tensor, candidates: torch.Tensor | None = None
                 ) -> torch.Tensor:
         """Teacher-forced logits: source (b, s), target (b, t) -> (b, t, v); position i predicts target[:, i].
-        With ``candidates`` (b, t, c) hanzi ids, the logits of those only (b, t, c), as in :meth:`logits`."""
+        With ``candidates`` (b, t, c) hanzi ids, the logits of those only (b, t, c), as in :meth:`decode`."""
         memory, padding_mask = self.encode(source)
         return self.decode(shift_right(target), memory, padding_mask, candidates=candidates)
+
+    def load_state_dict(self, state_dict: Mapping[str, Any], *args, **kwargs):
+        """``nn.Module.load_state_dict``, which also reads checkpoints written before the feed-forward's
+        layers had names (``feed_forward.net.0`` / ``net.3``, now ``expand`` / ``contract``)."""
+        if any(old in name for name in state_dict for old in _OLD_NAMES):
+            state_dict = {_renamed(name): tensor for name, tensor in state_dict.items()}
+        return super().load_state_dict(state_dict, *args, **kwargs)
 
     @torch.no_grad()
     def attention_maps(self, source: torch.Tensor, target: torch.Tensor) -> dict[str, list[torch.Tensor]]:

@@ -55,7 +55,7 @@ from pinyin_hanzi.files import check_writable, locked, os_error_reason
 from pinyin_hanzi.lm.char_ngram import count_for
 from pinyin_hanzi.lm.syllable import SyllableBigrams
 from pinyin_hanzi.lm.word import word_model
-from pinyin_hanzi.models.transformer import Transformer, check_memory
+from pinyin_hanzi.models.transformer import RESIDUAL_OUTPUTS, Transformer, check_memory
 from pinyin_hanzi.runtime import autocast_for, resolve_precision, select_device, set_threads
 from pinyin_hanzi.training import distributed
 from pinyin_hanzi.training.loss import model_loss_sum
@@ -610,7 +610,7 @@ def _init_from(config: Config, splits: Splits, path: str, log) -> tuple[Transfor
         else:  # a vocabulary-sized matrix (embeddings, output): the known rows, then the fresh ones
             state[name] = torch.cat([old, state[name][old.shape[0]:]])
     for name in state:
-        if name not in old_state and name.endswith(_RESIDUAL_OUTPUTS):
+        if name not in old_state and name.endswith(RESIDUAL_OUTPUTS):
             state[name] = torch.zeros_like(state[name])
     model.load_state_dict(state)
     log(f"initialised from {path}: {len(pinyin_vocab) - len(old_pinyin)} pinyin and "
@@ -619,12 +619,6 @@ def _init_from(config: Config, splits: Splits, path: str, log) -> tuple[Transfor
         log(f"grown deeper: {deeper}; the new layers sit on top and start as the identity (their attention and "
             f"feed-forward output projections are zero), so the grown model converts as the checkpoint did")
     return model, pinyin_vocab, hanzi_vocab
-
-
-# The projections that write into the residual stream: with them zero, a pre-norm layer is x -> x.
-_RESIDUAL_OUTPUTS = tuple(f"{sublayer}.{kind}" for sublayer in ("self_attention.out", "cross_attention.out",
-                                                                  "feed_forward.net.3")
-                          for kind in ("weight", "bias"))
 
 
 def _check_deeper(config: Config, saved: dict, path: Path) -> str:
