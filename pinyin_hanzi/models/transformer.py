@@ -121,7 +121,8 @@ class MultiHeadAttention(nn.Module):
 
     def __init__(self, *, d_model: int, n_heads: int, dropout: float):
         super().__init__()
-        self.n_heads, self.dropout = n_heads, dropout  # dropout: on the attention weights, in training
+        self.n_heads = n_heads
+        self.dropout_p = dropout  # on the attention weights, in training (inside the fused kernel)
         self.query = nn.Linear(d_model, d_model)
         self.key_value = nn.Linear(d_model, 2 * d_model)  # keys and values in one product
         self.out = nn.Linear(d_model, d_model)
@@ -153,7 +154,7 @@ class MultiHeadAttention(nn.Module):
             attended = self.last_weights @ values  # (b, h, t, s) @ (b, h, s, k) -> (b, h, t, k)
         else:
             attended = F.scaled_dot_product_attention(query, keys, values, attn_mask=mask, is_causal=causal,
-                                                      dropout_p=self.dropout if self.training else 0.0)
+                                                      dropout_p=self.dropout_p if self.training else 0.0)
         return self.out(rearrange(attended, "b h t k -> b t (h k)"))
 
 
@@ -327,7 +328,7 @@ class Transformer(nn.Module):
         memory, padding_mask = self.encode(source)
         return self.decode(shift_right(target), memory, padding_mask, candidates=candidates)
 
-    def load_state_dict(self, state_dict: Mapping[str, Any], *args, **kwargs):
+    def load_state_dict(self, state_dict: Mapping[str, Any], *args, **kwargs) -> Any:
         """``nn.Module.load_state_dict``, which also reads checkpoints written before the feed-forward's
         layers had names (``feed_forward.net.0`` / ``net.3``, now ``expand`` / ``contract``)."""
         if any(old in name for name in state_dict for old in _OLD_NAMES):
