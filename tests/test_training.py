@@ -226,13 +226,13 @@ def test_a_kill_between_the_two_checkpoint_writes_never_loses_the_best_checkpoin
         tmp_path, tiny_corpus, max_steps=12, eval_every=6, batch_tokens=64)))
     last, best = tmp_path / "checkpoints" / "tiny" / "last.pt", tmp_path / "checkpoints" / "tiny" / "best.pt"
     # A score that rises at every evaluation (across the resume too), so that each one writes both files.
-    real_evaluate, evaluations = training.evaluate, [0]
+    real_evaluate, evaluations = training.validate, [0]
 
     def rising_evaluate(*args, **kwargs):
         evaluations[0] += 1
         return {**real_evaluate(*args, **kwargs), "char_accuracy": evaluations[0] / 10}
 
-    monkeypatch.setattr(training, "evaluate", rising_evaluate)
+    monkeypatch.setattr(training, "validate", rising_evaluate)
     real_save, writes = checkpoint.save_checkpoint, []
 
     def killed_after_the_first_write_at_step_12(path, state):

@@ -1,1 +1,2 @@
-"""Scoring conversions: metrics, validation during training, evaluating and comparing on a file."""
+"""Scoring conversions: metrics, and a converter evaluated and compared on a file (validation during
+training is training/validation.py)."""

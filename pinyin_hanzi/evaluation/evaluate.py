@@ -1,52 +1,16 @@
-"""Scoring a model's conversions: validation during training (:func:`evaluate`) and the score of a whole
-split or file typed as a user would (:func:`evaluate_file`, ``translate.py --evaluate``), and two models
-compared on the same sentences (:func:`compare_file`, ``translate.py --evaluate FILE --compare OTHER``)."""
+"""Scoring a converter's conversions: the score of a whole split or file typed as a user would
+(:func:`evaluate_file`, ``translate.py --evaluate``), and two models compared on the same sentences
+(:func:`compare_file`, ``translate.py --evaluate FILE --compare OTHER``). Validation during training is
+:mod:`pinyin_hanzi.training.validation`: it needs no converter."""
 
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Iterable, Sequence
+from typing import Iterable, Sequence
 
-import torch
 from tqdm import tqdm
 
-from pinyin_hanzi.config import Config
-from pinyin_hanzi.data.batches import collate
 from pinyin_hanzi.evaluation.metrics import conversion_scores, edit_distance, paired_difference, typed
-from pinyin_hanzi.runtime import autocast_for, resolve_precision
-from pinyin_hanzi.training.loss import model_loss
-
-if TYPE_CHECKING:
-    from pinyin_hanzi.decoding.converter import Converter
-
-
-@torch.no_grad()
-def evaluate(model, valid_encoded, valid_examples, converter: Converter, config: Config, device,
-             candidates: tuple[torch.Tensor, torch.Tensor] | None = None) -> dict:
-    """Teacher-forced validation loss on the whole valid split (the training loss without smoothing), and
-    constrained-greedy character accuracy on its first ``eval_sentences`` examples (a fixed sample, so
-    numbers are comparable across steps). On CUDA in the training's precision; on a CPU in fp32, as
-    translate.py runs there, so that fp32 and bf16 runs are measured alike.
-
-    ``valid_encoded`` and ``valid_examples`` are the same split, encoded and as text; ``candidates`` as in
-    :func:`pinyin_hanzi.training.loss.model_loss`. Returns {"loss": mean per target token (nats), the scores of
-    :func:`pinyin_hanzi.evaluation.metrics.conversion_scores` (char_accuracy, cer, exact, sentences, characters),
-    "samples": the first five conversions as readable lines}."""
-    model.eval()
-    precision = resolve_precision(config.train.precision, device) if device.type == "cuda" else "fp32"
-    total_loss, total_tokens = 0.0, 0
-    for begin in range(0, len(valid_encoded), 256):
-        batch = collate(valid_encoded[begin : begin + 256]).to(device)
-        with autocast_for(device, precision):
-            loss, n_tokens = model_loss(model, batch, 0.0, candidates)
-        total_loss, total_tokens = total_loss + float(loss) * n_tokens, total_tokens + n_tokens
-    sample = valid_examples[: config.train.eval_sentences]
-    with autocast_for(device, precision):
-        hypotheses = converter.convert_tokens([e.tokens for e in sample], batch_size=config.decode.batch_sentences,
-                                              constrained=config.decode.constrained)
-    scores = conversion_scores(hypotheses, [e.hanzi for e in sample])
-    samples = [f"{' '.join(e.tokens)}  →  {h}  (reference {e.hanzi})" for e, h in zip(sample[:5], hypotheses)]
-    return {"loss": total_loss / max(total_tokens, 1), **scores, "samples": samples}
 
 
 def evaluate_file(converter, examples: Sequence, *, constrained: bool | None = True, unsegmented: bool = False,

@@ -1,1 +1,1 @@
-"""The training recipe, its loss and its processes."""
+"""The training recipe, its loss, its validation and its processes."""

@@ -14,7 +14,7 @@
                          torchrun's processes): train_step (label-smoothed cross-entropy per target token of
                          the global batch, clipped; a batch with a non-finite loss or gradient is skipped,
                          max_bad_steps in a row stop the run); every eval_every steps evaluate_and_save:
-                         validation (evaluation.py), then save_checkpoint: best.pt when the accuracy
+                         validation (validation.py), then save_checkpoint: best.pt when the accuracy
                          improves, then last.pt
 
 The run's progress (step, best score, paths) lives in one :class:`Run`; what setup builds, in :class:`Parts`.
@@ -48,17 +48,17 @@ from pinyin_hanzi.config import Config, TrainConfig, save_config
 from pinyin_hanzi.data.batches import Batch, BatchStream, EncodedExample, encode_examples, hanzi_ids, prefix_ids
 from pinyin_hanzi.data.corpus import Example, data_fingerprint, phrase_texts, prepared_data, read_examples
 from pinyin_hanzi.data.vocab import Vocab, grown, load_vocab
-from pinyin_hanzi.decoding.converter import Converter
 from pinyin_hanzi.errors import CheckpointError, ConfigError, Interrupted, TrainingError
-from pinyin_hanzi.evaluation.evaluate import evaluate
 from pinyin_hanzi.files import check_writable, locked, os_error_reason
 from pinyin_hanzi.lm.char_ngram import count_for
 from pinyin_hanzi.lm.syllable import SyllableBigrams
 from pinyin_hanzi.lm.word import word_model
 from pinyin_hanzi.models.transformer import RESIDUAL_OUTPUTS, Transformer, check_memory
 from pinyin_hanzi.runtime import autocast_for, resolve_precision, select_device, set_threads
+from pinyin_hanzi.text.lexicon import Lexicon
 from pinyin_hanzi.training import distributed
 from pinyin_hanzi.training.loss import model_loss_sum
+from pinyin_hanzi.training.validation import validate
 
 
 def lr_at(step: int, config: TrainConfig) -> float:
@@ -315,7 +315,7 @@ class Parts:
     syllable_lm: SyllableBigrams
     char_lm_state: dict | None  # the checkpoint's char_lm entry, computed once; None without one
     word_lm_state: dict | None  # the checkpoint's word_lm entry, likewise
-    converter: Converter
+    lexicon: Lexicon  # the hanzi each syllable may become: validation's constraint, the candidate loss's lists
     candidates: tuple[torch.Tensor, torch.Tensor] | None  # train.loss=candidates: Lexicon.for_vocab
     valid_examples: list[Example]
     valid_encoded: list[EncodedExample]
@@ -408,12 +408,12 @@ def _train(run: Run, *, resume: bool) -> Path:
         return run.best_path if run.best_path.is_file() else run.kept_path
 
     logs = _setup_logging(run, resume)
-    converter = Converter(model, pinyin_vocab, hanzi_vocab, run.device)
+    lexicon = Lexicon(hanzi_vocab)
     candidates = None
     if t.loss == "candidates":
-        candidates = tuple(part.to(run.device) for part in converter.lexicon.for_vocab(pinyin_vocab))
+        candidates = tuple(part.to(run.device) for part in lexicon.for_vocab(pinyin_vocab))
     parts = Parts(model, _wrap_for_training(model, run), pinyin_vocab, hanzi_vocab, optimizer, scheduler, stream,
-                  syllable_lm, char_lm_state, word_lm_state, converter, candidates, splits.valid_examples, valid_encoded)
+                  syllable_lm, char_lm_state, word_lm_state, lexicon, candidates, splits.valid_examples, valid_encoded)
     _log_setup(run, parts, splits, logs)
     _train_loop(run, parts, logs)
     log(f"best valid char accuracy {run.best_accuracy:.2%}; checkpoints in {run.checkpoint_dir}")
@@ -911,10 +911,10 @@ def _global_step(run: Run, parts: Parts) -> tuple[float, float, float, int, bool
 
 
 def evaluate_and_save(run: Run, parts: Parts, logs: Logs) -> None:
-    """Validate (see :func:`pinyin_hanzi.evaluation.evaluate.evaluate`), record the result, and save the checkpoints.
+    """Validate (see :func:`pinyin_hanzi.training.validation.validate`), record the result, and save the checkpoints.
     TrainingError, writing nothing, if the weights or the validation loss are no longer finite."""
     model = parts.model
-    result = evaluate(model, parts.valid_encoded, parts.valid_examples, parts.converter, run.config, run.device,
+    result = validate(model, parts.valid_encoded, parts.valid_examples, parts.lexicon, run.config, run.device,
                       parts.candidates)
     if not (math.isfinite(result["loss"]) and all(torch.isfinite(p).all() for p in model.parameters())):
         # Finite weights give a finite loss; these weights are broken and must not replace a checkpoint.
