@@ -47,13 +47,14 @@ from pinyin_hanzi import checkpoint, visualize
 from pinyin_hanzi.config import Config, TrainConfig, save_config
 from pinyin_hanzi.data.batches import Batch, BatchStream, EncodedExample, encode_examples, hanzi_ids, prefix_ids
 from pinyin_hanzi.data.corpus import Example, data_fingerprint, phrase_texts, prepared_data, read_examples
-from pinyin_hanzi.data.vocab import Vocab, grown, load_vocab
+from pinyin_hanzi.data.vocab import Vocab, load_vocab
 from pinyin_hanzi.errors import CheckpointError, ConfigError, Interrupted, TrainingError
 from pinyin_hanzi.files import check_writable, locked, os_error_reason
 from pinyin_hanzi.lm.char_ngram import count_for
 from pinyin_hanzi.lm.syllable import SyllableBigrams
 from pinyin_hanzi.lm.word import word_model
-from pinyin_hanzi.models.transformer import RESIDUAL_OUTPUTS, Transformer, check_memory
+from pinyin_hanzi.models import growing
+from pinyin_hanzi.models.transformer import Transformer, check_memory
 from pinyin_hanzi.runtime import autocast_for, resolve_precision, select_device, set_threads
 from pinyin_hanzi.text.lexicon import Lexicon
 from pinyin_hanzi.training import distributed
@@ -140,17 +141,17 @@ def set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def _check_same(config: Config, saved: dict, section: str, path: Path, doing: str = "resume from") -> None:
-    """CheckpointError ("cannot ``doing`` PATH: ...") unless the checkpoint's config ``saved`` agrees with
+def _check_same(config: Config, saved: dict, section: str, path: Path) -> None:
+    """CheckpointError ("cannot resume from PATH: ...") unless the checkpoint's config ``saved`` agrees with
     ``config`` on ``section``."""
     saved_section = saved.get(section)
     if not isinstance(saved_section, dict):
-        raise CheckpointError(f"cannot {doing} {path}: its config has no {section} section")
+        raise CheckpointError(f"cannot resume from {path}: its config has no {section} section")
     for key, value in getattr(config, section).__dict__.items():
         if section == "data" and key in ("prepared_dir", "raw_dir"):
             continue
         if saved_section.get(key) != value:
-            raise CheckpointError(f"cannot {doing} {path}: {section}.{key} is {value!r} now but "
+            raise CheckpointError(f"cannot resume from {path}: {section}.{key} is {value!r} now but "
                                   f"{saved_section.get(key)!r} in the checkpoint")
 
 
@@ -588,57 +589,25 @@ def _setup_model(config: Config, splits: Splits, saved: dict | None, saved_path:
 
 
 def _init_from(config: Config, splits: Splits, path: str, log) -> tuple[Transformer, Vocab, Vocab]:
-    """--init-from: the checkpoint's weights over vocabularies grown by the prepared data's new tokens.
-
-    Each vocabulary is the checkpoint's, in its order (so a known token keeps its id and its rows), then
-    the tokens of this run's data it lacks (new characters, the prefix tokens of data.abbreviate). Tokens
-    the new data does not have stay: ids never move. The new rows of the embeddings and of an untied
-    output projection start as a fresh model's do. The config may ask for more encoder or decoder layers
-    than the checkpoint has (growing a trained model instead of training a larger one from scratch): the
-    extra layers go on top as identities (:func:`_check_deeper`). CheckpointError unless the other model
-    settings agree."""
+    """--init-from: the checkpoint's weights over vocabularies grown by the prepared data's new tokens (new
+    characters, the prefix tokens of data.abbreviate), and deeper if the config asks for more encoder or
+    decoder layers (growing a trained model instead of training a larger one from scratch): see
+    :mod:`pinyin_hanzi.models.growing`. CheckpointError unless the other model settings agree."""
     source = checkpoint.load_checkpoint(path)
-    old_model, old_pinyin, old_hanzi, _ = checkpoint.model_from_checkpoint(source, path)
-    deeper = _check_deeper(config, source[checkpoint.CONFIG_KEY], Path(path))
-    pinyin_vocab = grown(old_pinyin, splits.pinyin_vocab.tokens)
-    hanzi_vocab = grown(old_hanzi, splits.hanzi_vocab.tokens)
-    model = Transformer(config.model, source_vocab_size=len(pinyin_vocab), target_vocab_size=len(hanzi_vocab))
-    state, old_state = model.state_dict(), old_model.state_dict()
-    for name, old in old_state.items():
-        if old.shape == state[name].shape:
-            state[name] = old
-        else:  # a vocabulary-sized matrix (embeddings, output): the known rows, then the fresh ones
-            state[name] = torch.cat([old, state[name][old.shape[0]:]])
-    for name in state:
-        if name not in old_state and name.endswith(RESIDUAL_OUTPUTS):
-            state[name] = torch.zeros_like(state[name])
-    model.load_state_dict(state)
-    log(f"initialised from {path}: {len(pinyin_vocab) - len(old_pinyin)} pinyin and "
-        f"{len(hanzi_vocab) - len(old_hanzi)} hanzi tokens added to its vocabularies")
+    trained, trained_pinyin, trained_hanzi, _ = checkpoint.model_from_checkpoint(source, path)
+    saved_model = source[checkpoint.CONFIG_KEY].get("model")
+    if not isinstance(saved_model, dict):
+        raise CheckpointError(f"cannot start from {path}: its config has no model section")
+    deeper = growing.check_growable(config.model, saved_model, path)
+    model, pinyin_vocab, hanzi_vocab = growing.grow(trained, trained_pinyin, trained_hanzi, config.model,
+                                                    pinyin_tokens=splits.pinyin_vocab.tokens,
+                                                    hanzi_tokens=splits.hanzi_vocab.tokens)
+    log(f"initialised from {path}: {len(pinyin_vocab) - len(trained_pinyin)} pinyin and "
+        f"{len(hanzi_vocab) - len(trained_hanzi)} hanzi tokens added to its vocabularies")
     if deeper:
         log(f"grown deeper: {deeper}; the new layers sit on top and start as the identity (their attention and "
             f"feed-forward output projections are zero), so the grown model converts as the checkpoint did")
     return model, pinyin_vocab, hanzi_vocab
-
-
-def _check_deeper(config: Config, saved: dict, path: Path) -> str:
-    """--init-from's model check: every model setting equal to the checkpoint's, except that the encoder
-    and decoder may have more layers (a pre-norm model only: its zero-output layers are exact identities,
-    a post-norm layer normalises even then). Returns what grows ("encoder 2 -> 3 layers, ...") or ""."""
-    saved_model = saved.get("model")
-    if not isinstance(saved_model, dict):
-        raise CheckpointError(f"cannot start from {path}: its config has no model section")
-    grows = []
-    for key in ("n_encoder_layers", "n_decoder_layers"):
-        now, before = getattr(config.model, key), saved_model.get(key)
-        if isinstance(before, int) and now > before:
-            if config.model.norm != "pre":
-                raise CheckpointError(f"cannot start from {path} with model.{key}={now} (it has {before}): "
-                                      f"only a pre-norm model grows deeper (model.norm is {config.model.norm!r})")
-            grows.append(f"{key.split('_')[1]} {before} -> {now} layers")
-            saved_model = {**saved_model, key: now}
-    _check_same(config, {"model": saved_model}, "model", path, doing="start from")
-    return ", ".join(grows)
 
 
 def _setup_language_models(config: Config, train_examples: list[Example], hanzi_vocab: Vocab, log
