@@ -664,7 +664,6 @@ def _restore(run: Run, saved: dict, optimizer, scheduler, stream: BatchStream) -
     run.step, run.best_accuracy = int(saved[checkpoint.STEP_KEY]), float(saved[checkpoint.BEST_ACCURACY_KEY])
     run.kept_step = run.step
     run.elapsed_before = float(saved.get(checkpoint.ELAPSED_KEY, 0.0))
-    set_rng_state(saved[checkpoint.RNG_KEY])
     run.log(f"resumed {run.kept_path} at step {run.step}")
 
 
