@@ -42,8 +42,8 @@ HANZI_VOCAB_KEY = "hanzi_vocab"  # list[str]: the target vocabulary's tokens in 
 MODEL_KEY = "model"  # dict[str, Tensor]: the unwrapped Transformer's state_dict
 STEP_KEY = "step"  # int: optimizer steps taken
 SYLLABLE_LM_KEY = "syllable_lm"  # SyllableBigrams.state_dict(), the prior of readings
-CHAR_LM_KEY = "char_lm"  # CharNgramLM.state_dict(); only when the run counted one (decode.lm_weight > 0)
-WORD_LM_KEY = "word_lm"  # WordLexiconLM.state_dict(); only when the run counted one (decode.word_weight > 0)
+CHAR_LM_KEY = "char_lm"  # CharNgramLM.state_dict(); only when the run counted one (train.language_models)
+WORD_LM_KEY = "word_lm"  # WordLexiconLM.state_dict(); only when the run counted one (train.language_models)
 VALID_ACCURACY_KEY = "valid_char_accuracy"  # float: this checkpoint's validation character accuracy (none if saved
 # without an evaluation: training stopped by a signal)
 ELAPSED_KEY = "elapsed_seconds"  # float: training wall time up to this checkpoint, resumed runs included

@@ -87,6 +87,10 @@ class TrainConfig:
     compile: bool = False  # torch.compile the model
     precision: str = "auto"  # "fp32", "bf16" (autocast; weights and optimizer stay fp32) or "auto": bf16 on CUDA
     # and on CPUs with native bf16 matrix units (AVX512-BF16 or AMX), fp32 elsewhere
+    language_models: list[str] = field(default_factory=list)  # the n-gram models counted from the training split
+    # into every checkpoint, for beam search to fuse: "char" (the character n-gram model of decode.lm_order,
+    # lm_min_count, lm_phrases; decoding weighs it by decode.lm_weight) and/or "word" (the word model of
+    # decode.word_table; weighed by decode.word_weight); [] = none (add one later with char_lm.py / word_lm.py)
 
 
 PREFIX_MODES = ("auto", "on", "off")  # decode.prefixes
@@ -104,7 +108,8 @@ class DecodeConfig:
     # e o; n m as a clause) as an abbreviation: 啊 is always typed a, 爱 only when abbreviated (-log 0.3)
     clause_end: bool = True  # a line typed without final punctuation is decoded as a whole clause (virtual 。)
     lm_weight: float = 0.0  # weight of the character n-gram model in beam search scores (0: none; greedy never
-    # uses it; see char_lm.py); train.py counts the model when > 0, translate.py --lm-weight overrides it
+    # uses it; see char_lm.py); train.py counts the model when train.language_models has char, translate.py
+    # --lm-weight overrides it
     lm_order: int = 3  # n of the character n-gram model, 1..4 (counted by train.py from the training split)
     lm_min_count: int = 1  # highest-order n-grams seen fewer times are left out of the n-gram model (smaller)
     lm_phrases: int = 0  # each entry of pypinyin-dict's phrase table is counted this many more times into the
@@ -112,7 +117,7 @@ class DecodeConfig:
     # keep every phrase's n-grams
     word_weight: float = 0.0  # weight of the word model in beam search scores (word_lm.py: a word-frequency
     # table read as a model of the next character; 0: none; greedy decoding never uses it)
-    word_table: str = "wordfreq-zh"  # the word-frequency table train.py counts it from when word_weight > 0:
+    word_table: str = "wordfreq-zh"  # the word-frequency table train.py counts it from (train.language_models: word):
     # wordfreq-zh or subtlex-ch (sources.py)
     word_min_frequency: float = 1e-7  # words rarer than this share of the table are left out (a smaller model)
     word_contrast: float = 0.0  # 0..<1: the word model's scores are divided by those of its words' frequencies
@@ -266,6 +271,7 @@ def validate_config(config: Config, where: str) -> None:
     check(t.label_smoothing < 1.0, "train.label_smoothing", "a number in [0, 1)")
     check(t.loss in ("full", "candidates"), "train.loss", "'full' or 'candidates'")
     check(t.precision in ("auto", "fp32", "bf16"), "train.precision", "'auto', 'fp32' or 'bf16'")
+    check(set(t.language_models) <= {"char", "word"}, "train.language_models", "a list of char and/or word")
 
 
 def _coerce(value, annotation, key: str, where: str):

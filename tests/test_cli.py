@@ -189,16 +189,6 @@ def test_a_character_ngram_model_added_to_a_checkpoint_is_used_and_can_be_turned
     assert usage.returncode == 2 and "--phrases must be between 0 and 1000" in usage.stderr and "Traceback" not in usage.stderr
 
 
-def test_training_with_lm_weight_counts_the_ngram_model_into_the_checkpoint(tmp_path, tiny_corpus):
-    config = tiny_config_dict(tmp_path, tiny_corpus, max_steps=2, eval_every=2)
-    config["decode"].update(lm_weight=0.4, lm_order=2)
-    result = run(ROOT / "train.py", "--config", write_config(tmp_path / "lm.yaml", config))
-    assert result.returncode == 0, result.stderr
-    state = torch.load(tmp_path / "checkpoints" / "tiny" / "best.pt", weights_only=True)
-    assert state["char_lm"]["order"] == 2 and state["char_lm"]["vocab_size"] == len(state["hanzi_vocab"])
-    _one_line_error(run(ROOT / "train.py", "--config", tmp_path / "lm.yaml", "decode.lm_order=9"), "decode.lm_order=9")
-
-
 def test_train_errors_are_one_line(tmp_path, tiny_corpus):
     _one_line_error(run(ROOT / "train.py", "--config", tmp_path / "missing.yaml"), "config file not found")
     config = write_config(tmp_path / "c.yaml", tiny_config_dict(tmp_path, tiny_corpus))

@@ -90,6 +90,45 @@ def test_export_never_replaces_its_source_or_another_training_checkpoint(tmp_pat
     assert "optimizer" not in torch.load(exported, weights_only=True)
 
 
+def test_train_language_models_not_the_decoding_weights_decide_what_is_counted(tmp_path, tiny_corpus):
+    """train.language_models counts the character n-gram model, whatever decode.lm_weight is; a weight for a
+    model the run does not count gets a note (an older config, whose weight > 0 used to count it)."""
+    config = tiny_config_dict(tmp_path, tiny_corpus, max_steps=2, eval_every=2, attention_sentences=0,
+                              language_models=["char"])
+    config["decode"].update(lm_order=2)  # decode.lm_weight stays 0: decoding does not use it unless asked
+    path = write_config(tmp_path / "lm.yaml", config)
+    counted = run(ROOT / "train.py", "--config", path)
+    assert counted.returncode == 0, counted.stderr
+    state = torch.load(tmp_path / "checkpoints" / "tiny" / "best.pt", weights_only=True)
+    assert state["char_lm"]["order"] == 2 and state["char_lm"]["vocab_size"] == len(state["hanzi_vocab"])
+    assert "character 2-gram model" in counted.stderr and "note:" not in counted.stderr
+
+    weighed = run(ROOT / "train.py", "--config", path, "train.language_models=[]", "train.name=weighed",
+                  "decode.lm_weight=0.4", "decode.word_weight=0.3")
+    assert weighed.returncode == 0, weighed.stderr
+    state = torch.load(tmp_path / "checkpoints" / "weighed" / "best.pt", weights_only=True)
+    assert "char_lm" not in state and "word_lm" not in state and state["config"]["decode"]["lm_weight"] == 0.4
+    notes = [line for line in weighed.stderr.splitlines() if line.startswith("note: decode.")]
+    assert notes == ["note: decode.lm_weight=0.4 but train.language_models has no char: this run counts no such "
+                     "model (add char to train.language_models, or later: python -m pinyin_hanzi.cli.char_lm)",
+                     "note: decode.word_weight=0.3 but train.language_models has no word: this run counts no such "
+                     "model (add word to train.language_models, or later: python -m pinyin_hanzi.cli.word_lm)"]
+    _one_line_error(run(ROOT / "train.py", "--config", path, "train.language_models=[char, bigram]"),
+                    "train.language_models=['char', 'bigram'] is invalid: expected a list of char and/or word")
+    _one_line_error(run(ROOT / "train.py", "--config", path, "decode.lm_order=9"), "decode.lm_order=9")
+
+
+def test_every_shipped_config_counts_what_it_did_when_its_weights_decided():
+    """The shipped configs count exactly the models their decoding weights used to make training count."""
+    from pinyin_hanzi.config import load_config
+
+    for path in sorted((ROOT / "configs").glob("*.yaml")):
+        config = load_config(path)
+        decided = [name for name, weight in (("char", config.decode.lm_weight), ("word", config.decode.word_weight))
+                   if weight > 0]
+        assert config.train.language_models == decided, path.name
+
+
 # ---- helpers for runs that a signal, a kill or a full disk meets
 
 

@@ -6,7 +6,7 @@
                          trains a run); a new run never replaces another's
       _setup_data        prepare the splits (rank 0; the other processes wait) and read them, under the data's lock
       _setup_model       a new Transformer, the resumed last.pt's, or --init-from's weights
-      _setup_language_models  syllable bigrams; the character n-gram model and the word model when their weights > 0
+      _setup_language_models  syllable bigrams; the character n-gram and word models train.language_models names
       _setup_optimizer   AdamW with warm-up + cosine decay (lr_at)
       _restore           --resume: optimizer, schedule, data position, step, best score, random state
       _setup_logging     TensorBoard, train_log.jsonl, eval_log.jsonl (rank 0)
@@ -613,21 +613,19 @@ def _init_from(config: Config, splits: Splits, path: str, log) -> tuple[Transfor
 def _setup_language_models(config: Config, train_examples: list[Example], hanzi_vocab: Vocab, log
                            ) -> tuple[SyllableBigrams, dict | None, dict | None]:
     """The models decoding uses besides the network, built in seconds: the syllable bigrams (always),
-    counted from the training split; when decode.lm_weight > 0 the character n-gram model's state dict,
-    and when decode.word_weight > 0 the word model's, from the configured word-frequency table (else None)."""
+    counted from the training split; the character n-gram model's state dict when train.language_models
+    has char, and the word model's when it has word, from the configured word-frequency table (else None).
+    A note when decode asks for a model that is not counted (a config written when a weight > 0 counted it)."""
     syllable_lm = SyllableBigrams.count(example.tokens for example in train_examples)
-    dec = config.decode
-    char_lm_state = word_lm_state = None
-    if dec.lm_weight > 0:
-        started_counting = time.time()
-        phrases = phrase_texts(config.data.raw_dir) if dec.lm_phrases > 0 else []
-        char_lm = count_for(train_examples, hanzi_vocab, dec.lm_order, dec.lm_min_count, phrases, dec.lm_phrases)
-        with_phrases = (f", with the phrase table x {dec.lm_phrases}: {len(phrases):,} entries, "
-                        f"those with characters outside the vocabulary left out" if phrases else "")
-        log(f"character {dec.lm_order}-gram model: {char_lm.size():,} n-grams counted in "
-            f"{time.time() - started_counting:.1f} s (decode.lm_weight={dec.lm_weight}{with_phrases})")
-        char_lm_state = char_lm.state_dict()
-    if dec.word_weight > 0:
+    dec, counted = config.decode, config.train.language_models
+    for name, weight, key, tool in (("char", dec.lm_weight, "lm_weight", "char_lm"),
+                                    ("word", dec.word_weight, "word_weight", "word_lm")):
+        if weight > 0 and name not in counted:
+            log(f"note: decode.{key}={weight} but train.language_models has no {name}: this run counts no such "
+                f"model (add {name} to train.language_models, or later: python -m pinyin_hanzi.cli.{tool})")
+    char_lm_state = _count_char_lm(config, train_examples, hanzi_vocab, log) if "char" in counted else None
+    word_lm_state = None
+    if "word" in counted:
         started_counting = time.time()
         word_lm = word_model(dec, config.data.raw_dir, hanzi_vocab, (example.hanzi for example in train_examples))
         contrast = f", contrasted with the training split at {dec.word_contrast}" if dec.word_contrast > 0 else ""
@@ -635,6 +633,19 @@ def _setup_language_models(config: Config, train_examples: list[Example], hanzi_
             f"{time.time() - started_counting:.1f} s (decode.word_weight={dec.word_weight})")
         word_lm_state = word_lm.state_dict()
     return syllable_lm, char_lm_state, word_lm_state
+
+
+def _count_char_lm(config: Config, train_examples: list[Example], hanzi_vocab: Vocab, log) -> dict:
+    """The character n-gram model's state dict, counted from the training split (and the phrase table,
+    decode.lm_phrases times)."""
+    dec, started_counting = config.decode, time.time()
+    phrases = phrase_texts(config.data.raw_dir) if dec.lm_phrases > 0 else []
+    char_lm = count_for(train_examples, hanzi_vocab, dec.lm_order, dec.lm_min_count, phrases, dec.lm_phrases)
+    with_phrases = (f", with the phrase table x {dec.lm_phrases}: {len(phrases):,} entries, "
+                    f"those with characters outside the vocabulary left out" if phrases else "")
+    log(f"character {dec.lm_order}-gram model: {char_lm.size():,} n-grams counted in "
+        f"{time.time() - started_counting:.1f} s (decode.lm_weight={dec.lm_weight}{with_phrases})")
+    return char_lm.state_dict()
 
 
 def _setup_optimizer(model: Transformer, t: TrainConfig
