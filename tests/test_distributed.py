@@ -23,7 +23,7 @@ from pinyin_hanzi.checkpoint import load_checkpoint
 from pinyin_hanzi.config import load_config
 from pinyin_hanzi.errors import ConfigError
 from pinyin_hanzi.training import distributed
-from pinyin_hanzi.training import recipe as training
+from pinyin_hanzi.training.loop import train_step
 from pinyin_hanzi.training.recipe import train
 
 from conftest import ROOT, tiny_config_dict, write_config
@@ -189,8 +189,8 @@ def test_accumulating_two_batches_equals_one_batch_of_both(tiny_corpus, tmp_path
         optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
         total = sum(int((batch.target != 0).sum()) for batch in batches)
-        loss, _, stepped = training.train_step(model, batches, total, optimizer, scheduler, config.train,
-                                                 torch.device("cpu"))
+        loss, _, stepped = train_step(model, batches, total, optimizer, scheduler, config.train,
+                                      torch.device("cpu"))
         assert stepped
         gradients.append((loss, {name: p.grad.clone() for name, p in model.named_parameters()}))
     (accumulated_loss, accumulated), (joint_loss, joint) = gradients

@@ -11,9 +11,10 @@ from pinyin_hanzi.checkpoint import load_checkpoint
 from pinyin_hanzi.config import TrainConfig, load_config
 from pinyin_hanzi.data.corpus import prepare, read_examples
 from pinyin_hanzi.errors import CheckpointError, ConfigError, TrainingError
-from pinyin_hanzi.training import loss
+from pinyin_hanzi.training import logs, loop, loss
 from pinyin_hanzi.training import recipe as training
 from pinyin_hanzi.training.recipe import lr_at, train
+from pinyin_hanzi.training.run import Splits
 
 from conftest import tiny_config_dict, write_config
 
@@ -203,8 +204,8 @@ def test_a_bf16_step_multiplies_in_bf16_and_keeps_fp32_weights_close_to_an_fp32_
         optimizer = torch.optim.AdamW(copy.parameters(), lr=1e-3)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
         config = TrainConfig(precision=precision, label_smoothing=0.0)
-        loss, _, stepped = training.train_step(copy, [batch], batch.n_target_tokens, optimizer, scheduler, config,
-                                               torch.device("cpu"))
+        loss, _, stepped = loop.train_step(copy, [batch], batch.n_target_tokens, optimizer, scheduler, config,
+                                           torch.device("cpu"))
         assert stepped and all(p.dtype == torch.float32 for p in copy.parameters())  # master weights stay fp32
         results[precision] = (loss, output_dtypes, torch.cat([p.detach().flatten() for p in copy.parameters()]))
     assert results["fp32"][1] == [torch.float32] and results["bf16"][1] == [torch.bfloat16]
@@ -226,13 +227,13 @@ def test_a_kill_between_the_two_checkpoint_writes_never_loses_the_best_checkpoin
         tmp_path, tiny_corpus, max_steps=12, eval_every=6, batch_tokens=64)))
     last, best = tmp_path / "checkpoints" / "tiny" / "last.pt", tmp_path / "checkpoints" / "tiny" / "best.pt"
     # A score that rises at every evaluation (across the resume too), so that each one writes both files.
-    real_evaluate, evaluations = training.validate, [0]
+    real_evaluate, evaluations = loop.validate, [0]
 
     def rising_evaluate(*args, **kwargs):
         evaluations[0] += 1
         return {**real_evaluate(*args, **kwargs), "char_accuracy": evaluations[0] / 10}
 
-    monkeypatch.setattr(training, "validate", rising_evaluate)
+    monkeypatch.setattr(loop, "validate", rising_evaluate)
     real_save, writes = checkpoint.save_checkpoint, []
 
     def killed_after_the_first_write_at_step_12(path, state):
@@ -276,7 +277,7 @@ def test_init_from_grows_the_vocabularies_and_keeps_the_known_rows(tmp_path, tin
     data_dir = prepare(config.data)
 
     messages = []
-    splits = training.Splits.read(data_dir)
+    splits = Splits.read(data_dir)
     model, pinyin_vocab, hanzi_vocab = training._setup_model(config, splits, None, best, str(best), messages.append)
     assert pinyin_vocab.tokens[: len(old["pinyin_vocab"])] == old["pinyin_vocab"]
     assert hanzi_vocab.tokens[: len(old["hanzi_vocab"])] == old["hanzi_vocab"]
@@ -318,7 +319,7 @@ def test_init_from_an_untied_model_grows_its_output_projection_too(tmp_path, tin
     second["model"]["tie_output"] = False
     second["data"]["abbreviate"] = 1.0
     config = load_config(write_config(tmp_path / "b.yaml", second))
-    splits = training.Splits.read(prepare(config.data))
+    splits = Splits.read(prepare(config.data))
     model, pinyin_vocab, hanzi_vocab = training._setup_model(config, splits, None, best, str(best), lambda message: None)
     known = old["output.weight"].shape[0]
     assert len(hanzi_vocab) > known and len(pinyin_vocab) >= old["source_embedding.tokens.weight"].shape[0] + 26
@@ -337,7 +338,7 @@ def test_init_from_a_deeper_config_grows_identity_layers_on_top(tmp_path, tiny_c
     settings = dict(max_steps=3, eval_every=3, batch_tokens=64)
     config = load_config(write_config(tmp_path / "c.yaml", tiny_config_dict(tmp_path, tiny_corpus, **settings)),
                          ["model.n_encoder_layers=3", "model.n_decoder_layers=4", "train.name=deeper"])
-    splits = training.Splits.read(prepare(config.data))
+    splits = Splits.read(prepare(config.data))
     messages = []
     model, _, _ = training._setup_model(config, splits, None, None, str(best), messages.append)
     assert (len(model.encoder_layers), len(model.decoder_layers)) == (3, 4)
@@ -405,7 +406,7 @@ def test_a_kill_between_the_two_writes_of_the_first_evaluation_resumes_from_best
 
 
 def _interrupt_at_call(monkeypatch, call):
-    real_step, calls = training.train_step, [0]
+    real_step, calls = loop.train_step, [0]
 
     def train_step(*args, **kwargs):
         calls[0] += 1
@@ -413,7 +414,7 @@ def _interrupt_at_call(monkeypatch, call):
             raise KeyboardInterrupt
         return real_step(*args, **kwargs)
 
-    monkeypatch.setattr(training, "train_step", train_step)
+    monkeypatch.setattr(loop, "train_step", train_step)
 
 
 def test_ctrl_c_says_what_was_kept_and_the_command_that_goes_on(tmp_path, tiny_corpus, monkeypatch):
@@ -538,14 +539,14 @@ def test_a_full_disk_while_logging_says_what_was_kept_too(tmp_path, tiny_corpus,
     import errno
 
     config = _small_run(tmp_path, tiny_corpus)
-    real_record, log_path = training.Logs.record_step, tmp_path / "runs" / "tiny" / "train_log.jsonl"
+    real_record, log_path = logs.Logs.record_step, tmp_path / "runs" / "tiny" / "train_log.jsonl"
 
     def full_at_step_8(self, *args, **kwargs):
         if self.run.step == 8:
             raise OSError(errno.ENOSPC, "No space left on device", str(log_path))
         real_record(self, *args, **kwargs)
 
-    monkeypatch.setattr(training.Logs, "record_step", full_at_step_8)
+    monkeypatch.setattr(logs.Logs, "record_step", full_at_step_8)
     with pytest.raises(TrainingError) as raised:
         train(config, log=lambda message: None, command=_COMMAND)
     assert str(raised.value) == (f"disk full while saving {log_path}: kept {tmp_path / 'checkpoints' / 'tiny' / 'last.pt'} "

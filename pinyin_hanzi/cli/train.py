@@ -1,4 +1,4 @@
-"""``python train.py --config configs/X.yaml [section.key=value ...]``: train a model (see training.py)."""
+"""``python train.py --config configs/X.yaml [section.key=value ...]``: train a model (see training/recipe.py)."""
 
 from __future__ import annotations
 

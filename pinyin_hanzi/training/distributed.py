@@ -6,7 +6,7 @@ has none of these and runs as the single process of a world of one: nothing here
 every helper is a no-op, so single-process training is unchanged.
 
 Every process builds the same batch stream from the same seed and takes its own share of each global
-batch (see ``training.train``); rank 0 alone evaluates, logs and writes checkpoints while the others wait.
+batch (see ``loop.py``); rank 0 alone evaluates, logs and writes checkpoints while the others wait.
 """
 
 from __future__ import annotations

@@ -1,0 +1,269 @@
+"""One training run: its settings, where it writes and how far it has come (:class:`Run`), the data it reads
+(:class:`Splits`), what setup builds for it (:class:`Parts`), the stop signals it answers
+(:class:`StopSignals`), and its ownership of its folders (:func:`owned`): locked for the whole run, and
+never replacing another run's files until it has a checkpoint of its own (``--overwrite``)."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import shlex
+import shutil
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from pinyin_hanzi import checkpoint
+from pinyin_hanzi.config import Config
+from pinyin_hanzi.data.batches import BatchStream, EncodedExample
+from pinyin_hanzi.data.corpus import Example, read_examples
+from pinyin_hanzi.data.vocab import Vocab, load_vocab
+from pinyin_hanzi.errors import CheckpointError, Interrupted, TrainingError
+from pinyin_hanzi.files import check_writable, locked, os_error_reason
+from pinyin_hanzi.lm.syllable import SyllableBigrams
+from pinyin_hanzi.models.transformer import Transformer
+from pinyin_hanzi.text.lexicon import Lexicon
+from pinyin_hanzi.training import distributed
+
+
+# What job schedulers, `timeout`, container stops and cloud preemptions send (SIGTERM), and what SLURM sends
+# ahead of a time limit (`--signal=USR1@60`): training stops at the next step boundary with last.pt saved.
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGUSR1") if hasattr(signal, name))
+
+
+class StopSignals:
+    """The signals of STOP_SIGNALS as requests to stop, for the block it is entered for (in the main thread;
+    the previous handlers come back after it). Before the training loop a signal stops at once, as Ctrl-C
+    does (there is nothing to save yet); once :meth:`defer` is called, it is only recorded in ``received``,
+    and the loop stops at the next step boundary, saving last.pt first."""
+
+    def __init__(self):
+        self.received: int | None = None  # the first stop signal's number
+        self.deferred = False
+        self._previous: dict[int, object] = {}
+
+    def __enter__(self) -> StopSignals:
+        if threading.current_thread() is threading.main_thread():  # signal.signal works only there
+            for number in STOP_SIGNALS:
+                self._previous[number] = signal.signal(number, self._receive)
+        return self
+
+    def __exit__(self, *exception) -> None:
+        for number, handler in self._previous.items():
+            signal.signal(number, handler)
+        self._previous.clear()
+
+    def defer(self) -> None:
+        self.deferred = True
+
+    def _receive(self, number: int, frame) -> None:
+        self.received = self.received or number
+        if not self.deferred:
+            raise Interrupted("", number)
+
+
+def stop_message(number: int) -> str:
+    """How a run that ``number`` stopped begins its message: "interrupted" (Ctrl-C), "stopped by SIGTERM"."""
+    return "interrupted" if number == signal.SIGINT else f"stopped by {signal.Signals(number).name}"
+
+
+@dataclass
+class Run:
+    """One training run: its settings, where it writes, and how far it has come. The loop advances it and
+    every checkpoint records it."""
+
+    config: Config
+    process: distributed.Process
+    device: torch.device
+    log: Callable[[str], None]  # messages for the user (a no-op on every process but rank 0)
+    checkpoint_dir: Path
+    run_dir: Path  # TensorBoard events, train_log.jsonl, eval_log.jsonl, config.yaml
+    command: str | None = None  # the command line that trains this run, without its mode flags (for messages)
+    init_from: str | None = None  # --init-from's checkpoint
+    step: int = 0  # optimizer steps taken
+    best_accuracy: float = -1.0  # the best validation character accuracy so far
+    kept_path: Path | None = None  # the checkpoint --resume would continue from (last.pt, else best.pt)
+    kept_step: int | None = None  # its step, once known
+    data_fingerprint: str | None = None  # corpus.data_fingerprint of the prepared data this run reads
+    elapsed_before: float = 0.0  # seconds trained before this process started (by the run it resumes)
+    started: float = 0.0  # time.time() at this process's first step
+    signals: StopSignals = field(default_factory=StopSignals)  # SIGTERM / SIGUSR1 received
+    set_aside: bool = False  # --overwrite moved the old run's files aside; they go once this run has a checkpoint
+
+    @property
+    def last_path(self) -> Path:
+        return self.checkpoint_dir / "last.pt"
+
+    @property
+    def best_path(self) -> Path:
+        return self.checkpoint_dir / "best.pt"
+
+    def elapsed(self) -> float:
+        """Seconds of training, those before a resume included."""
+        return time.time() - self.started + self.elapsed_before
+
+    def last_good(self) -> str:
+        if self.kept_path is None:
+            return "no checkpoint was written yet"
+        return f"the last good checkpoint is {self.kept_path}{self._at_step()}"
+
+    def kept(self) -> str:
+        """What a stopped run leaves to continue from, for the user."""
+        return "no checkpoint was written yet" if self.kept_path is None else f"kept {self.kept_path}{self._at_step()}"
+
+    def next_step(self) -> str:
+        """The command that goes on from what was kept: --resume, or the same run started again."""
+        if self.kept_path is not None:
+            return f"continue with: {self.command} --resume" if self.command else "continue it with --resume"
+        flags = f" --init-from {shlex.quote(self.init_from)}" if self.init_from else ""
+        if self.last_path.exists() or self.best_path.exists():  # an older run's, which a new one replaces
+            flags += " --overwrite"
+        return f"start again with: {self.command}{flags}" if self.command else "start it again"
+
+    def write_failed(self, error: OSError, path) -> TrainingError:
+        """The error that stops a run whose write to ``path`` failed (a full or read-only disk)."""
+        remedy = "free space" if error.errno in (errno.ENOSPC, errno.EDQUOT) else "make it writable"
+        return TrainingError(f"{os_error_reason(error)} while saving {path}: {self.kept()}; {remedy}, then "
+                             f"{self.next_step()}")
+
+    def _at_step(self) -> str:
+        return f" (step {self.kept_step})" if self.kept_step is not None else ""
+
+
+@dataclass
+class Splits:
+    """The prepared data a run reads."""
+
+    data_dir: Path
+    train_examples: list[Example]
+    valid_examples: list[Example]
+    pinyin_vocab: Vocab  # the prepared data's vocabularies (a new run's; --init-from grows its own by them)
+    hanzi_vocab: Vocab
+
+    @classmethod
+    def read(cls, data_dir: Path) -> Splits:
+        """The splits and vocabularies of prepared data (see corpus.prepare)."""
+        return cls(data_dir, read_examples(data_dir / "train.tsv", trusted=True),
+                   read_examples(data_dir / "valid.tsv", trusted=True),
+                   load_vocab(data_dir / "pinyin_vocab.txt"), load_vocab(data_dir / "hanzi_vocab.txt"))
+
+
+@dataclass
+class Parts:
+    """What training builds before its first step: the model and everything that steps with it, and what
+    validation needs."""
+
+    model: Transformer  # unwrapped: checkpoints hold its state_dict
+    trained_model: torch.nn.Module  # what train_step runs: the model, or its DDP / compiled wrapper
+    pinyin_vocab: Vocab
+    hanzi_vocab: Vocab
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    stream: BatchStream
+    syllable_lm: SyllableBigrams
+    char_lm_state: dict | None  # the checkpoint's char_lm entry, computed once; None without one
+    word_lm_state: dict | None  # the checkpoint's word_lm entry, likewise
+    lexicon: Lexicon  # the hanzi each syllable may become: validation's constraint, the candidate loss's lists
+    candidates: tuple[torch.Tensor, torch.Tensor] | None  # train.loss=candidates: Lexicon.for_vocab
+    valid_examples: list[Example]
+    valid_encoded: list[EncodedExample]
+
+
+@contextlib.contextmanager
+def owned(run: Run, *, resume: bool, overwrite: bool):
+    """Hold the run for the block: its output folders are checked writable (so that a read-only or missing
+    disk is found now, not at the first checkpoint) and locked, so that no other process trains the same
+    run meanwhile (OutputError names the one that does). Then TrainingError if a new run would replace
+    another's checkpoints; CheckpointError if there is nothing to resume. Rank 0 alone writes, and locks.
+
+    ``overwrite`` moves the old run's files aside (:func:`_set_aside`) rather than deleting them: they are
+    deleted once the new run has written its first checkpoint, and put back if the block ends before that
+    (a typo in the corpus path, an unusable --init-from, Ctrl-C, a signal)."""
+    t = run.config.train
+    with contextlib.ExitStack() as held:
+        if run.process.is_main:
+            check_writable(run.checkpoint_dir, "checkpoint folder")
+            check_writable(run.run_dir, "run folder (TensorBoard and logs)")
+            check_writable(Path(run.config.data.prepared_dir), "prepared-data folder")
+            for folder in (run.checkpoint_dir, run.run_dir):
+                held.enter_context(locked(folder / ".lock", busy=lambda pid: f"run {t.name} is in use by another "
+                                                                             f"process (pid {pid})"))
+            for leftover in run.checkpoint_dir.glob(f"*.pt{checkpoint.TEMPORARY_SUFFIX}"):
+                leftover.unlink()  # a save that was killed (kill -9: nothing could clean up then)
+            _settle_set_aside(run)  # of an --overwrite that was killed
+        if not resume and not overwrite and (run.last_path.exists() or run.best_path.exists()):
+            raise TrainingError(f"{run.checkpoint_dir} already holds a run named {t.name!r}: continue it with "
+                                f"--resume, name a new one with train.name=..., or replace it with --overwrite")
+        if run.init_from:  # before the data: a missing file or a device is said at once
+            checkpoint.check_checkpoint_path(run.init_from)
+        if resume:  # before the data: say it at once
+            # last.pt, or best.pt alone when a kill at the first evaluation came between the two writes
+            run.kept_path = next((path for path in (run.last_path, run.best_path) if path.is_file()), None)
+            if run.kept_path is None:
+                raise CheckpointError(f"checkpoint not found: {run.last_path} (nothing to resume: start without "
+                                      f"--resume)")
+        try:
+            if overwrite and run.process.is_main:
+                _set_aside(run)
+            yield
+        finally:
+            if run.set_aside:  # the new run wrote no checkpoint: the old one stays what there is
+                _put_back(run)
+
+
+# --overwrite keeps the old run's files here (in checkpoints/NAME/ and runs/NAME/) until the new run has
+# written its first checkpoint.
+SET_ASIDE = ".overwritten"
+
+
+def _run_files(run: Run) -> list[Path]:
+    """The files of a run, as they are now: its checkpoints, logs, resolved config and TensorBoard events."""
+    logs = [run.run_dir / name for name in ("train_log.jsonl", "eval_log.jsonl", "config.yaml")]
+    files = [run.best_path, run.last_path, *logs, *run.run_dir.glob("events.out.tfevents.*")]
+    return [path for path in files if path.is_file()]
+
+
+def _set_aside(run: Run) -> None:
+    """--overwrite: move the old run's files into SET_ASIDE folders; run.set_aside says they are there."""
+    run.set_aside = True  # first: a signal or Ctrl-C in the middle puts back what was moved
+    for path in _run_files(run):
+        (path.parent / SET_ASIDE).mkdir(exist_ok=True)
+        path.replace(path.parent / SET_ASIDE / path.name)
+
+
+def _put_back(run: Run) -> None:
+    """Undo :func:`_set_aside`: the new run's files go (it has no checkpoint, only logs), the old run's
+    files return."""
+    for path in _run_files(run):
+        path.unlink()
+    for folder in (run.checkpoint_dir, run.run_dir):
+        if (folder / SET_ASIDE).is_dir():
+            for path in (folder / SET_ASIDE).iterdir():
+                path.replace(folder / path.name)
+            (folder / SET_ASIDE).rmdir()
+    run.set_aside = False
+
+
+def drop_set_aside(run: Run) -> None:
+    """The new run has a checkpoint: the old run's files are deleted now."""
+    for folder in (run.checkpoint_dir, run.run_dir):
+        shutil.rmtree(folder / SET_ASIDE, ignore_errors=True)
+    run.set_aside = False
+
+
+def _settle_set_aside(run: Run) -> None:
+    """What an --overwrite killed (kill -9) left set aside: deleted if its new run had written a checkpoint,
+    else put back, with a note."""
+    if not any((folder / SET_ASIDE).is_dir() for folder in (run.checkpoint_dir, run.run_dir)):
+        return
+    if run.last_path.exists() or run.best_path.exists():
+        drop_set_aside(run)
+    else:
+        _put_back(run)
+        run.log(f"note: put back the run in {run.checkpoint_dir} that a killed --overwrite had set aside before "
+                f"its first checkpoint")
