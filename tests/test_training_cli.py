@@ -133,9 +133,12 @@ def test_every_shipped_config_counts_what_it_did_when_its_weights_decided():
 
 
 def _train_log(run_dir: Path) -> list[dict]:
-    path = run_dir / "train_log.jsonl"
+    try:
+        text = (run_dir / "train_log.jsonl").read_text(encoding="utf-8")
+    except FileNotFoundError:  # not written yet, or moved aside this instant by --overwrite (checked, then gone)
+        return []
     records = []
-    for line in path.read_text(encoding="utf-8").splitlines() if path.exists() else []:
+    for line in text.splitlines():
         try:
             records.append(json.loads(line))
         except ValueError:  # a line being written right now
