@@ -249,14 +249,7 @@ def _setup_language_models(config: Config, train_examples: list[Example], hanzi_
             log(f"note: decode.{key}={weight} but train.language_models has no {name}: this run counts no such "
                 f"model (add {name} to train.language_models, or later: python -m pinyin_hanzi.cli.{tool})")
     char_lm_state = _count_char_lm(config, train_examples, hanzi_vocab, log) if "char" in counted else None
-    word_lm_state = None
-    if "word" in counted:
-        started_counting = time.time()
-        word_lm = word_model(dec, config.data.raw_dir, hanzi_vocab, (example.hanzi for example in train_examples))
-        contrast = f", contrasted with the training split at {dec.word_contrast}" if dec.word_contrast > 0 else ""
-        log(f"word model: {word_lm.size():,} words of {dec.word_table}{contrast} in "
-            f"{time.time() - started_counting:.1f} s (decode.word_weight={dec.word_weight})")
-        word_lm_state = word_lm.state_dict()
+    word_lm_state = _count_word_lm(config, train_examples, hanzi_vocab, log) if "word" in counted else None
     return syllable_lm, char_lm_state, word_lm_state
 
 
@@ -271,6 +264,17 @@ def _count_char_lm(config: Config, train_examples: list[Example], hanzi_vocab: V
     log(f"character {dec.lm_order}-gram model: {char_lm.size():,} n-grams counted in "
         f"{time.time() - started_counting:.1f} s (decode.lm_weight={dec.lm_weight}{with_phrases})")
     return char_lm.state_dict()
+
+
+def _count_word_lm(config: Config, train_examples: list[Example], hanzi_vocab: Vocab, log) -> dict:
+    """The word model's state dict, from decode.word_table (contrasted with the training split's words at
+    decode.word_contrast)."""
+    dec, started_counting = config.decode, time.time()
+    word_lm = word_model(dec, config.data.raw_dir, hanzi_vocab, (example.hanzi for example in train_examples))
+    contrast = f", contrasted with the training split at {dec.word_contrast}" if dec.word_contrast > 0 else ""
+    log(f"word model: {word_lm.size():,} words of {dec.word_table}{contrast} in "
+        f"{time.time() - started_counting:.1f} s (decode.word_weight={dec.word_weight})")
+    return word_lm.state_dict()
 
 
 def _setup_optimizer(model: Transformer, t: TrainConfig
