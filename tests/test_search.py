@@ -5,7 +5,6 @@ import torch
 from pinyin_hanzi.data.vocab import PAD_ID
 from pinyin_hanzi.decoding.search import Constraint, NgramFusion, beam_search
 from pinyin_hanzi.models.inference import InferenceDecoder
-from pinyin_hanzi.models.transformer import Transformer
 from pinyin_hanzi.text.lexicon import token_key
 
 from conftest import untrained_converter
