@@ -43,7 +43,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pinyin_hanzi.cli import check_bounds, max_threads
 from pinyin_hanzi.config import LIMITS
-from pinyin_hanzi.data.corpus import Example, read_examples
+from pinyin_hanzi.data.corpus import read_examples
+from pinyin_hanzi.data.examples import Example
 from pinyin_hanzi.evaluation.metrics import ABBREVIATION_STYLES, abbreviated_tokens, conversion_scores, typed
 from pinyin_hanzi.text.pinyin import is_hanzi
 

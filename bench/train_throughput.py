@@ -49,7 +49,8 @@ from pinyin_hanzi.checkpoint import HANZI_VOCAB_KEY, PINYIN_VOCAB_KEY, load_chec
 from pinyin_hanzi.cli import check_bounds, max_threads
 from pinyin_hanzi.config import DataConfig, load_config
 from pinyin_hanzi.data.batches import BatchStream, encode_examples, hanzi_ids, prefix_ids
-from pinyin_hanzi.data.corpus import Example, chunk, prepare, read_examples
+from pinyin_hanzi.data.corpus import prepare, read_examples
+from pinyin_hanzi.data.examples import Example, chunk
 from pinyin_hanzi.data.vocab import PAD_ID, Vocab, grown, load_vocab
 from pinyin_hanzi.decoding.converter import SHIPPED_MODEL
 from pinyin_hanzi.errors import PinyinHanziError

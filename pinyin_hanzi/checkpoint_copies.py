@@ -27,10 +27,11 @@ from pinyin_hanzi.checkpoint import (
     save_checkpoint,
 )
 from pinyin_hanzi.config import apply_overrides, config_from_dict
-from pinyin_hanzi.data.corpus import phrase_texts, prepared_train_split, read_examples
+from pinyin_hanzi.data.corpus import prepared_store, training_texts
+from pinyin_hanzi.data.prepare import phrase_texts
 from pinyin_hanzi.data.vocab import Vocab
 from pinyin_hanzi.errors import CheckpointError
-from pinyin_hanzi.lm.char_ngram import CharNgramLM, count_for
+from pinyin_hanzi.lm.char_ngram import CharNgramLM, count_store
 from pinyin_hanzi.lm.syllable import SyllableBigrams
 from pinyin_hanzi.lm.word import WordLexiconLM, word_model
 
@@ -102,14 +103,15 @@ def count_char_lm(checkpoint: str | Path, out: str | Path, *, order: int = 3, mi
     Raises CheckpointError for an unreadable checkpoint, DataError when its prepared data is missing."""
     state = load_checkpoint(checkpoint)
     config = config_from_dict(state[CONFIG_KEY], str(checkpoint))
-    train = prepared_train_split(config.data)
+    train = prepared_store(config.data)
     table = phrase_texts(config.data.raw_dir) if phrases else []
-    lm = count_for(read_examples(train, trusted=True), Vocab(state[HANZI_VOCAB_KEY]), order, min_count, table, phrases)
+    lm = count_store(train.split("train"), train.hanzi_vocab, Vocab(state[HANZI_VOCAB_KEY]), order, min_count, table,
+                     phrases)
     decode = config.decode
     decode.lm_weight, decode.lm_order, decode.lm_min_count, decode.lm_phrases = weight, order, min_count, phrases
     state[CONFIG_KEY], state[CHAR_LM_KEY] = config.to_dict(), lm.state_dict()
     save_checkpoint(out, state)
-    return lm, train
+    return lm, train.folder
 
 
 def add_word_lm(checkpoint: str | Path, out: str | Path, *, table: str = "wordfreq-zh",
@@ -126,8 +128,7 @@ def add_word_lm(checkpoint: str | Path, out: str | Path, *, table: str = "wordfr
     decode.word_contrast = contrast
     background = []
     if contrast > 0:
-        train = prepared_train_split(config.data, needed_for="the contrast needs the training split; ")
-        background = (example.hanzi for example in read_examples(train, trusted=True))
+        background = (hanzi for _, hanzi in training_texts(config.data, "the contrast needs the training split; "))
     lm = word_model(decode, config.data.raw_dir, Vocab(state[HANZI_VOCAB_KEY]), background)
     state[CONFIG_KEY], state[WORD_LM_KEY] = config.to_dict(), lm.state_dict()
     save_checkpoint(out, state)

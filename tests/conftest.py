@@ -70,12 +70,14 @@ def tiny_corpus(tmp_path_factory) -> Path:
 def trained(tmp_path_factory, tiny_corpus):
     """(workdir, config path, best checkpoint path) of a tiny model trained to memorise the tiny corpus."""
     from pinyin_hanzi.config import load_config
+    from pinyin_hanzi.data.prepare import export_train_tsv
     from pinyin_hanzi.training.recipe import train
 
     torch.set_num_threads(1)
     tmp = tmp_path_factory.mktemp("trained")
     config_path = write_config(tmp / "tiny.yaml", tiny_config_dict(tmp, tiny_corpus))
     best = train(load_config(config_path), log=lambda message: None)
+    export_train_tsv(tmp / "prepared" / "tiny")  # train.tsv: what the tests evaluate the memorising model on
     return tmp, config_path, best
 
 

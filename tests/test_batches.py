@@ -1,3 +1,4 @@
+import numpy as np
 import pytest
 
 from pinyin_hanzi.data.batches import (
@@ -9,7 +10,8 @@ from pinyin_hanzi.data.batches import (
     token_budget_batches,
     training_abbreviations,
 )
-from pinyin_hanzi.data.corpus import Example
+from pinyin_hanzi.data.examples import Example
+from pinyin_hanzi.data.store import StoredSplit
 from pinyin_hanzi.data.vocab import (
     BOS_ID,
     EOS_ID,
@@ -21,6 +23,10 @@ from pinyin_hanzi.data.vocab import (
     load_vocab,
     save_vocab,
 )
+
+
+def _split(encoded, copies=None) -> StoredSplit:
+    return StoredSplit.from_examples([e.source for e in encoded], [e.target for e in encoded], copies)
 
 
 def _example(text):
@@ -54,17 +60,36 @@ def test_min_char_count_drops_rare_characters():
     assert "你" in hanzi_vocab and "好" not in hanzi_vocab
 
 
+def _epoch(lengths, copies, seed=3, epoch=0, budget=120):
+    positions, bounds = token_budget_batches(np.array(lengths), None if copies is None else np.array(copies), budget,
+                                             seed, epoch)
+    return [positions[start:end].tolist() for start, end in bounds]
+
+
 def test_token_budget_batches_cover_everything_once_within_budget():
     lengths = [1 + (i * 7) % 30 for i in range(500)]
-    batches = token_budget_batches(lengths, batch_tokens=120, seed=3, epoch=0)
+    batches = _epoch(lengths, None)
     flat = sorted(index for batch in batches for index in batch)
     assert flat == list(range(500))
     for batch in batches:
         assert max(lengths[i] for i in batch) * len(batch) <= 120
-        # grouped by length: little padding inside a batch
-        assert max(lengths[i] for i in batch) - min(lengths[i] for i in batch) <= 2
-    assert batches == token_budget_batches(lengths, batch_tokens=120, seed=3, epoch=0)
-    assert batches != token_budget_batches(lengths, batch_tokens=120, seed=3, epoch=1)
+        assert len({lengths[i] for i in batch}) == 1  # grouped by length: no padding inside a batch
+    assert batches == _epoch(lengths, None)
+    assert batches != _epoch(lengths, None, epoch=1)
+    assert batches != _epoch(lengths, None, seed=4)
+
+
+def test_an_epoch_trains_on_each_example_as_often_as_its_copies_say():
+    lengths = [1 + (i * 5) % 9 for i in range(200)]
+    copies = [i % 4 for i in range(200)]  # 0: never (a weight below one), up to 3
+    batches = _epoch(lengths, copies, budget=40)
+    positions = sorted(p for batch in batches for p in batch)
+    assert positions == list(range(sum(copies)))  # every time an example is trained on, once
+    stream = BatchStream(_split([type("E", (), {"source": [5] * n, "target": [6] * n}) for n in lengths], copies),
+                         batch_tokens=40, seed=3)
+    examples = stream.example_of(positions)
+    assert np.bincount(examples, minlength=200).tolist() == copies
+    assert all(lengths[example] * len(batch) <= 40 for batch in batches for example in stream.example_of(batch))
 
 
 def test_collate_pads_right_and_batch_stream_restores_its_position():
@@ -73,13 +98,13 @@ def test_collate_pads_right_and_batch_stream_restores_its_position():
     batch = collate(examples[:2])
     assert batch.source.shape == batch.target.shape == (2, 4)
     assert batch.target[0, 2:].tolist() == [PAD_ID, PAD_ID] and batch.n_target_tokens == 6
-    stream = BatchStream(examples, batch_tokens=12, seed=1)
+    stream = BatchStream(_split(examples), batch_tokens=12, seed=1)
     iterator = iter(stream)
     for _ in range(7):  # past the end of the first epoch
         next(iterator)
     state = stream.state_dict()
     expected = [next(iterator).target.tolist() for _ in range(5)]
-    restored = BatchStream(examples, batch_tokens=12, seed=1)
+    restored = BatchStream(_split(examples), batch_tokens=12, seed=1)
     restored.load_state_dict(state)
     assert [b.target.tolist() for _, b in zip(range(5), iter(restored))] == expected
 
@@ -110,7 +135,8 @@ def _abbreviating_stream(abbreviate, seed=5):
     examples = [_example(text) for text in texts]
     pinyin_vocab, hanzi_vocab = build_vocabs(examples, extra_pinyin=PREFIX_TOKENS)
     encoded = encode_examples(examples, pinyin_vocab, hanzi_vocab)
-    stream = BatchStream(encoded, batch_tokens=64, seed=seed, abbreviate=abbreviate, prefix_of=prefix_ids(pinyin_vocab),
+    stream = BatchStream(_split(encoded), batch_tokens=64, seed=seed, abbreviate=abbreviate,
+                         prefix_of=prefix_ids(pinyin_vocab),
                          hanzi_target=hanzi_ids(hanzi_vocab))
     return stream, encoded, pinyin_vocab, hanzi_vocab
 
@@ -122,9 +148,9 @@ def test_abbreviation_replaces_only_syllables_by_their_prefix_tokens():
     stream, encoded, pinyin_vocab, hanzi_vocab = _abbreviating_stream(0.5)
     changed, latin = 0, 0
     for _ in range(30):
-        epoch, indices = stream.next_indices()
-        batch = stream.batch(epoch, indices)
-        for row, index in enumerate(indices):
+        epoch, positions = stream.next_indices()
+        batch = stream.batch(epoch, positions)
+        for row, index in enumerate(stream.example_of(positions)):
             original = pinyin_vocab.decode(encoded[index].source)
             typed = pinyin_vocab.decode(batch.source[row, : len(original)].tolist())
             for before, after, char in zip(original, typed, hanzi_vocab.decode(encoded[index].target)):

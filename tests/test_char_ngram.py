@@ -130,7 +130,7 @@ def test_context_keys_are_stored_as_steps_and_older_files_with_plain_keys_still_
 
 
 def test_phrase_table_entries_are_counted_into_the_model_and_unknown_characters_left_out():
-    from pinyin_hanzi.data.corpus import Example
+    from pinyin_hanzi.data.examples import Example
     from pinyin_hanzi.data.vocab import Vocab
     from pinyin_hanzi.lm.char_ngram import count_for, known_phrases
 
@@ -150,3 +150,34 @@ def test_phrase_table_entries_are_counted_into_the_model_and_unknown_characters_
     assert int(counts[keys == (a * len(vocab) + b) * len(vocab) + c]) == 2  # 2 copies of 仗势欺人, none of 仗势欺汝
     once = count_for(text, vocab, order=3, min_count=2, phrases=phrases, phrase_copies=1)
     assert once.log_prob(context, candidates)[0, 0] < fused_p[0]  # seen once: the trigram is pruned
+
+
+@pytest.mark.parametrize("order, min_count", [(1, 1), (2, 1), (3, 1), (3, 2), (4, 3)])
+def test_counting_block_by_block_gives_the_model_counting_all_at_once_gives(order, min_count):
+    """The bounded-memory count (blocks of a token store, merged as they come, sentences weighted) is the same
+    model, bit for bit, as counting every sentence at once, each as often as its weight."""
+    import random
+
+    import numpy as np
+
+    from pinyin_hanzi.lm.char_ngram import count_from_blocks
+
+    rng = random.Random(order * 10 + min_count)
+    sentences = [[rng.randrange(4, 30) for _ in range(rng.randrange(1, 12))] for _ in range(300)]
+    weights = [rng.randrange(0, 4) for _ in sentences]  # 0: a sentence no epoch trains on
+    at_once = CharNgramLM.count([s for s, w in zip(sentences, weights) for _ in range(w)], 30, order, min_count)
+
+    def blocks():
+        for begin in range(0, len(sentences), 37):
+            part = sentences[begin : begin + 37]
+            yield (np.array([i for s in part for i in s]), np.array([len(s) for s in part]),
+                   np.array(weights[begin : begin + 37]))
+
+    in_blocks = count_from_blocks(blocks(), 30, order, min_count, merge_above=50)  # merged many times
+
+    def same(a, b) -> bool:
+        if isinstance(a, dict):
+            return a.keys() == b.keys() and all(same(a[key], b[key]) for key in a)
+        return torch.equal(a, b) if isinstance(a, torch.Tensor) else a == b
+
+    assert same(at_once.state_dict(), in_blocks.state_dict())

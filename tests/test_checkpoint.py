@@ -9,7 +9,7 @@ from pinyin_hanzi.checkpoint import (
     model_from_checkpoint,
     save_checkpoint,
 )
-from pinyin_hanzi.data.corpus import read_examples
+from pinyin_hanzi.data.corpus import read_split
 from pinyin_hanzi.data.vocab import Vocab
 from pinyin_hanzi.decoding.converter import Converter
 from pinyin_hanzi.errors import CheckpointError
@@ -26,7 +26,7 @@ def test_checkpoint_is_self_contained_and_round_trips(trained):
     copy = tmp / "copy.pt"
     save_checkpoint(copy, {k: v for k, v in state.items() if k != "format_version"})
     model_again, *_ = model_from_checkpoint(load_checkpoint(copy))
-    examples = read_examples(tmp / "prepared" / "tiny" / "train.tsv")[:5]
+    examples = read_split(tmp / "prepared" / "tiny", "train")[:5]
     tokens = [e.tokens for e in examples]
     first = Converter(model, pinyin_vocab, hanzi_vocab).convert_tokens(tokens)
     assert Converter(model_again, pinyin_vocab, hanzi_vocab).convert_tokens(tokens) == first
@@ -90,7 +90,7 @@ def test_export_keeps_what_translation_needs_in_half_precision(trained, tmp_path
     assert "optimizer" not in state and "rng" not in state and "batches" not in state
     assert all(t.dtype == torch.float16 for t in state["model"].values() if t.is_floating_point())
     assert result["bytes"] < best.stat().st_size / 4  # no Adam moments, half the bytes per weight
-    examples = read_examples(tmp / "prepared" / "tiny" / "train.tsv")
+    examples = read_split(tmp / "prepared" / "tiny", "train")
     tokens = [e.tokens for e in examples]
     original = Converter(*model_from_checkpoint(load_checkpoint(best))[:3]).convert_tokens(tokens)
     assert Converter(*model_from_checkpoint(state)[:3]).convert_tokens(tokens) == original
@@ -118,7 +118,7 @@ def test_export_stores_older_n_gram_and_syllable_tables_in_the_current_compact_f
 
     tmp, _, best = trained
     state = load_checkpoint(best)
-    lm = count_for(read_examples(tmp / "prepared" / "tiny" / "train.tsv"), Vocab(state["hanzi_vocab"]), order=3)
+    lm = count_for(read_split(tmp / "prepared" / "tiny", "train"), Vocab(state["hanzi_vocab"]), order=3)
     older = lm.state_dict()  # as files written before the keys were stored as steps: plain int32 key columns
     for k, table in older["tables"].items():
         del table["context_key_steps"]
@@ -241,7 +241,7 @@ def test_a_character_ngram_model_must_fit_the_hanzi_vocabulary(trained, tmp_path
     tmp, _, best = trained
     state = load_checkpoint(best)
     hanzi_vocab = Vocab(state["hanzi_vocab"])
-    lm = count_for(read_examples(tmp / "prepared" / "tiny" / "train.tsv"), hanzi_vocab, order=2).state_dict()
+    lm = count_for(read_split(tmp / "prepared" / "tiny", "train"), hanzi_vocab, order=2).state_dict()
     path = tmp_path / "lm.pt"
     save_checkpoint(path, {**state, "char_lm": lm})
     assert load_checkpoint(path)["char_lm"]["order"] == 2
@@ -266,7 +266,7 @@ def test_inference_parts_are_what_the_checkpoint_holds(trained, tmp_path):
     assert all(torch.equal(parts.model.state_dict()[name], tensor) for name, tensor in state["model"].items())
     assert isinstance(parts.syllable_lm, SyllableBigrams)
     assert parts.syllable_lm.bigrams == SyllableBigrams.from_state_dict(state["syllable_lm"]).bigrams
-    examples = read_examples(tmp / "prepared" / "tiny" / "train.tsv")
+    examples = read_split(tmp / "prepared" / "tiny", "train")
     lm = count_for(examples, parts.hanzi_vocab, order=2)
     with_lm = tmp_path / "with_lm.pt"
     save_checkpoint(with_lm, {**state, "char_lm": lm.state_dict()})
@@ -359,7 +359,7 @@ def test_malformed_checkpoints_give_only_checkpoint_errors(trained, tmp_path):
     tmp, _, best = trained
     state = load_checkpoint(best)
     hanzi_vocab = Vocab(state["hanzi_vocab"])
-    state["char_lm"] = count_for(read_examples(tmp / "prepared" / "tiny" / "train.tsv"), hanzi_vocab, order=3).state_dict()
+    state["char_lm"] = count_for(read_split(tmp / "prepared" / "tiny", "train"), hanzi_vocab, order=3).state_dict()
     state["word_lm"] = WordLexiconLM.from_frequencies({"你好": 3.0, "北京": 2.0, "我们": 1.0}, hanzi_vocab).state_dict()
     state["config"]["decode"].update(lm_weight=0.5, word_weight=0.5)
     validate_checkpoint(state)

@@ -45,10 +45,10 @@ def test_translate_one_shot(trained):
 
 def test_translate_file_mode_one_output_line_per_input_line(trained, tmp_path):
     tmp, _, best = trained
-    from pinyin_hanzi.data.corpus import read_examples
+    from pinyin_hanzi.data.corpus import read_split
     from pinyin_hanzi.text.pinyin import is_hanzi
 
-    examples = read_examples(tmp / "prepared" / "tiny" / "train.tsv")
+    examples = read_split(tmp / "prepared" / "tiny", "train")
     seen = [e for e in examples if all(is_hanzi(c) or c in "，。！？" for c in e.hanzi)][:3]
     assert len(seen) == 3
     lines = [" ".join(seen[0].tokens), "", " ".join(seen[1].tokens), "   ", "'".join(seen[2].tokens)]

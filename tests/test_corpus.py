@@ -3,7 +3,9 @@ import json
 import pytest
 
 from pinyin_hanzi.config import DataConfig
-from pinyin_hanzi.data.corpus import chunk, prepare, read_examples, split_clauses, split_of
+from pinyin_hanzi.data.corpus import prepare, read_examples, read_split
+from pinyin_hanzi.data.examples import chunk, split_clauses, split_of
+from pinyin_hanzi.data.prepare import export_train_tsv
 from pinyin_hanzi.errors import DataError
 
 
@@ -41,18 +43,18 @@ def test_prepare_text_corpus_writes_aligned_splits_and_stats(tmp_path):
     assert stats["skipped"]["duplicate example"] > 0  # the repeated sentence and its shared clauses
     assert sum(stats["examples"].values()) > 0
     for split in ("train", "valid", "test"):
-        for example in read_examples(out / f"{split}.tsv"):
+        for example in read_split(out, split):
             assert len(example.tokens) == len(example.hanzi) <= 8
     # Vocabularies come from the training split alone, and their sizes are reported.
     from pinyin_hanzi.data.vocab import SPECIALS, load_vocab
 
-    train_chars = {c for e in read_examples(out / "train.tsv") for c in e.hanzi}
+    train_chars = {c for e in read_split(out, "train") for c in e.hanzi}
     hanzi_vocab = load_vocab(out / "hanzi_vocab.txt")
     assert set(hanzi_vocab.tokens[len(SPECIALS):]) == train_chars
     assert stats["vocab"] == {"pinyin": len(load_vocab(out / "pinyin_vocab.txt")), "hanzi": len(hanzi_vocab)}
     # Reused when nothing changed; rebuilt when the config changes.
-    mtime = (out / "train.tsv").stat().st_mtime_ns
-    assert prepare(_config(tmp_path, corpus)) == out and (out / "train.tsv").stat().st_mtime_ns == mtime
+    mtime = (out / "train.source.bin").stat().st_mtime_ns
+    assert prepare(_config(tmp_path, corpus)) == out and (out / "train.source.bin").stat().st_mtime_ns == mtime
 
 
 def test_tsv_corpus_and_bad_lines(tmp_path):
@@ -77,7 +79,7 @@ def test_non_utf8_corpus_is_a_clear_error(tmp_path):
 def test_missing_corpus_and_wrong_suffix(tmp_path):
     with pytest.raises(DataError, match="not found"):
         prepare(_config(tmp_path, tmp_path / "nope.txt"))
-    with pytest.raises(DataError, match=".txt or .tsv"):
+    with pytest.raises(DataError, match="not a named source.*ending in .txt, .tsv"):
         prepare(_config(tmp_path, tmp_path / "corpus.csv"))
 
 
@@ -85,6 +87,7 @@ def test_prepared_splits_read_trusted_equal_the_checked_reading(tmp_path):
     corpus = tmp_path / "c.txt"
     corpus.write_text("\n".join(f"我们在第{i}个城市见面，Python 2024！" for i in range(40)), encoding="utf-8")
     out = prepare(_config(tmp_path, corpus, max_len=16))
+    export_train_tsv(out)
     for split in ("train", "valid", "test"):
         assert read_examples(out / f"{split}.tsv", trusted=True) == read_examples(out / f"{split}.tsv")
 
@@ -116,7 +119,7 @@ def test_an_edit_that_keeps_the_size_and_mtime_of_the_corpus_prepares_it_again(t
 
 
 def test_preparation_is_all_or_nothing(tmp_path, monkeypatch):
-    from pinyin_hanzi.data import corpus as corpus_module
+    from pinyin_hanzi.data import prepare as prepare_module
 
     corpus = tmp_path / "c.txt"
     corpus.write_text("\n".join(f"我们在第{i}个城市见面，你好吗？" for i in range(40)), encoding="utf-8")
@@ -129,7 +132,7 @@ def test_preparation_is_all_or_nothing(tmp_path, monkeypatch):
     def killed(*args):  # the splits are written, the vocabularies and stats.json not yet
         raise Killed
 
-    monkeypatch.setattr(corpus_module, "save_vocab", killed)
+    monkeypatch.setattr(prepare_module, "save_vocab", killed)
     with pytest.raises(Killed):
         prepare(_config(tmp_path, corpus, max_len=8))  # another config: everything is rebuilt
     assert {path.name: path.read_bytes() for path in out.iterdir()} == before  # the previous data, whole
@@ -137,7 +140,7 @@ def test_preparation_is_all_or_nothing(tmp_path, monkeypatch):
     (tmp_path / "prepared" / ".c.building-12345").mkdir()  # what a kill -9 would leave beside it
     prepare(_config(tmp_path, corpus, max_len=8))
     assert sorted(path.name for path in (tmp_path / "prepared").iterdir()) == [".c.lock", "c"]
-    assert max(len(example.hanzi) for example in read_examples(out / "train.tsv")) <= 8
+    assert max(len(example.hanzi) for example in read_split(out, "train")) <= 8
 
 
 def test_preparing_data_another_process_prepares_waits_for_it(tmp_path):

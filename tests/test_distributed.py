@@ -170,7 +170,7 @@ def test_accumulating_two_batches_equals_one_batch_of_both(tiny_corpus, tmp_path
     """Loss normalised by the global batch's tokens: two accumulated batches give the gradient of their
     union as one batch (an average of per-batch averages would not)."""
     from pinyin_hanzi.data.batches import collate, encode_examples
-    from pinyin_hanzi.data.corpus import prepare, read_examples
+    from pinyin_hanzi.data.corpus import prepare, read_split
     from pinyin_hanzi.data.vocab import load_vocab
     from pinyin_hanzi.models.transformer import Transformer
 
@@ -178,7 +178,7 @@ def test_accumulating_two_batches_equals_one_batch_of_both(tiny_corpus, tmp_path
     config = load_config(write_config(tmp_path / "c.yaml", tiny_config_dict(tmp_path, tiny_corpus)))
     data_dir = prepare(config.data)
     pinyin_vocab, hanzi_vocab = load_vocab(data_dir / "pinyin_vocab.txt"), load_vocab(data_dir / "hanzi_vocab.txt")
-    encoded = encode_examples(read_examples(data_dir / "train.tsv"), pinyin_vocab, hanzi_vocab)
+    encoded = encode_examples(read_split(data_dir, "train"), pinyin_vocab, hanzi_vocab)
     first, second = encoded[:2], encoded[2:7]  # different sizes, so the two normalisations differ
     assert sum(len(e.target) for e in first) != sum(len(e.target) for e in second)
     gradients = []

@@ -1,6 +1,7 @@
 import pytest
 
-from pinyin_hanzi.data.corpus import Example, read_examples
+from pinyin_hanzi.data.corpus import read_split
+from pinyin_hanzi.data.examples import Example
 from pinyin_hanzi.evaluation.evaluate import compare_file, evaluate_file
 
 from conftest import untrained_converter
@@ -16,7 +17,7 @@ def converter(trained):
 
 def test_evaluate_file_scores_the_conversions_of_typed_input(trained, converter):
     tmp, _, _ = trained
-    examples = read_examples(tmp / "prepared" / "tiny" / "train.tsv")
+    examples = read_split(tmp / "prepared" / "tiny", "train")
     result = evaluate_file(converter, examples)
     assert result["char_accuracy"] == 1.0 and result["top1"] == 1.0 and "top5" not in result
     assert (result["constrained"], result["unsegmented"], result["beam"]) == (True, False, 1)
@@ -30,7 +31,7 @@ def test_evaluate_file_scores_the_conversions_of_typed_input(trained, converter)
 
 def test_evaluate_file_types_a_share_of_syllables_abbreviated_and_reads_them_as_prefixes(trained, converter):
     tmp, _, _ = trained
-    examples = read_examples(tmp / "prepared" / "tiny" / "train.tsv")
+    examples = read_split(tmp / "prepared" / "tiny", "train")
     full = evaluate_file(converter, examples)
     assert (full["abbreviate"], full["prefixes"]) == (0.0, converter.typing_options().prefixes)
     abbreviated = evaluate_file(converter, examples, abbreviate=1.0)
@@ -44,7 +45,7 @@ def test_evaluate_file_types_a_share_of_syllables_abbreviated_and_reads_them_as_
 
 def test_compare_file_scores_two_models_on_the_same_typed_sentences(trained, converter):
     tmp, _, _ = trained
-    examples = read_examples(tmp / "prepared" / "tiny" / "train.tsv")
+    examples = read_split(tmp / "prepared" / "tiny", "train")
     itself = compare_file(converter, converter, examples, beam=5)
     assert itself["cer"] == itself["other_cer"] == evaluate_file(converter, examples, beam=5)["cer"]
     assert itself["difference"] == 0 and itself["interval"] == [0, 0] and itself["sentences"] == len(examples)

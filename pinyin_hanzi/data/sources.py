@@ -45,10 +45,10 @@ import tarfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable
 
+from pinyin_hanzi.data.inputs import TextLines, check_user_source, kind_of
 from pinyin_hanzi.errors import DataError
-from pinyin_hanzi.files import bounded_lines, open_input
 
 
 @dataclass(frozen=True)
@@ -88,7 +88,7 @@ NOVELS_VALID_BOOKS = 2
 @dataclass(frozen=True)
 class Document:
     kind: str  # "pd" (word/POS tagged), "text", "tsv" (pinyin<TAB>hanzi) or "phrase" ((hanzi, syllables))
-    lines: list  # str lines, or (hanzi, syllables) pairs for "phrase"
+    lines: Iterable  # str lines, or (hanzi, syllables) pairs for "phrase"; a user's file is read as it is iterated
     group: str = ""  # held out as a whole when the source splits by document (a book's name)
     split: str = ""  # "train", "valid" or "test" when fixed by the source; "" = by hash of each clause
     converted: int = 0  # lines the reader converted from Traditional to Simplified script
@@ -149,32 +149,9 @@ def unpack(package_name: str, raw_dir: str | Path, wanted) -> list[Path]:
     return paths
 
 
-MAX_LINE_BYTES = 1 << 20  # a text line is a sentence or a paragraph; a longer one is no text to learn from
-
-
 def read_text_lines(path: Path, what: str = "corpus file", *, pipes: bool = False) -> list[str]:
-    """Lines of a UTF-8 text file (a byte-order mark is dropped), ended as ``str.splitlines`` ends them, read
-    line by line. Raises DataError naming ``what`` and the path if it is missing, unreadable, not UTF-8,
-    has a line longer than MAX_LINE_BYTES, or is not a regular file (a device, a directory; a named pipe
-    too unless ``pipes``: a corpus is read and hashed more than once, so it must be a file)."""
-    def too_long(number: int) -> DataError:
-        return DataError(f"{what} {path}: line {number} is longer than {MAX_LINE_BYTES >> 20} MiB: a line should "
-                         f"be a sentence or a paragraph (is it a text file?)")
-
-    why = "" if pipes else ": training reads a corpus more than once, so name a .txt or .tsv file"
-    lines, offset = [], 0
-    with open_input(path, what, DataError, pipes=pipes, why=why) as handle:
-        try:
-            for number, raw in enumerate(bounded_lines(handle, MAX_LINE_BYTES, too_long), 1):
-                try:
-                    lines += raw.decode("utf-8-sig" if number == 1 else "utf-8").splitlines()
-                except UnicodeDecodeError as error:
-                    raise DataError(f"{what} {path} is not UTF-8 (byte {offset + error.start}): convert it "
-                                    f"to UTF-8") from None
-                offset += len(raw)
-        except OSError as error:  # an I/O error in the middle of the file
-            raise DataError(f"cannot read {what} {path}: {error.strerror}") from None
-    return lines
+    """The lines of a UTF-8 text file (gzip-compressed or not), as a list; see :class:`inputs.TextLines`."""
+    return list(TextLines(Path(path), what, pipes))
 
 
 def _book_splits(names: list[str]) -> dict[str, str]:
@@ -305,15 +282,13 @@ SOURCES = {
 
 
 def documents(name: str, raw_dir: str | Path) -> list[Document]:
-    """The documents of a named source (see the module docstring) or of a user's ``.txt`` / ``.tsv`` file.
-    Raises DataError for an unknown name, a failed download or an unreadable file."""
+    """The documents of a named source (see the module docstring), or of a user's files: a ``.txt`` / ``.tsv``
+    file (also ``.gz``), a folder or a glob of them, a document each, its lines read lazily as it is iterated
+    (:mod:`pinyin_hanzi.data.inputs`). Raises DataError for an unknown name, a failed download, or a missing or
+    unreadable file."""
     if name in SOURCES:
         return SOURCES[name].read(Path(raw_dir))
-    path = Path(name)
-    if path.suffix not in (".txt", ".tsv"):
-        raise DataError(f"unknown corpus source {name!r}: expected one of {', '.join(SOURCES)} "
-                        f"or a path ending in .txt or .tsv")
-    return [Document(path.suffix[1:], read_text_lines(path))]
+    return [Document(kind_of(path), TextLines(path)) for path in check_user_source(name)]
 
 
 # ------------------------------------------------------------------------------------- word-frequency tables

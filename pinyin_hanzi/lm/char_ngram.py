@@ -27,9 +27,10 @@ from __future__ import annotations
 
 from typing import Iterable, Sequence
 
+import numpy as np
 import torch
 
-from pinyin_hanzi.data.vocab import BOS_ID
+from pinyin_hanzi.data.vocab import BOS_ID, UNK_ID
 from pinyin_hanzi.lm.stored import is_finite_number, is_int, is_vector, pack_integers, unpack_integers
 
 DISCOUNT = 0.75
@@ -41,6 +42,81 @@ def _find(keys: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:
         return torch.full(queries.shape, -1, dtype=torch.long)
     index = torch.searchsorted(keys, queries).clamp_(max=len(keys) - 1)
     return torch.where(keys[index] == queries, index, -1)
+
+
+def check_key_range(order: int, vocab_size: int) -> None:
+    if order < 1 or (order + 1) * vocab_size**order >= 2**63:
+        raise ValueError(f"order {order} over {vocab_size} characters does not fit in int64 keys")
+
+
+def top_order_counts(id_lists: Iterable[Sequence[int]], vocab_size: int, order: int,
+                     weights: Sequence[int] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(keys, counts) of the ``order``-grams of sentences given as hanzi id lists, each sentence after
+    order - 1 ``<s>``: keys sorted and distinct, an n-gram's ids as base-v digits (oldest first); ``weights``:
+    how often each sentence counts (None: once)."""
+    check_key_range(order, vocab_size)
+    pad = [BOS_ID] * (order - 1)
+    flat, targets, repeats = [], [], []  # every sentence after order - 1 <s>; targets: positions of real characters
+    for number, ids in enumerate(id_lists):
+        start = len(flat) + order - 1
+        flat += pad + list(ids)
+        targets.append(torch.arange(start, start + len(ids)))
+        if weights is not None:
+            repeats.append(torch.full((len(ids),), int(weights[number]), dtype=torch.long))
+    stream = torch.tensor(flat, dtype=torch.long)
+    positions = torch.cat(targets) if targets else torch.zeros(0, dtype=torch.long)
+    key = torch.zeros_like(positions)
+    for k in range(1, order + 1):
+        key = key + stream[positions - (k - 1)] * vocab_size ** (k - 1)
+    if weights is None:
+        return torch.unique(key, return_counts=True)
+    keys, inverse = torch.unique(key, return_inverse=True)
+    counts = torch.zeros(len(keys), dtype=torch.long).index_add_(0, inverse, torch.cat(repeats) if repeats else
+                                                                 torch.zeros(0, dtype=torch.long))
+    return keys, counts
+
+
+def merge_counts(parts: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(keys, counts) of several (keys, counts) added together: keys sorted and distinct."""
+    keys = torch.cat([part[0] for part in parts])
+    counts = torch.cat([part[1] for part in parts])
+    merged, inverse = torch.unique(keys, return_inverse=True)
+    return merged, torch.zeros(len(merged), dtype=torch.long).index_add_(0, inverse, counts)
+
+
+def block_counts(ids: np.ndarray, lengths: np.ndarray, weights: np.ndarray, vocab_size: int, order: int
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`top_order_counts` of sentences given flat: ``ids`` (tokens,) one after another, ``lengths``
+    (sentences,) and ``weights`` (sentences,), computed with array operations (no Python loop per token)."""
+    check_key_range(order, vocab_size)
+    ids = np.asarray(ids, np.int64)
+    starts = np.repeat(np.cumsum(lengths, dtype=np.int64) - lengths, lengths)
+    within = np.arange(len(ids), dtype=np.int64) - starts  # each token's place in its sentence
+    key = np.zeros(len(ids), np.int64)
+    for back in range(order):  # the id `back` places before each token, <s> before the sentence's start
+        earlier = np.where(within >= back, ids[np.maximum(np.arange(len(ids)) - back, 0)], BOS_ID)
+        key += earlier * vocab_size**back
+    keys, inverse = np.unique(key, return_inverse=True)
+    counts = np.bincount(inverse, np.repeat(np.asarray(weights, np.int64), lengths), len(keys)).astype(np.int64)
+    seen = counts > 0  # a sentence of weight 0 is not counted at all
+    return torch.from_numpy(keys[seen]), torch.from_numpy(counts[seen])
+
+
+def count_from_blocks(blocks: Iterable[tuple[np.ndarray, np.ndarray, np.ndarray]], vocab_size: int, order: int = 3,
+                      min_count: int = 1, discount: float = DISCOUNT, merge_above: int = 1 << 24) -> "CharNgramLM":
+    """The model of sentences read a block at a time ((ids, lengths, weights) as :func:`block_counts` takes
+    them): the same model :meth:`CharNgramLM.count` makes of all of them at once, in memory that grows with
+    the distinct n-grams, not with the text (block counts are merged whenever they hold ``merge_above``)."""
+    merged, pending, held = None, [], 0
+    for ids, lengths, weights in blocks:
+        pending.append(block_counts(ids, lengths, weights, vocab_size, order))
+        held += len(pending[-1][0])
+        if held > merge_above:
+            merged = merge_counts(([merged] if merged is not None else []) + pending)
+            pending, held = [], len(merged[0])
+    parts = ([merged] if merged is not None else []) + pending
+    keys, counts = merge_counts(parts) if parts else (torch.zeros(0, dtype=torch.long),) * 2
+    return CharNgramLM.from_top_counts(keys, counts, vocab_size, order, min_count, discount)
 
 
 class CharNgramLM:
@@ -86,25 +162,18 @@ class CharNgramLM:
         """Counts over sentences given as hanzi id lists. ``min_count``: highest-order n-grams seen fewer
         times are dropped from the table (their context keeps its totals, so their probability mass goes to
         the lower orders): a smaller model at some cost in accuracy."""
-        if order < 1 or (order + 1) * vocab_size**order >= 2**63:
-            raise ValueError(f"order {order} over {vocab_size} characters does not fit in int64 keys")
-        pad = [BOS_ID] * (order - 1)
-        flat, targets = [], []  # every sentence after order - 1 <s>; targets: positions of real characters
-        for ids in id_lists:
-            start = len(flat) + order - 1
-            flat += pad + list(ids)
-            targets.append(torch.arange(start, start + len(ids)))
-        stream = torch.tensor(flat, dtype=torch.long)
-        positions = torch.cat(targets) if targets else torch.zeros(0, dtype=torch.long)
-        # keys[k]: the k-gram ending at each target position, its ids as base-v digits (oldest first)
-        keys, key = {}, torch.zeros_like(positions)
-        for k in range(1, order + 1):
-            key = key + stream[positions - (k - 1)] * vocab_size ** (k - 1)
-            keys[k] = key
+        keys, counts = top_order_counts(id_lists, vocab_size, order)
+        return cls.from_top_counts(keys, counts, vocab_size, order, min_count, discount)
+
+    @classmethod
+    def from_top_counts(cls, top_keys: torch.Tensor, top_counts: torch.Tensor, vocab_size: int, order: int = 3,
+                        min_count: int = 1, discount: float = DISCOUNT) -> "CharNgramLM":
+        """The model of the highest-order n-grams' counts: ``top_keys`` (sorted, distinct n-gram keys, their ids
+        as base-v digits, oldest first) and ``top_counts``, as :func:`top_order_counts` gives them; every
+        lower order follows from those (Kneser-Ney counts distinct left neighbours)."""
         # Kneser-Ney: raw counts at the top; below, the number of distinct left neighbours (continuations)
-        grams = {order: torch.unique(keys[order], return_counts=True)}
+        grams = {order: (top_keys, top_counts)}
         if min_count > 1 and order > 1:
-            top_keys, top_counts = grams[order]
             kept = top_counts >= min_count
         for k in range(order - 1, 0, -1):
             distinct_longer = grams[k + 1][0]
@@ -264,6 +333,28 @@ def _table_problem(state: dict, hanzi_vocab_size: int) -> str | None:
         if any(len(table[name]) and int(table[name].min()) < 1 for name in ("totals", "distinct", "counts")):
             return f"order {k}'s totals, distinct or counts are not positive"
     return None
+
+
+def count_store(split, store_vocab, hanzi_vocab, order: int = 3, min_count: int = 1, phrases: Sequence[str] = (),
+                phrase_copies: int = 0, block: int = 1 << 16) -> CharNgramLM:
+    """:func:`count_for` of a token store's training split (:class:`pinyin_hanzi.data.store.StoredSplit`, whose
+    ids are ``store_vocab``'s), each example as often as its copies say, read ``block`` examples at a time:
+    the same model, in memory that grows with the distinct n-grams, not with the corpus. Ids are mapped to
+    ``hanzi_vocab``'s (a run initialised from a checkpoint keeps that checkpoint's ids)."""
+    id_map = np.array([hanzi_vocab.ids.get(token, UNK_ID) for token in store_vocab.tokens], np.int64)
+
+    def blocks():
+        for begin in range(0, len(split), block):
+            end = min(begin + block, len(split))
+            offsets = np.asarray(split.offsets[begin : end + 1])
+            yield (id_map[np.asarray(split.target[offsets[0] : offsets[-1]])], np.diff(offsets),
+                   np.ones(end - begin, np.int64) if split.copies is None else np.asarray(split.copies[begin:end]))
+        known = [hanzi_vocab.encode(phrase) for phrase in known_phrases(phrases, hanzi_vocab)] if phrase_copies else []
+        if known:
+            yield (np.array([i for ids in known for i in ids]), np.array([len(ids) for ids in known]),
+                   np.full(len(known), phrase_copies))
+
+    return count_from_blocks(blocks(), len(hanzi_vocab), order, min_count)
 
 
 def count_for(examples, hanzi_vocab, order: int = 3, min_count: int = 1, phrases: Sequence[str] = (),

@@ -12,6 +12,7 @@ import math
 from collections import Counter
 from typing import Iterable, Sequence
 
+import numpy as np
 import torch
 
 from pinyin_hanzi.lm.stored import is_int, pack_integers, unpack_integers
@@ -44,6 +45,33 @@ class SyllableBigrams:
                 bigrams[f"{previous} {token}"] += 1
                 previous = token
         return cls(dict(unigrams), dict(bigrams))
+
+    @classmethod
+    def count_blocks(cls, blocks: Iterable[tuple[np.ndarray, np.ndarray, np.ndarray]], tokens: Sequence[str]
+                     ) -> "SyllableBigrams":
+        """:meth:`count` of token lists given a block at a time as ids into ``tokens`` ((ids, lengths, weights):
+        the token lists one after another, their lengths, how often each counts), with array operations: the
+        same counts, in memory that does not grow with the text."""
+        names = list(tokens) + [START]
+        start = len(tokens)
+        is_syllable = np.array([token in syllables() for token in tokens] + [False])
+        unigrams, bigrams = np.zeros(len(names), np.int64), Counter()
+        for ids, lengths, weights in blocks:
+            ids, lengths = np.asarray(ids, np.int64), np.asarray(lengths, np.int64)
+            weight = np.repeat(np.asarray(weights, np.int64), lengths)
+            first = np.zeros(len(ids), bool)
+            first[np.cumsum(lengths) - lengths] = True  # each list's first token follows <s>
+            previous = np.where(first, start, np.roll(ids, 1))
+            previous = np.where(is_syllable[previous], previous, start)  # after a non-syllable: <s> again
+            syllable = is_syllable[ids]
+            unigrams += np.bincount(ids[syllable], weight[syllable], len(names)).astype(np.int64)
+            unigrams[start] += int(np.asarray(weights, np.int64).sum()) + int(weight[~syllable].sum())
+            pairs = previous[syllable] * len(names) + ids[syllable]
+            keys, inverse = np.unique(pairs, return_inverse=True)
+            for key, count in zip(keys.tolist(), np.bincount(inverse, weight[syllable]).tolist()):
+                bigrams[f"{names[key // len(names)]} {names[key % len(names)]}"] += int(count)
+        return cls({names[i]: int(c) for i, c in enumerate(unigrams.tolist()) if c},
+                   {key: count for key, count in bigrams.items() if count})
 
     def state_dict(self) -> dict:
         """Compact form for the checkpoint: the counted syllables (``<s>`` among them) as a list; their counts;

@@ -37,8 +37,9 @@ HANZI_CLASS = "".join(f"{chr(low)}-{chr(high)}" for low, high in _HANZI_RANGES)
 
 
 def is_hanzi(char: str) -> bool:
+    # The ranges of _HANZI_RANGES written out: called for every character of every corpus line.
     code = ord(char)
-    return any(low <= code <= high for low, high in _HANZI_RANGES)
+    return 0x4E00 <= code <= 0x9FFF or 0x3400 <= code <= 0x4DBF or 0xF900 <= code <= 0xFAFF or 0x20000 <= code <= 0x2FA1F
 
 
 def ascii_letters_digits(text: str) -> str:

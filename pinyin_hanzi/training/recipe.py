@@ -39,7 +39,9 @@ import torch
 from pinyin_hanzi import checkpoint
 from pinyin_hanzi.config import Config, TrainConfig
 from pinyin_hanzi.data.batches import BatchStream, EncodedExample, encode_examples, hanzi_ids, prefix_ids
-from pinyin_hanzi.data.corpus import Example, data_fingerprint, phrase_texts, prepared_data
+from pinyin_hanzi.data.corpus import data_fingerprint, prepared_data
+from pinyin_hanzi.data.examples import Example
+from pinyin_hanzi.data.prepare import phrase_texts
 from pinyin_hanzi.data.vocab import Vocab
 from pinyin_hanzi.errors import CheckpointError, ConfigError, Interrupted
 from pinyin_hanzi.lm.char_ngram import count_for

@@ -1,0 +1,217 @@
+"""Preparation's first stage: corpus lines -> annotated examples, in units of work spread over processes.
+
+The sources' documents are cut into :class:`Unit` s of a few thousand lines, in a fixed order that depends on the
+text alone. Each unit is annotated on its own (pypinyin, the slow part) by :func:`annotate`, in as many worker
+processes as asked, and the results are taken back in unit order: so the output is the same bytes for one worker
+or many. A :class:`Part` collects the results on disk (its ids are the part's own, its examples not yet
+deduplicated); :mod:`pinyin_hanzi.data.merge` turns one part, or the parts that several machines annotated (one
+shard each, ``--shard i/n``), into the token store.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+from collections import Counter, deque
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from pypinyin import load_phrases_dict
+
+from pinyin_hanzi.data.examples import SPLITS, copies, line_examples, split_of, text_digest
+from pinyin_hanzi.data.sources import Document
+from pinyin_hanzi.text.pinyin import is_hanzi, phrase_readings
+
+UNIT_CHARACTERS = 200_000  # a unit of work: lines of one document up to about this much text
+UNIT_LINES = 5_000  # ... or this many lines (a phrase table's entries are short)
+_EXAMPLE_ARRAYS = {"lengths": np.uint16, "splits": np.uint8, "keys": np.uint64, "copies": np.uint8,
+                   "hanzi": np.uint16, "sources": np.uint16}
+
+
+@dataclass
+class Unit:
+    """Lines of one document: the ``chunk``-th piece of document ``document`` (counted over all sources)."""
+
+    document: int
+    chunk: int
+    source: int  # index of the source in data.sources
+    kind: str
+    split: str  # the document's fixed split, or "" (by the hash of each example)
+    weight: float
+    lines: list
+    size: int  # characters (or phrase entries), for the progress bar
+
+
+@dataclass
+class Annotated:
+    """What :func:`annotate` makes of a unit: its examples, their tokens as ids into the unit's own lists of
+    distinct tokens (``tokens`` pinyin, ``chars`` hanzi), one value per example in each of :data:`_EXAMPLE_ARRAYS`
+    (the example's length, split index, dedup key, copies, hanzi count, source index) and what was skipped."""
+
+    document: int
+    chunk: int
+    source: int
+    tokens: list[str]
+    chars: list[str]
+    source_ids: np.ndarray
+    target_ids: np.ndarray
+    arrays: dict[str, np.ndarray]
+    lines: int
+    skipped: Counter = field(default_factory=Counter)
+
+
+def units(documents: Iterable[tuple[int, int, Document, float]], shard: tuple[int, int] = (0, 1)) -> Iterator[Unit]:
+    """The units of ``documents`` ((document index, source index, document, weight), in order), cut by
+    :data:`UNIT_CHARACTERS` and :data:`UNIT_LINES`; with ``shard`` (i, n) only the documents whose index is i
+    modulo n (a machine's share)."""
+    for number, source, document, weight in documents:
+        if number % shard[1] != shard[0]:
+            continue
+        chunk, lines, size = 0, [], 0
+        for line in document.lines:
+            lines.append(line)
+            size += len(line) if isinstance(line, str) else 1
+            if size >= UNIT_CHARACTERS or len(lines) >= UNIT_LINES:
+                yield Unit(number, chunk, source, document.kind, document.split, weight, lines, size)
+                chunk, lines, size = chunk + 1, [], 0
+        if lines or chunk == 0:
+            yield Unit(number, chunk, source, document.kind, document.split, weight, lines, size)
+
+
+def annotate(unit: Unit, max_len: int, held_out) -> Annotated:
+    """Annotate one unit (see :class:`Annotated`); ``held_out`` has valid_per_mille and test_per_mille."""
+    skipped: Counter = Counter()
+    token_ids: dict[str, int] = {}
+    char_ids: dict[str, int] = {}
+    source_ids, target_ids = [], []
+    columns = {name: [] for name in _EXAMPLE_ARRAYS}
+    for line in unit.lines:
+        for example in line_examples(unit.kind, line, max_len, skipped):
+            digest = text_digest(example.hanzi)
+            split = unit.split or split_of(example.hanzi, held_out, digest)
+            source_ids += [token_ids.setdefault(token, len(token_ids)) for token in example.tokens]
+            target_ids += [char_ids.setdefault(char, len(char_ids)) for char in example.hanzi]
+            columns["lengths"].append(len(example.hanzi))
+            columns["splits"].append(SPLITS.index(split))
+            columns["keys"].append(int.from_bytes(digest[:8], "big"))
+            columns["copies"].append(copies(example.hanzi, unit.weight) if split == "train" else 1)
+            columns["hanzi"].append(sum(map(is_hanzi, example.hanzi)))
+            columns["sources"].append(unit.source)
+    arrays = {name: np.array(values, dtype) for (name, dtype), values in zip(_EXAMPLE_ARRAYS.items(),
+                                                                             columns.values())}
+    return Annotated(unit.document, unit.chunk, unit.source, list(token_ids), list(char_ids),
+                     np.array(source_ids, np.uint32), np.array(target_ids, np.uint32), arrays, len(unit.lines),
+                     skipped)
+
+
+# ------------------------------------------------------------------------------------------ the workers
+
+_WORKER: dict = {}
+
+
+def _start_worker(phrases: dict | None, max_len: int, held_out) -> None:
+    """A worker process's setup: pypinyin reads the phrase table's readings (for good: the process only
+    annotates), and the settings every unit needs."""
+    if phrases:
+        load_phrases_dict(phrases)
+    _WORKER.update(max_len=max_len, held_out=held_out)
+
+
+def _annotate_in_worker(unit: Unit) -> Annotated:
+    return annotate(unit, _WORKER["max_len"], _WORKER["held_out"])
+
+
+def annotated_in_order(work: Iterable[Unit], *, workers: int, max_len: int, held_out, phrases: dict | None
+                       ) -> Iterator[Annotated]:
+    """:func:`annotate` of every unit of ``work``, in order, over ``workers`` processes (1: this one). At most
+    two units a worker are read ahead, so that memory holds a few units, whatever the corpus's size."""
+    if workers <= 1:
+        with phrase_readings(phrases or {}):
+            for unit in work:
+                yield annotate(unit, max_len, held_out)
+        return
+    context = multiprocessing.get_context("spawn" if os.name != "posix" else "forkserver")
+    with context.Pool(workers, initializer=_start_worker, initargs=(phrases, max_len, held_out)) as pool:
+        pending: deque = deque()
+        for unit in work:
+            pending.append(pool.apply_async(_annotate_in_worker, (unit,)))
+            if len(pending) >= 2 * workers:
+                yield pending.popleft().get()
+        while pending:
+            yield pending.popleft().get()
+
+
+# --------------------------------------------------------------------------------------------- the part
+
+class Part:
+    """Annotated units gathered on disk, in unit order: every example's tokens as ids into the part's own
+    vocabularies (``tokens``, ``chars``: first seen, first numbered), one value per example in each of the
+    example arrays, and per unit (document, chunk, first example, examples, first token). Written by
+    :meth:`add`, closed by :meth:`finish` (which writes ``part.json`` last: a part without it is incomplete);
+    read back with :meth:`open`."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        folder.mkdir(parents=True, exist_ok=True)
+        self._files = {name: open(folder / f"{name}.bin", "wb") for name in ("source", "target", *_EXAMPLE_ARRAYS)}
+        self.tokens: dict[str, int] = {}
+        self.chars: dict[str, int] = {}
+        self.units: list[list[int]] = []
+        self.examples = self.token_count = 0
+        self.lines: Counter = Counter()  # per source index
+        self.skipped: dict[int, Counter] = {}
+
+    def add(self, result: Annotated) -> None:
+        token_map = np.array([self.tokens.setdefault(t, len(self.tokens)) for t in result.tokens] or [0], np.uint32)
+        char_map = np.array([self.chars.setdefault(c, len(self.chars)) for c in result.chars] or [0], np.uint32)
+        token_map[result.source_ids].tofile(self._files["source"])
+        char_map[result.target_ids].tofile(self._files["target"])
+        for name, values in result.arrays.items():
+            values.tofile(self._files[name])
+        n = len(result.arrays["lengths"])
+        self.units.append([result.document, result.chunk, self.examples, n, self.token_count])
+        self.examples += n
+        self.token_count += len(result.source_ids)
+        self.lines[result.source] += result.lines
+        self.skipped.setdefault(result.source, Counter()).update(result.skipped)
+
+    def finish(self, fingerprint: dict, shard: tuple[int, int], converted: dict[str, int]) -> None:
+        for handle in self._files.values():
+            handle.close()
+        manifest = {"fingerprint": fingerprint, "shard": list(shard), "converted": converted, "tokens": list(self.tokens),
+                    "chars": list(self.chars), "units": self.units, "examples": self.examples,
+                    "token_count": self.token_count, "lines": {str(k): v for k, v in self.lines.items()},
+                    "skipped": {str(k): dict(v) for k, v in self.skipped.items()}}
+        (self.folder / "part.json").write_text(json.dumps(manifest, ensure_ascii=False), encoding="utf-8")
+
+    @staticmethod
+    def open(folder: Path) -> dict:
+        """A finished part: its manifest, with its arrays memory-mapped under "arrays" (source, target and the
+        example arrays)."""
+        manifest = json.loads((folder / "part.json").read_text(encoding="utf-8"))
+        dtypes = {"source": np.uint32, "target": np.uint32, **_EXAMPLE_ARRAYS}
+        manifest["arrays"] = {name: _mapped(folder / f"{name}.bin", dtype) for name, dtype in dtypes.items()}
+        return manifest
+
+
+def _mapped(path: Path, dtype) -> np.ndarray:
+    return np.memmap(path, dtype=dtype, mode="r") if path.stat().st_size else np.zeros(0, dtype)
+
+
+def annotate_into(part: Part, work: Iterable[Unit], *, workers: int, max_len: int, held_out,
+                  phrases: dict | None, progress: Callable[[int], None]) -> None:
+    """Annotate ``work`` into ``part``; ``progress(size)`` after each unit."""
+    sizes: deque = deque()
+
+    def counted(source: Iterable[Unit]) -> Iterator[Unit]:
+        for unit in source:
+            sizes.append(unit.size)
+            yield unit
+
+    for result in annotated_in_order(counted(work), workers=workers, max_len=max_len, held_out=held_out,
+                                     phrases=phrases):
+        part.add(result)
+        progress(sizes.popleft())

@@ -1,0 +1,168 @@
+"""The token store: prepared splits as flat arrays of token ids, read memory-mapped.
+
+As nanoGPT's ``train.bin`` and fairseq's memory-mapped indexed datasets do, each split is one data file per
+side plus an offsets index, so that training reads examples straight from disk (the operating system pages
+them in and out) and its memory does not grow with the corpus:
+
+    <split>.source.bin   pinyin token ids of every example, one after another (uint16, or uint32 if needed)
+    <split>.target.bin   hanzi ids, one per pinyin token, in the same places
+    <split>.offsets.bin  int64, examples + 1 entries: example i is [offsets[i], offsets[i + 1])
+    train.copies.bin     uint8, one per training example: how often an epoch trains on it (data.sources' weights)
+
+beside the vocabularies (``pinyin_vocab.txt``, ``hanzi_vocab.txt``), human-readable ``valid.tsv`` /
+``test.tsv`` (per source too) and ``stats.json``, whose ``store`` entry lists the arrays' types and sizes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from pinyin_hanzi.data.vocab import Vocab, load_vocab
+from pinyin_hanzi.errors import DataError
+
+STORE_SPLITS = ("train", "valid", "test")
+
+
+def id_dtype(vocab_size: int) -> np.dtype:
+    """The smallest unsigned type that holds every id of a vocabulary of this size."""
+    return np.dtype(np.uint16 if vocab_size <= 1 << 16 else np.uint32)
+
+
+def split_files(split: str) -> tuple[str, ...]:
+    return (f"{split}.source.bin", f"{split}.target.bin", f"{split}.offsets.bin") + (
+        ("train.copies.bin",) if split == "train" else ())
+
+
+class SplitWriter:
+    """Appends examples to a split's files (see the module docstring); :meth:`close` writes the offsets."""
+
+    def __init__(self, folder: Path, split: str, source_dtype: np.dtype, target_dtype: np.dtype):
+        self.split, self.source_dtype, self.target_dtype = split, source_dtype, target_dtype
+        self._source = open(folder / f"{split}.source.bin", "wb")
+        self._target = open(folder / f"{split}.target.bin", "wb")
+        self._copies = open(folder / "train.copies.bin", "wb") if split == "train" else None
+        self._offsets_path = folder / f"{split}.offsets.bin"
+        self._lengths: list[np.ndarray] = []
+
+    def append(self, source: np.ndarray, target: np.ndarray, lengths: np.ndarray,
+               copies: np.ndarray | None = None) -> None:
+        """Examples given flat: ``source``/``target`` (tokens,) ids, ``lengths`` (examples,); ``copies``
+        (examples,) for the training split."""
+        source.astype(self.source_dtype, copy=False).tofile(self._source)
+        target.astype(self.target_dtype, copy=False).tofile(self._target)
+        self._lengths.append(lengths.astype(np.int64, copy=False))
+        if self._copies is not None:
+            copies.astype(np.uint8, copy=False).tofile(self._copies)
+
+    def close(self) -> int:
+        """Flush and close the files; the number of examples written."""
+        lengths = np.concatenate(self._lengths) if self._lengths else np.zeros(0, np.int64)
+        offsets = np.zeros(len(lengths) + 1, np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        offsets.tofile(self._offsets_path)
+        for handle in (self._source, self._target, self._copies):
+            if handle is not None:
+                handle.close()
+        return len(lengths)
+
+
+@dataclass
+class StoredSplit:
+    """One split of a token store, memory-mapped: ``source`` and ``target`` (tokens,), ``offsets``
+    (examples + 1,), and for the training split ``copies`` (examples,)."""
+
+    source: np.ndarray
+    target: np.ndarray
+    offsets: np.ndarray
+    copies: np.ndarray | None = None
+    offsets_path: Path | None = None  # the offsets' file, read for :attr:`lengths` without mapping it whole
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """(examples,) int32: tokens of each example (a new array each call). From the offsets' file read a
+        block at a time, not through the mapping: pages of a mapped file stay in the process's memory."""
+        if self.offsets_path is None:
+            return np.diff(np.asarray(self.offsets)).astype(np.int32)
+        lengths, block = np.zeros(len(self), np.int32), 1 << 20
+        with open(self.offsets_path, "rb") as handle:
+            previous = np.fromfile(handle, np.int64, 1)
+            for start in range(0, len(self), block):
+                chunk = np.fromfile(handle, np.int64, min(block, len(self) - start))
+                lengths[start : start + len(chunk)] = np.diff(np.concatenate([previous, chunk]))
+                previous = chunk[-1:]
+        return lengths
+
+    @classmethod
+    def from_examples(cls, sources: list, targets: list, copies: list | None = None) -> StoredSplit:
+        """A split held in memory, from lists of id lists (tests, small evaluations)."""
+        lengths = np.array([len(ids) for ids in sources], np.int64)
+        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        flat = lambda lists: np.array([i for ids in lists for i in ids], np.int64)  # noqa: E731
+        return cls(flat(sources), flat(targets), offsets, None if copies is None else np.array(copies, np.uint8))
+
+    def example(self, index: int) -> tuple[np.ndarray, np.ndarray]:
+        """(source ids, target ids) of example ``index``: views into the mapped files."""
+        start, end = int(self.offsets[index]), int(self.offsets[index + 1])
+        return self.source[start:end], self.target[start:end]
+
+
+class TokenStore:
+    """A prepared-data folder's token store and vocabularies (see the module docstring)."""
+
+    def __init__(self, folder: str | Path):
+        self.folder = Path(folder)
+        try:
+            stats = json.loads((self.folder / "stats.json").read_text(encoding="utf-8"))
+            self.layout = stats["store"]
+        except (OSError, ValueError, KeyError, TypeError):
+            raise DataError(f"{self.folder} holds no token store: prepare the data first "
+                            f"(python train.py --config CONFIG --prepare-only)") from None
+        self.pinyin_vocab: Vocab = load_vocab(self.folder / "pinyin_vocab.txt")
+        self.hanzi_vocab: Vocab = load_vocab(self.folder / "hanzi_vocab.txt")
+
+    def split(self, name: str) -> StoredSplit:
+        """The split ``name`` (train, valid or test), memory-mapped (nothing is read until it is used)."""
+        if name not in self.layout.get("examples", {}):
+            raise DataError(f"{self.folder} has no {name} split in its token store")
+
+        def mapped(file: str, dtype) -> np.ndarray:
+            path = self.folder / file
+            if path.stat().st_size == 0:  # np.memmap refuses an empty file
+                return np.zeros(0, dtype)
+            return np.memmap(path, dtype=dtype, mode="r")
+
+        split = StoredSplit(mapped(f"{name}.source.bin", self.layout["source_dtype"]),
+                            mapped(f"{name}.target.bin", self.layout["target_dtype"]),
+                            mapped(f"{name}.offsets.bin", np.int64),
+                            mapped("train.copies.bin", np.uint8) if name == "train" else None,
+                            self.folder / f"{name}.offsets.bin")
+        if len(split) != self.layout["examples"][name] or split.offsets[-1] != len(split.source):
+            raise DataError(f"the token store in {self.folder} is damaged ({name} split): prepare it again "
+                            f"(python train.py --config CONFIG --prepare-only, after deleting the folder)")
+        return split
+
+    def texts(self, name: str, *, with_copies: bool = False, block: int = 1 << 16) -> Iterator[tuple[list[str], str]]:
+        """(pinyin tokens, hanzi text) of every example of split ``name``, in order, read ``block`` examples at
+        a time; ``with_copies``: each training example as often as an epoch trains on it. Characters too rare
+        for the hanzi vocabulary read as ``<unk>``."""
+        split = self.split(name)
+        pinyin, hanzi = self.pinyin_vocab.tokens, self.hanzi_vocab.tokens
+        for begin in range(0, len(split), block):
+            end = min(begin + block, len(split))
+            offsets = split.offsets[begin : end + 1]
+            sources = split.source[offsets[0] : offsets[-1]].tolist()
+            targets = split.target[offsets[0] : offsets[-1]].tolist()
+            repeats = split.copies[begin:end].tolist() if with_copies and split.copies is not None else None
+            for row in range(end - begin):
+                start, stop = offsets[row] - offsets[0], offsets[row + 1] - offsets[0]
+                example = ([pinyin[i] for i in sources[start:stop]], "".join(hanzi[i] for i in targets[start:stop]))
+                for _ in range(repeats[row] if repeats is not None else 1):
+                    yield example

@@ -1,0 +1,120 @@
+"""Preparation at any size (data/prepare.py, annotate.py, merge.py, store.py, inputs.py): the same bytes for any
+number of workers or shards, a user's files, folders, globs and gzip, bad lines counted, missing files refused
+before any work, and the token store read back."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pinyin_hanzi.config import DataConfig
+from pinyin_hanzi.data import annotate as annotate_module
+from pinyin_hanzi.data.corpus import merge_shards, prepare, prepare_shard, read_examples, read_split
+from pinyin_hanzi.data.prepare import export_train_tsv
+from pinyin_hanzi.data.store import TokenStore
+from pinyin_hanzi.errors import DataError
+
+from conftest import TINY_SENTENCES
+
+# Enough lines, of varied clauses, that a small unit size cuts them into many units over several documents.
+LINES = [f"{sentence[:-1]}，第{n}次{sentence[-1]}" for n in range(12) for sentence in TINY_SENTENCES]
+
+
+def _folder_bytes(folder: Path) -> dict[str, bytes]:
+    files = {path.name: path.read_bytes() for path in folder.iterdir() if path.name != "stats.json"}
+    stats = json.loads((folder / "stats.json").read_text(encoding="utf-8"))
+    stats.pop("seconds")
+    files["stats.json"] = json.dumps(stats, sort_keys=True).encode()
+    return files
+
+
+@pytest.fixture
+def corpus(tmp_path) -> Path:
+    """A folder of three documents: plain text, gzip-compressed text, and pinyin<TAB>hanzi pairs with one bad
+    line."""
+    folder = tmp_path / "texts"
+    folder.mkdir()
+    (folder / "a.txt").write_text("\n".join(LINES[:100]) + "\n", encoding="utf-8")
+    with gzip.open(folder / "b.txt.gz", "wt", encoding="utf-8") as handle:
+        handle.write("\n".join(LINES[100:]) + "\n")
+    (folder / "c.tsv").write_text("ni3 hao3\t你好\nthis line has no tab\nwo men\t我们\n", encoding="utf-8")
+    return folder
+
+
+def _config(tmp_path: Path, sources: dict, name: str) -> DataConfig:
+    return DataConfig(sources=sources, name=name, prepared_dir=str(tmp_path / "prepared"), raw_dir=str(tmp_path / "raw"),
+                      max_len=8, valid_per_mille=100, test_per_mille=100)
+
+
+def test_one_worker_two_workers_and_two_shards_write_the_same_bytes(tmp_path, corpus, monkeypatch):
+    monkeypatch.setattr(annotate_module, "UNIT_LINES", 7)  # many units: their order is what could differ
+    monkeypatch.setattr("pinyin_hanzi.data.prepare.UNIT_CHARACTERS", 1)  # workers are not capped by the size
+    sources = {str(corpus): 1.0, str(corpus / "a.txt"): 0.5}
+    one = prepare(_config(tmp_path, sources, "one"), workers=1)
+    two = prepare(_config(tmp_path, sources, "two"), workers=2)
+    sharded = _config(tmp_path, sources, "sharded")
+    for index in range(2):
+        prepare_shard(sharded, (index, 2), workers=1)
+    merged = merge_shards(sharded)
+    assert _folder_bytes(one) == _folder_bytes(two) == _folder_bytes(merged)
+    assert not (tmp_path / "prepared" / "sharded.parts").exists()  # parts go once merged
+
+
+def test_merge_names_a_missing_shard(tmp_path, corpus):
+    config = _config(tmp_path, {str(corpus): 1.0}, "half")
+    prepare_shard(config, (0, 2), workers=1)
+    with pytest.raises(DataError, match=r"shards 2/2 are missing"):
+        merge_shards(config)
+
+
+def test_a_users_folder_glob_and_gzip_are_read_and_bad_lines_counted(tmp_path, corpus):
+    out = prepare(_config(tmp_path, {str(corpus / "*.t*"): 1.0}, "glob"), workers=1)
+    stats = json.loads((out / "stats.json").read_text(encoding="utf-8"))
+    assert stats["skipped"]["tsv line without a tab"] == 1
+    texts = {hanzi for _, hanzi in TokenStore(out).texts("train")}
+    held_out = {e.hanzi for split in ("valid", "test") for e in read_examples(out / f"{split}.tsv", trusted=True)}
+    assert "你好" in texts | held_out and "我们" in texts | held_out  # the .tsv's good lines
+    assert any("第11次" in text for text in texts | held_out)  # the gzip file's last lines
+
+
+@pytest.mark.parametrize("source, message", [
+    ("missing.txt", "corpus file not found"),
+    ("empty_folder", "holds no file ending in"),
+    ("nothing*.txt", "matches no file"),
+    ("novles", "not a named source"),
+])
+def test_a_missing_source_is_one_line_before_any_work(tmp_path, corpus, source, message, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "empty_folder").mkdir()
+    config = _config(tmp_path, {str(corpus): 1.0, source: 1.0}, "bad")
+    with pytest.raises(DataError, match=message):
+        prepare(config, workers=1)
+    made = [path.name for path in (tmp_path / "prepared").glob("*")] if (tmp_path / "prepared").exists() else []
+    assert made in ([], [".bad.lock"])  # no folder, no part: nothing was annotated
+
+
+def test_a_broken_gzip_file_is_one_line(tmp_path, corpus):
+    (corpus / "b.txt.gz").write_bytes(gzip.compress("你好。\n".encode())[:-12])  # cut short
+    with pytest.raises(DataError, match=r"cannot read corpus file .*b\.txt\.gz"):
+        prepare(_config(tmp_path, {str(corpus): 1.0}, "broken"), workers=1)
+
+
+def test_the_store_reads_back_what_was_prepared(tmp_path, corpus):
+    out = prepare(_config(tmp_path, {str(corpus): 2.5}, "store"), workers=1)
+    store = TokenStore(out)
+    train = store.split("train")
+    assert len(train) == len(train.copies) and set(np.unique(train.copies)) <= {2, 3}
+    assert train.offsets[-1] == len(train.source) == len(train.target) == train.lengths.sum()
+    valid = store.split("valid")  # the TSV as written, the store as the vocabularies encode it
+    for index, example in enumerate(read_split(out, "valid")):
+        source, target = valid.example(index)
+        assert source.tolist() == store.pinyin_vocab.encode(example.tokens)
+        assert target.tolist() == store.hanzi_vocab.encode(example.hanzi)
+    exported = read_examples(export_train_tsv(out), trusted=True)
+    assert len(exported) == int(train.copies.sum())  # every example as often as an epoch trains on it
+    stats = json.loads((out / "stats.json").read_text(encoding="utf-8"))
+    assert stats["examples"]["train"] == len(exported)
