@@ -49,8 +49,9 @@ from pinyin_hanzi.checkpoint import HANZI_VOCAB_KEY, PINYIN_VOCAB_KEY, load_chec
 from pinyin_hanzi.cli import check_bounds, max_threads
 from pinyin_hanzi.config import DataConfig, load_config
 from pinyin_hanzi.data.batches import BatchStream, encode_examples, hanzi_ids, prefix_ids
-from pinyin_hanzi.data.corpus import prepare, read_examples
+from pinyin_hanzi.data.corpus import prepare, read_split
 from pinyin_hanzi.data.examples import Example, chunk
+from pinyin_hanzi.data.store import StoredSplit
 from pinyin_hanzi.data.vocab import PAD_ID, Vocab, grown, load_vocab
 from pinyin_hanzi.decoding.converter import SHIPPED_MODEL
 from pinyin_hanzi.errors import PinyinHanziError
@@ -132,7 +133,7 @@ def prepared_corpus(data: DataConfig) -> tuple[list[Example], Vocab, Vocab]:
     """(training examples, pinyin vocabulary, hanzi vocabulary) of the config's prepared data."""
     data_dir = prepare(data)
     pinyin_vocab, hanzi_vocab = load_vocab(data_dir / "pinyin_vocab.txt"), load_vocab(data_dir / "hanzi_vocab.txt")
-    return read_examples(data_dir / "train.tsv", trusted=True), pinyin_vocab, hanzi_vocab
+    return read_split(data_dir, "train"), pinyin_vocab, hanzi_vocab
 
 
 def run_steps(model, optimizer, batches, device, loss, precision: str) -> tuple[int, float]:
@@ -194,7 +195,8 @@ def benchmark(args) -> int:
         pinyin_vocab = grown(pinyin_vocab, sorted(PREFIX_TOKENS))
     encoded = encode_examples(examples, pinyin_vocab, hanzi_vocab)
     candidates = tuple(part.to(device) for part in Lexicon(hanzi_vocab).for_vocab(pinyin_vocab))
-    stream = iter(BatchStream(encoded, config.train.batch_tokens, seed=0, abbreviate=abbreviate,
+    split = StoredSplit.from_examples([e.source for e in encoded], [e.target for e in encoded])
+    stream = iter(BatchStream(split, config.train.batch_tokens, seed=0, abbreviate=abbreviate,
                               prefix_of=prefix_ids(pinyin_vocab) if abbreviate > 0 else None,
                               hanzi_target=hanzi_ids(hanzi_vocab) if abbreviate > 0 else None))
     torch.manual_seed(0)

@@ -103,10 +103,9 @@ def count_char_lm(checkpoint: str | Path, out: str | Path, *, order: int = 3, mi
     Raises CheckpointError for an unreadable checkpoint, DataError when its prepared data is missing."""
     state = load_checkpoint(checkpoint)
     config = config_from_dict(state[CONFIG_KEY], str(checkpoint))
-    train = prepared_store(config.data)
+    train, hanzi_vocab = prepared_store(config.data), Vocab(state[HANZI_VOCAB_KEY])
     table = phrase_texts(config.data.raw_dir) if phrases else []
-    lm = count_store(train.split("train"), train.hanzi_vocab, Vocab(state[HANZI_VOCAB_KEY]), order, min_count, table,
-                     phrases)
+    lm = count_store(train.split("train", hanzi_vocab=hanzi_vocab), hanzi_vocab, order, min_count, table, phrases)
     decode = config.decode
     decode.lm_weight, decode.lm_order, decode.lm_min_count, decode.lm_phrases = weight, order, min_count, phrases
     state[CONFIG_KEY], state[CHAR_LM_KEY] = config.to_dict(), lm.state_dict()

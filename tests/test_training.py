@@ -442,6 +442,8 @@ def test_ctrl_c_during_the_first_save_names_no_checkpoint_and_leaves_no_temporar
     real_torch_save = torch.save
 
     def interrupted_half_way(obj, handle):
+        if "step" not in obj:  # not a checkpoint: the language models counted once with the store
+            return real_torch_save(obj, handle)
         handle.write(b"PK\x03\x04 half a checkpoint")
         raise KeyboardInterrupt
 
@@ -461,7 +463,7 @@ def test_a_full_disk_at_a_save_keeps_the_previous_checkpoint_and_says_how_to_go_
     real_torch_save = torch.save
 
     def full_at_step_12(obj, handle):
-        if obj["step"] == 12:
+        if obj.get("step") == 12:
             handle.write(b"PK\x03\x04 the first blocks")
             raise OSError(errno.ENOSPC, "No space left on device")
         real_torch_save(obj, handle)
@@ -551,3 +553,45 @@ def test_a_full_disk_while_logging_says_what_was_kept_too(tmp_path, tiny_corpus,
         train(config, log=lambda message: None, command=_COMMAND)
     assert str(raised.value) == (f"disk full while saving {log_path}: kept {tmp_path / 'checkpoints' / 'tiny' / 'last.pt'} "
                                  f"(step 6); free space, then continue with: {_COMMAND} --resume")
+
+
+def test_the_language_models_are_counted_once_with_the_store_and_read_by_the_next_run(tmp_path, tiny_corpus):
+    from pinyin_hanzi.data.corpus import read_split
+    from pinyin_hanzi.data.vocab import load_vocab
+    from pinyin_hanzi.lm.char_ngram import count_for
+    from pinyin_hanzi.lm.syllable import SyllableBigrams
+
+    config = _small_run(tmp_path, tiny_corpus, max_steps=2, eval_every=2, language_models=["char"])
+    first, second = [], []
+    train(config, log=first.append)
+    counted = tmp_path / "prepared" / "tiny" / "counted"
+    kept = sorted(path.name.split("-")[0] for path in counted.iterdir())
+    assert kept == ["char_lm", "syllables"]
+    assert any(line.startswith("character 3-gram model:") and " counted in " in line for line in first)
+    config.train.name = "again"  # another run on the same data and settings reads what the first counted
+    best = train(config, log=second.append)
+    assert any(" read (counted once with the store) in " in line for line in second)
+    saved = checkpoint.load_checkpoint(best)
+    # the same models as counting the training split's text in memory (copies included) gives
+    examples = read_split(tmp_path / "prepared" / "tiny", "train")
+    hanzi_vocab = load_vocab(tmp_path / "prepared" / "tiny" / "hanzi_vocab.txt")
+    expected = count_for(examples, hanzi_vocab, config.decode.lm_order, config.decode.lm_min_count).state_dict()
+    assert _same_state(saved[checkpoint.CHAR_LM_KEY], expected)
+    syllables = SyllableBigrams.count(example.tokens for example in examples)
+    assert SyllableBigrams.from_state_dict(saved[checkpoint.SYLLABLE_LM_KEY]).bigrams == syllables.bigrams
+    for path in counted.iterdir():  # a damaged kept file is counted again, with a note
+        path.write_bytes(b"not a torch file")
+    third = []
+    config.train.name = "third"
+    train(config, log=third.append)
+    assert sum("could not be read; counting again" in line for line in third) == 2
+
+
+def _same_state(a, b) -> bool:
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_same_state(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(_same_state(x, y) for x, y in zip(a, b))
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b)
+    return a == b

@@ -9,8 +9,14 @@ import sys
 
 from pinyin_hanzi.cli import check_bounds, max_threads, run
 from pinyin_hanzi.config import load_config
-from pinyin_hanzi.data.corpus import merge_shards, prepare, prepare_shard
+from pinyin_hanzi.data.corpus import (
+    data_fingerprint,
+    merge_shards,
+    prepare,
+    prepare_shard,
+)
 from pinyin_hanzi.data.prepare import default_workers, export_train_tsv
+from pinyin_hanzi.data.store import TokenStore
 
 
 def _train(argv) -> int:
@@ -27,7 +33,7 @@ def _train(argv) -> int:
                         help="start afresh even if checkpoints/<train.name>/ already holds a run")
     data = parser.add_argument_group("preparing the data (python train.py --config X --prepare-only ...)")
     data.add_argument("--workers", type=int, metavar="N",
-                      help=f"processes that annotate the corpus (default: all {default_workers()} cores)")
+                      help=f"processes that annotate the corpus when it is prepared (default: all {default_workers()} cores)")
     data.add_argument("--shard", metavar="I/N", type=_shard,
                       help="with --prepare-only: annotate this machine's share of the corpus files (1/2, 2/2, ...) "
                            "into <prepared_dir>/<name>.parts/; then --merge")
@@ -54,7 +60,7 @@ def _train(argv) -> int:
     # What messages name as the way to go on (--resume, or the same command again).
     command = shlex.join(["python", "train.py", "--config", args.config, *args.overrides])
     best = train(config, resume=args.resume, init_from=args.init_from, overwrite=args.overwrite, log=log,
-                 command=command)
+                 command=command, workers=args.workers)
     if os.environ.get("RANK", "0") == "0":  # under torchrun, rank 0 speaks for all
         print(best)
     return 0
@@ -78,6 +84,14 @@ def _prepare(config, args) -> int:
     out = merge_shards(config.data, log=log) if args.merge else prepare(config.data, log=log, workers=args.workers)
     if args.export_tsv:
         log(f"wrote {export_train_tsv(out)}")
+    # The language models a new run of this config counts, counted now with the store, so that training
+    # starts without counting (training/language_models.py keeps them beside the store).
+    from pinyin_hanzi.training.language_models import (
+        setup_language_models,  # torch: not for --help or errors
+    )
+
+    store = TokenStore(out)
+    setup_language_models(config, store, data_fingerprint(out), store.hanzi_vocab, log)
     print((out / "stats.json").read_text(encoding="utf-8"), end="")
     return 0
 

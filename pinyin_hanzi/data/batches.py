@@ -156,6 +156,12 @@ class BatchStream:
         self._positions, self._bounds = token_budget_batches(self.lengths, self.copies, self.batch_tokens, self.seed,
                                                              self.epoch)
 
+    def mean_length(self) -> float:
+        """Mean tokens per trained example (each as often as its copies say)."""
+        weights = None if self.copies is None else self.copies.astype(np.float64)
+        return float(np.average(self.lengths, weights=weights)) if self.lengths.size and (
+            weights is None or weights.sum() > 0) else 0.0
+
     def state_dict(self) -> dict:
         return {"epoch": self.epoch, "position": self.position}
 

@@ -199,10 +199,12 @@ def prepared_data(config: DataConfig, force: bool = False, log: Callable[[str], 
 
 def prepare(config: DataConfig, force: bool = False, log: Callable[[str], None] | None = None,
             workers: int | None = None) -> Path:
-    """Build (or reuse) ``<prepared_dir>/<name>/``: ``{train,valid,test}.tsv`` (and, with several sources,
+    """Build (or reuse) ``<prepared_dir>/<name>/``: the token store of every split (data/store.py: ids,
+    offsets, the training split's copies), ``valid.tsv`` and ``test.tsv`` (and, with several sources,
     ``valid.<source>.tsv`` / ``test.<source>.tsv`` per source), the vocabularies ``pinyin_vocab.txt`` and
     ``hanzi_vocab.txt`` (from the training split only) and ``stats.json`` (per source: counts, what was
-    dropped and why, and how many examples pypinyin-dict's phrase readings changed).
+    dropped and why, and how many examples pypinyin-dict's phrase readings changed). ``workers`` processes
+    annotate the text (default: all cores); the bytes written are the same for any number.
 
     All or nothing: the data is built in a folder beside it and renamed into place when complete, so an
     interrupted preparation leaves the previous data (or none), never splits of two configs. One process

@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
-from pinyin_hanzi.data.vocab import Vocab, load_vocab
+from pinyin_hanzi.data.vocab import UNK_ID, Vocab, load_vocab
 from pinyin_hanzi.errors import DataError
 
 STORE_SPLITS = ("train", "valid", "test")
@@ -81,6 +81,10 @@ class StoredSplit:
     offsets: np.ndarray
     copies: np.ndarray | None = None
     offsets_path: Path | None = None  # the offsets' file, read for :attr:`lengths` without mapping it whole
+    # Where the ids are read in other vocabularies than the store's (a run resumed or initialised from a
+    # checkpoint keeps that checkpoint's ids): store id -> id, applied as examples are read.
+    source_map: np.ndarray | None = None
+    target_map: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
@@ -109,9 +113,32 @@ class StoredSplit:
         return cls(flat(sources), flat(targets), offsets, None if copies is None else np.array(copies, np.uint8))
 
     def example(self, index: int) -> tuple[np.ndarray, np.ndarray]:
-        """(source ids, target ids) of example ``index``: views into the mapped files."""
+        """(source ids, target ids) of example ``index``: views into the mapped files (copies where mapped)."""
         start, end = int(self.offsets[index]), int(self.offsets[index + 1])
-        return self.source[start:end], self.target[start:end]
+        return _mapped(self.source[start:end], self.source_map), _mapped(self.target[start:end], self.target_map)
+
+    def in_vocabs(self, store_vocabs: tuple[Vocab, Vocab], vocabs: tuple[Vocab, Vocab]) -> StoredSplit:
+        """This split read in ``vocabs`` (pinyin, hanzi) instead of the store's ``store_vocabs``: a token the
+        other vocabulary lacks reads as <unk>. The same split where the vocabularies are the same."""
+        maps = [None if store.tokens == other.tokens else
+                np.array([other.ids.get(token, UNK_ID) for token in store.tokens], np.int64)
+                for store, other in zip(store_vocabs, vocabs)]
+        return replace(self, source_map=maps[0], target_map=maps[1])
+
+    def blocks(self, side: str = "target", block: int = 1 << 16
+               ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """The split ``block`` examples at a time, as counting reads it: (ids of ``side`` (source or target),
+        one example after another; the examples' lengths; how often each counts (its copies, else 1))."""
+        ids, id_map = (self.source, self.source_map) if side == "source" else (self.target, self.target_map)
+        for begin in range(0, len(self), block):
+            end = min(begin + block, len(self))
+            offsets = np.asarray(self.offsets[begin : end + 1])
+            weights = np.ones(end - begin, np.int64) if self.copies is None else np.asarray(self.copies[begin:end])
+            yield _mapped(np.asarray(ids[offsets[0] : offsets[-1]]), id_map), np.diff(offsets), weights
+
+
+def _mapped(ids: np.ndarray, id_map: np.ndarray | None) -> np.ndarray:
+    return ids if id_map is None else id_map[ids]
 
 
 class TokenStore:
@@ -128,8 +155,10 @@ class TokenStore:
         self.pinyin_vocab: Vocab = load_vocab(self.folder / "pinyin_vocab.txt")
         self.hanzi_vocab: Vocab = load_vocab(self.folder / "hanzi_vocab.txt")
 
-    def split(self, name: str) -> StoredSplit:
-        """The split ``name`` (train, valid or test), memory-mapped (nothing is read until it is used)."""
+    def split(self, name: str, *, pinyin_vocab: Vocab | None = None, hanzi_vocab: Vocab | None = None
+              ) -> StoredSplit:
+        """The split ``name`` (train, valid or test), memory-mapped (nothing is read until it is used); its ids
+        in ``pinyin_vocab`` / ``hanzi_vocab`` where given (a model's), else in the store's."""
         if name not in self.layout.get("examples", {}):
             raise DataError(f"{self.folder} has no {name} split in its token store")
 
@@ -147,7 +176,8 @@ class TokenStore:
         if len(split) != self.layout["examples"][name] or split.offsets[-1] != len(split.source):
             raise DataError(f"the token store in {self.folder} is damaged ({name} split): prepare it again "
                             f"(python train.py --config CONFIG --prepare-only, after deleting the folder)")
-        return split
+        return split.in_vocabs((self.pinyin_vocab, self.hanzi_vocab),
+                               (pinyin_vocab or self.pinyin_vocab, hanzi_vocab or self.hanzi_vocab))
 
     def texts(self, name: str, *, with_copies: bool = False, block: int = 1 << 16) -> Iterator[tuple[list[str], str]]:
         """(pinyin tokens, hanzi text) of every example of split ``name``, in order, read ``block`` examples at

@@ -30,7 +30,7 @@ from typing import Iterable, Sequence
 import numpy as np
 import torch
 
-from pinyin_hanzi.data.vocab import BOS_ID, UNK_ID
+from pinyin_hanzi.data.vocab import BOS_ID
 from pinyin_hanzi.lm.stored import is_finite_number, is_int, is_vector, pack_integers, unpack_integers
 
 DISCOUNT = 0.75
@@ -335,20 +335,14 @@ def _table_problem(state: dict, hanzi_vocab_size: int) -> str | None:
     return None
 
 
-def count_store(split, store_vocab, hanzi_vocab, order: int = 3, min_count: int = 1, phrases: Sequence[str] = (),
+def count_store(split, hanzi_vocab, order: int = 3, min_count: int = 1, phrases: Sequence[str] = (),
                 phrase_copies: int = 0, block: int = 1 << 16) -> CharNgramLM:
-    """:func:`count_for` of a token store's training split (:class:`pinyin_hanzi.data.store.StoredSplit`, whose
-    ids are ``store_vocab``'s), each example as often as its copies say, read ``block`` examples at a time:
-    the same model, in memory that grows with the distinct n-grams, not with the corpus. Ids are mapped to
-    ``hanzi_vocab``'s (a run initialised from a checkpoint keeps that checkpoint's ids)."""
-    id_map = np.array([hanzi_vocab.ids.get(token, UNK_ID) for token in store_vocab.tokens], np.int64)
-
+    """:func:`count_for` of a token store's training split (:class:`pinyin_hanzi.data.store.StoredSplit`, read
+    in ``hanzi_vocab``'s ids: :meth:`~pinyin_hanzi.data.store.StoredSplit.in_vocabs`), each example as often
+    as its copies say, read ``block`` examples at a time: the same model, in memory that grows with the
+    distinct n-grams, not with the corpus."""
     def blocks():
-        for begin in range(0, len(split), block):
-            end = min(begin + block, len(split))
-            offsets = np.asarray(split.offsets[begin : end + 1])
-            yield (id_map[np.asarray(split.target[offsets[0] : offsets[-1]])], np.diff(offsets),
-                   np.ones(end - begin, np.int64) if split.copies is None else np.asarray(split.copies[begin:end]))
+        yield from split.blocks("target", block)
         known = [hanzi_vocab.encode(phrase) for phrase in known_phrases(phrases, hanzi_vocab)] if phrase_copies else []
         if known:
             yield (np.array([i for ids in known for i in ids]), np.array([len(ids) for ids in known]),

@@ -133,11 +133,11 @@ def log_setup(run: Run, parts: Parts, splits: Splits, logs: Logs) -> None:
     run.log(f"device {run.device}, {torch.get_num_threads()} threads, {resolve_precision(t.precision, run.device)} | "
             f"{count_parameters(model) / 1e6:.2f}M parameters | "
             f"vocab {len(parts.pinyin_vocab)} pinyin, {len(parts.hanzi_vocab)} hanzi | "
-            f"{len(splits.train_examples)} train, {len(splits.valid_examples)} valid examples")
+            f"{len(parts.stream.split)} train, {len(splits.valid_examples)} valid examples")
     if run.process.world_size > 1:
         run.log(f"{run.process.world_size} processes, {t.grad_accum_steps // run.process.world_size} batch(es) "
                 f"each per step: global batch {t.grad_accum_steps} x {t.batch_tokens} tokens")
-    mean_length = sum(len(e.hanzi) for e in splits.train_examples) / max(len(splits.train_examples), 1)
+    mean_length = parts.stream.mean_length()
     run.log(visualize.model_summary(model, t.batch_tokens, mean_length))
     if run.step == 0 and logs.writer is not None:  # once per run: the positional-encoding matrix the embeddings add
         logs.writer.add_figure("model/positional_encoding", visualize.positional_encoding_figure(

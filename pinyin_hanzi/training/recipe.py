@@ -6,7 +6,8 @@
                          trains a run); a new run never replaces another's (run.py)
       _setup_data        prepare the splits (rank 0; the other processes wait) and read them, under the data's lock
       _setup_model       a new Transformer, the resumed last.pt's, or --init-from's weights (models/growing.py)
-      _setup_language_models  syllable bigrams; the character n-gram and word models train.language_models names
+      setup_language_models  syllable bigrams; the character n-gram and word models train.language_models
+                         names, counted once with the store (language_models.py)
       _setup_optimizer   AdamW with warm-up + cosine decay (lr_at)
       restore            --resume: optimizer, schedule, data position, step, best score, random state
                          (checkpointing.py)
@@ -31,41 +32,43 @@ import math
 import random
 import signal
 import threading
-import time
 from pathlib import Path
 
 import torch
 
 from pinyin_hanzi import checkpoint
 from pinyin_hanzi.config import Config, TrainConfig
-from pinyin_hanzi.data.batches import BatchStream, EncodedExample, encode_examples, hanzi_ids, prefix_ids
-from pinyin_hanzi.data.corpus import data_fingerprint, prepared_data
-from pinyin_hanzi.data.examples import Example
-from pinyin_hanzi.data.prepare import phrase_texts
+from pinyin_hanzi.data.batches import (
+    BatchStream,
+    EncodedExample,
+    encode_examples,
+    hanzi_ids,
+    prefix_ids,
+)
+from pinyin_hanzi.data.corpus import prepared_data
 from pinyin_hanzi.data.vocab import Vocab
 from pinyin_hanzi.errors import CheckpointError, ConfigError, Interrupted
-from pinyin_hanzi.lm.char_ngram import count_for
-from pinyin_hanzi.lm.syllable import SyllableBigrams
-from pinyin_hanzi.lm.word import word_model
 from pinyin_hanzi.models import growing
 from pinyin_hanzi.models.transformer import Transformer, check_memory
 from pinyin_hanzi.runtime import select_device, set_threads
 from pinyin_hanzi.text.lexicon import Lexicon
 from pinyin_hanzi.training import distributed
 from pinyin_hanzi.training.checkpointing import load_resumable, restore
+from pinyin_hanzi.training.language_models import setup_language_models
 from pinyin_hanzi.training.logs import log_setup, setup_logging
 from pinyin_hanzi.training.loop import train_loop
 from pinyin_hanzi.training.run import Parts, Run, Splits, owned, stop_message
 
 
 def train(config: Config, *, resume: bool = False, init_from: str | None = None, overwrite: bool = False,
-          log=print, command: str | None = None) -> Path:
+          log=print, command: str | None = None, workers: int | None = None) -> Path:
     """Train as configured; returns the path of the best checkpoint.
 
     resume: continue ``checkpoints/<name>/last.pt`` exactly (weights, optimizer, scheduler, data position,
     RNG); init_from: start a new run from another checkpoint's weights (its vocabularies keep their ids and
     grow by the new data's tokens). command: the command line that trains this run without its mode
-    flags (``python train.py --config X``), which messages name as the way to go on.
+    flags (``python train.py --config X``), which messages name as the way to go on. workers: the processes
+    that prepare the data if it is not prepared yet (default: all cores).
     Launched by torchrun, each process trains on its share of every global batch (see distributed.py).
 
     One process at a time owns a run: its checkpoint and run folders are locked for the whole run.
@@ -89,7 +92,7 @@ def train(config: Config, *, resume: bool = False, init_from: str | None = None,
                          log=log if process.is_main else lambda message: None)
         try:
             with run.signals, owned(run, resume=resume, overwrite=overwrite), _thread_write_errors_raised_later():
-                return _train(run, resume=resume)
+                return _train(run, resume=resume, workers=workers)
         except KeyboardInterrupt as interrupt:
             number = getattr(interrupt, "signal_number", signal.SIGINT)
             stopped = f"{stop_message(number)} at step {run.step}"
@@ -123,15 +126,16 @@ def _thread_write_errors_raised_later():
         threading.excepthook = previous
 
 
-def _train(run: Run, *, resume: bool) -> Path:
+def _train(run: Run, *, resume: bool, workers: int | None = None) -> Path:
     config, t, log = run.config, run.config.train, run.log
     _check_trainable(config, 0, 0)  # the layers alone may be too many: say so before preparing the data
-    splits = _setup_data(run)
+    splits = _setup_data(run, workers)
     saved = load_resumable(run, splits) if resume else None
     model, pinyin_vocab, hanzi_vocab = _setup_model(config, splits, saved, run.kept_path, run.init_from, log)
     _check_trainable(config, len(pinyin_vocab), len(hanzi_vocab))  # before the optimizer allocates its state
     model.to(run.device)
-    syllable_lm, char_lm_state, word_lm_state = _setup_language_models(config, splits.train_examples, hanzi_vocab, log)
+    syllable_lm, char_lm_state, word_lm_state = setup_language_models(config, splits.store, splits.fingerprint,
+                                                                      hanzi_vocab, log)
     stream, valid_encoded = _setup_batches(config, splits, pinyin_vocab, hanzi_vocab)
     optimizer, scheduler = _setup_optimizer(model, t)
     if saved is not None:
@@ -172,16 +176,16 @@ def _setup_run(config: Config, process: distributed.Process, *, init_from: str |
                run_dir=Path(t.runs_dir) / t.name, command=command, init_from=init_from)
 
 
-def _setup_data(run: Run) -> Splits:
+def _setup_data(run: Run, workers: int | None = None) -> Splits:
     """Prepare the splits (rank 0 prepares, the other processes wait and then find them ready) and read
     the training and validation examples and the vocabularies, holding the data's lock meanwhile so that
     they belong together."""
     process = run.process
     if not process.is_main:
         distributed.barrier()
-    with prepared_data(run.config.data, log=run.log) as data_dir:
+    with prepared_data(run.config.data, log=run.log, workers=workers) as data_dir:
         splits = Splits.read(data_dir)
-        run.data_fingerprint = data_fingerprint(data_dir)
+        run.data_fingerprint = splits.fingerprint
     if process.is_main:
         distributed.barrier()
     return splits
@@ -189,12 +193,12 @@ def _setup_data(run: Run) -> Splits:
 
 def _setup_batches(config: Config, splits: Splits, pinyin_vocab: Vocab, hanzi_vocab: Vocab
                    ) -> tuple[BatchStream, list[EncodedExample]]:
-    """The stream of training batches (the same on every process: each takes its share of a global batch)
-    and the encoded validation split, in the model's vocabularies."""
-    train_encoded = encode_examples(splits.train_examples, pinyin_vocab, hanzi_vocab)
+    """The stream of training batches (the same on every process: each takes its share of a global batch),
+    read memory-mapped from the token store, and the encoded validation split, in the model's vocabularies."""
+    train = splits.store.split("train", pinyin_vocab=pinyin_vocab, hanzi_vocab=hanzi_vocab)
     valid_encoded = encode_examples(splits.valid_examples, pinyin_vocab, hanzi_vocab)
     abbreviate = config.data.abbreviate  # training batches only: validation measures full pinyin
-    stream = BatchStream(train_encoded, config.train.batch_tokens, config.train.seed, abbreviate=abbreviate,
+    stream = BatchStream(train, config.train.batch_tokens, config.train.seed, abbreviate=abbreviate,
                          prefix_of=prefix_ids(pinyin_vocab) if abbreviate > 0 else None,
                          hanzi_target=hanzi_ids(hanzi_vocab) if abbreviate > 0 else None)
     return stream, valid_encoded
@@ -235,48 +239,6 @@ def _init_from(config: Config, splits: Splits, path: str, log) -> tuple[Transfor
         log(f"grown deeper: {deeper}; the new layers sit on top and start as the identity (their attention and "
             f"feed-forward output projections are zero), so the grown model converts as the checkpoint did")
     return model, pinyin_vocab, hanzi_vocab
-
-
-def _setup_language_models(config: Config, train_examples: list[Example], hanzi_vocab: Vocab, log
-                           ) -> tuple[SyllableBigrams, dict | None, dict | None]:
-    """The models decoding uses besides the network, built in seconds: the syllable bigrams (always),
-    counted from the training split; the character n-gram model's state dict when train.language_models
-    has char, and the word model's when it has word, from the configured word-frequency table (else None).
-    A note when decode asks for a model that is not counted (a config written when a weight > 0 counted it)."""
-    syllable_lm = SyllableBigrams.count(example.tokens for example in train_examples)
-    dec, counted = config.decode, config.train.language_models
-    for name, weight, key, tool in (("char", dec.lm_weight, "lm_weight", "char_lm"),
-                                    ("word", dec.word_weight, "word_weight", "word_lm")):
-        if weight > 0 and name not in counted:
-            log(f"note: decode.{key}={weight} but train.language_models has no {name}: this run counts no such "
-                f"model (add {name} to train.language_models, or later: python -m pinyin_hanzi.cli.{tool})")
-    char_lm_state = _count_char_lm(config, train_examples, hanzi_vocab, log) if "char" in counted else None
-    word_lm_state = _count_word_lm(config, train_examples, hanzi_vocab, log) if "word" in counted else None
-    return syllable_lm, char_lm_state, word_lm_state
-
-
-def _count_char_lm(config: Config, train_examples: list[Example], hanzi_vocab: Vocab, log) -> dict:
-    """The character n-gram model's state dict, counted from the training split (and the phrase table,
-    decode.lm_phrases times)."""
-    dec, started_counting = config.decode, time.time()
-    phrases = phrase_texts(config.data.raw_dir) if dec.lm_phrases > 0 else []
-    char_lm = count_for(train_examples, hanzi_vocab, dec.lm_order, dec.lm_min_count, phrases, dec.lm_phrases)
-    with_phrases = (f", with the phrase table x {dec.lm_phrases}: {len(phrases):,} entries, "
-                    f"those with characters outside the vocabulary left out" if phrases else "")
-    log(f"character {dec.lm_order}-gram model: {char_lm.size():,} n-grams counted in "
-        f"{time.time() - started_counting:.1f} s (decode.lm_weight={dec.lm_weight}{with_phrases})")
-    return char_lm.state_dict()
-
-
-def _count_word_lm(config: Config, train_examples: list[Example], hanzi_vocab: Vocab, log) -> dict:
-    """The word model's state dict, from decode.word_table (contrasted with the training split's words at
-    decode.word_contrast)."""
-    dec, started_counting = config.decode, time.time()
-    word_lm = word_model(dec, config.data.raw_dir, hanzi_vocab, (example.hanzi for example in train_examples))
-    contrast = f", contrasted with the training split at {dec.word_contrast}" if dec.word_contrast > 0 else ""
-    log(f"word model: {word_lm.size():,} words of {dec.word_table}{contrast} in "
-        f"{time.time() - started_counting:.1f} s (decode.word_weight={dec.word_weight})")
-    return word_lm.state_dict()
 
 
 def _setup_optimizer(model: Transformer, t: TrainConfig

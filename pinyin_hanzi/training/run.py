@@ -21,15 +21,16 @@ import torch
 from pinyin_hanzi import checkpoint
 from pinyin_hanzi.config import Config
 from pinyin_hanzi.data.batches import BatchStream, EncodedExample
-from pinyin_hanzi.data.corpus import Example, read_examples
-from pinyin_hanzi.data.vocab import Vocab, load_vocab
+from pinyin_hanzi.data.corpus import data_fingerprint, read_split
+from pinyin_hanzi.data.examples import Example
+from pinyin_hanzi.data.store import TokenStore
+from pinyin_hanzi.data.vocab import Vocab
 from pinyin_hanzi.errors import CheckpointError, Interrupted, TrainingError
 from pinyin_hanzi.files import check_writable, locked, os_error_reason
 from pinyin_hanzi.lm.syllable import SyllableBigrams
 from pinyin_hanzi.models.transformer import Transformer
 from pinyin_hanzi.text.lexicon import Lexicon
 from pinyin_hanzi.training import distributed
-
 
 # What job schedulers, `timeout`, container stops and cloud preemptions send (SIGTERM), and what SLURM sends
 # ahead of a time limit (`--signal=USR1@60`): training stops at the next step boundary with last.pt saved.
@@ -137,20 +138,26 @@ class Run:
 
 @dataclass
 class Splits:
-    """The prepared data a run reads."""
+    """The prepared data a run reads: the training split memory-mapped from the token store, the (small)
+    validation split as text."""
 
     data_dir: Path
-    train_examples: list[Example]
+    store: TokenStore
+    fingerprint: str  # the prepared data's (data_fingerprint): checkpoints record it, --resume compares it
     valid_examples: list[Example]
-    pinyin_vocab: Vocab  # the prepared data's vocabularies (a new run's; --init-from grows its own by them)
-    hanzi_vocab: Vocab
+
+    @property
+    def pinyin_vocab(self) -> Vocab:  # the prepared data's vocabularies (a new run's; --init-from grows its own)
+        return self.store.pinyin_vocab
+
+    @property
+    def hanzi_vocab(self) -> Vocab:
+        return self.store.hanzi_vocab
 
     @classmethod
     def read(cls, data_dir: Path) -> Splits:
-        """The splits and vocabularies of prepared data (see corpus.prepare)."""
-        return cls(data_dir, read_examples(data_dir / "train.tsv", trusted=True),
-                   read_examples(data_dir / "valid.tsv", trusted=True),
-                   load_vocab(data_dir / "pinyin_vocab.txt"), load_vocab(data_dir / "hanzi_vocab.txt"))
+        """The splits and vocabularies of prepared data (see data/corpus.py: prepare)."""
+        return cls(data_dir, TokenStore(data_dir), data_fingerprint(data_dir), read_split(data_dir, "valid"))
 
 
 @dataclass
