@@ -19,6 +19,7 @@ from pathlib import Path
 
 import yaml
 
+from pinyin_hanzi.data.inputs import names_user_text
 from pinyin_hanzi.data.sources import SOURCES, WORD_TABLES  # named corpus sources and word tables
 from pinyin_hanzi.errors import ConfigError
 from pinyin_hanzi.files import open_input
@@ -26,8 +27,11 @@ from pinyin_hanzi.files import open_input
 
 @dataclass
 class DataConfig:
-    corpus: str = "pd1998"  # one source: a name of sources.SOURCES (pd1998, ...) or a path to a .txt / .tsv file
-    sources: dict[str, float] = field(default_factory=dict)  # several sources -> weight; replaces corpus
+    corpus: str = "pd1998"  # one source: a name of sources.SOURCES (pd1998, ...) or your own text (as in sources)
+    sources: dict[str, float] = field(default_factory=dict)  # several sources -> weight; replaces corpus. A
+    # source is a name of sources.SOURCES or your own text: a file of plain text (.txt: a document a line) or
+    # of pinyin<TAB>hanzi pairs (.tsv), either also gzip-compressed (.txt.gz, .tsv.gz), a folder of such files
+    # (read recursively) or a glob (data/my_text/**/*.txt); a weight of 2 trains on each example twice
     phrase_pinyin: bool = False  # read polyphones with pypinyin-dict's phrase table (银行 yin hang)
     name: str = ""  # prepared-data folder name; defaults to the source's name, or the sources' names joined by +
     prepared_dir: str = "data/prepared"  # prepared splits, vocabularies and stats.json go to <prepared_dir>/<name>/
@@ -235,10 +239,10 @@ def validate_config(config: Config, where: str) -> None:
         if problem := range_problem("data.sources", weight):
             raise ConfigError(f"{where}: data.sources.{name}={shown(weight)} is invalid: expected a weight: {problem}")
     d, m, t, dec = config.data, config.model, config.train, config.decode
-    source_names = f"{', '.join(SOURCES)} or a path to a .txt/.tsv file"
-    check(d.corpus in SOURCES or d.corpus.endswith((".txt", ".tsv")), "data.corpus", source_names)
+    source_names = f"{', '.join(SOURCES)}, or your own text: a .txt/.tsv file (.gz too), a folder or a glob"
+    check(d.corpus in SOURCES or names_user_text(d.corpus), "data.corpus", source_names)
     for name, weight in d.sources.items():
-        if not (name in SOURCES or name.endswith((".txt", ".tsv"))):
+        if not (name in SOURCES or names_user_text(name)):
             raise ConfigError(f"{where}: data.sources has an unknown source {shown(name)}: expected {source_names}")
     check(not d.sources or any(d.sources.values()), "data.sources", "at least one weight > 0")
     check(d.valid_per_mille + d.test_per_mille < 1000, "data.test_per_mille", "valid + test < 1000")

@@ -164,3 +164,16 @@ def test_an_empty_config_file_is_an_error(tmp_path, text):
     path.write_text(text)
     with pytest.raises(ConfigError, match="is empty"):
         load_config(path)
+
+
+@pytest.mark.parametrize("source", ["my_text.txt", "chats.tsv.gz", "data/my_text/", "data/my_text/**/*.txt",
+                                    "notes/today", "*.txt"])
+def test_your_own_text_may_be_a_file_a_folder_or_a_glob(tmp_path, source):
+    path = _write(tmp_path, f"data:\n  sources:\n    {source!r}: 1.0\n    pd1998: 0.5\n")
+    assert load_config(path).data.sources == {source: 1.0, "pd1998": 0.5}
+
+
+def test_a_bare_unknown_source_name_is_taken_for_a_misspelt_one(tmp_path):
+    path = _write(tmp_path, "data:\n  sources:\n    pd1989: 1.0\n")
+    with pytest.raises(ConfigError, match="unknown source 'pd1989'.*a folder or a glob"):
+        load_config(path)

@@ -28,6 +28,14 @@ def is_text_file_name(name: str) -> bool:
     return name.lower().endswith(SUFFIXES)
 
 
+def names_user_text(name: str) -> bool:
+    """Whether a ``data.sources`` entry that is no named source names the user's own text: a text file
+    (:data:`SUFFIXES`), a glob, or a folder (a path with a slash, or an existing folder). A bare unknown word
+    is more likely a misspelt source name, and is not."""
+    return is_text_file_name(name) or bool(_GLOB_CHARACTERS & set(name)) or "/" in name or os.sep in name or (
+        Path(name).is_dir())
+
+
 def kind_of(path: Path) -> str:
     """How a file's lines are read: "tsv" (``pinyin<TAB>hanzi``) for .tsv and .tsv.gz, else "text"."""
     return "tsv" if path.name.lower().removesuffix(".gz").endswith(".tsv") else "text"
@@ -103,7 +111,8 @@ class TextLines:
     pipes: bool = False  # a named pipe is read too (once: preparation reads a corpus file more than once)
 
     def __iter__(self) -> Iterator[str]:
-        why = "" if self.pipes else ": preparation reads a corpus more than once, so name a file"
+        why = "" if self.pipes else (": preparation reads a corpus more than once (to fingerprint it, then to "
+                                     "annotate it), so name a file")
         with open_input(self.path, self.what, DataError, pipes=self.pipes, why=why) as raw:
             handle = gzip.GzipFile(fileobj=raw) if self.path.name.lower().endswith(".gz") else raw
             try:
