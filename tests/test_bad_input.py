@@ -302,14 +302,14 @@ CASES = [
          status=2, error=("corpus file not found:",)),
     Case("train: corpus that is a device", "train.py",
          ("--config", "{config}", "data.corpus={tmp}/zero.txt", "train.name=device_corpus"), status=2,
-         error=("corpus file ", "zero.txt is a character device, not a regular file: training reads a corpus more "
+         error=("corpus file ", "zero.txt is a character device, not a regular file: preparation reads a corpus more "
                 "than once",)),
     Case("train: corpus that is a named pipe", "train.py",
          ("--config", "{config}", "data.corpus={tmp}/fifo.txt", "train.name=fifo_corpus"), status=2,
          error=("fifo.txt is a named pipe (FIFO), not a regular file",)),
     Case("train: corpus that is a directory", "train.py",
          ("--config", "{config}", "data.corpus={tmp}/folder.txt", "train.name=folder_corpus"), status=2,
-         error=("cannot read corpus file ", "folder.txt: it is a directory",)),
+         error=("corpus folder ", "folder.txt holds no file ending in .txt, .tsv, .txt.gz, .tsv.gz",)),
     Case("train: corpus with a line longer than 1 MiB", "train.py",
          ("--config", "{config}", "data.corpus={tmp}/one_line.txt", "train.name=long_line_corpus"),
          files={"one_line.txt": "你好".encode() * 200_000}, status=2,

@@ -77,10 +77,8 @@ def annotate_shard(config, folder: Path, *, shard: tuple[int, int] = (0, 1), wor
     part = Part(folder)
     total = sum(_size(document) for _, _, document, _ in mine)
     workers = max(1, min(workers, total // UNIT_CHARACTERS))  # starting a worker costs more than a unit takes
-    if log is not None:
-        log(f"annotating {len(mine)} documents of {len(config.source_weights())} sources with {workers} worker"
-            f"{'s' if workers > 1 else ''}")
-    with _progress(total, "annotating", "char") as bar:
+    # Said on the bar, not logged: a failing preparation's error stays the only line of a log.
+    with _progress(total, f"annotating ({workers} worker{'s' if workers > 1 else ''})", "char") as bar:
         annotate_into(part, units(mine), workers=workers, max_len=config.max_len, held_out=config,
                       phrases=phrases, progress=bar.update)
     part.finish(fingerprint or {}, shard, converted)
