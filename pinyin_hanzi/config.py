@@ -94,7 +94,7 @@ class TrainConfig:
     language_models: list[str] = field(default_factory=list)  # the n-gram models counted from the training split
     # into every checkpoint, for beam search to fuse: "char" (the character n-gram model of decode.lm_order,
     # lm_min_count, lm_phrases; decoding weighs it by decode.lm_weight) and/or "word" (the word model of
-    # decode.word_table; weighed by decode.word_weight); [] = none (add one later with char_lm.py / word_lm.py)
+    # decode.word_table; weighed by decode.word_weight); [] = none (add one later: pinyin_hanzi.cli.char_lm/word_lm)
 
 
 PREFIX_MODES = ("auto", "on", "off")  # decode.prefixes
@@ -112,20 +112,20 @@ class DecodeConfig:
     # e o; n m as a clause) as an abbreviation: 啊 is always typed a, 爱 only when abbreviated (-log 0.3)
     clause_end: bool = True  # a line typed without final punctuation is decoded as a whole clause (virtual 。)
     lm_weight: float = 0.0  # weight of the character n-gram model in beam search scores (0: none; greedy never
-    # uses it; see char_lm.py); train.py counts the model when train.language_models has char, translate.py
+    # uses it; see lm/char_ngram.py); train.py counts the model when train.language_models has char, translate.py
     # --lm-weight overrides it
     lm_order: int = 3  # n of the character n-gram model, 1..4 (counted by train.py from the training split)
     lm_min_count: int = 1  # highest-order n-grams seen fewer times are left out of the n-gram model (smaller)
     lm_phrases: int = 0  # each entry of pypinyin-dict's phrase table is counted this many more times into the
     # n-gram model (idioms and terms the training text has seldom seen; 0: none); with lm_min_count m, m copies
     # keep every phrase's n-grams
-    word_weight: float = 0.0  # weight of the word model in beam search scores (word_lm.py: a word-frequency
+    word_weight: float = 0.0  # weight of the word model in beam search scores (lm/word.py: a word-frequency
     # table read as a model of the next character; 0: none; greedy decoding never uses it)
     word_table: str = "wordfreq-zh"  # the word-frequency table train.py counts it from (train.language_models: word):
-    # wordfreq-zh or subtlex-ch (sources.py)
+    # wordfreq-zh or subtlex-ch (data/sources.py)
     word_min_frequency: float = 1e-7  # words rarer than this share of the table are left out (a smaller model)
     word_contrast: float = 0.0  # 0..<1: the word model's scores are divided by those of its words' frequencies
-    # in the training split, mixed this much with the table's own (word_lm.py): words that the table's text
+    # in the training split, mixed this much with the table's own (lm/word.py): words that the table's text
     # uses more than the training text gain, the training text's own habits lose; 0: a plain word model
     reading_margin: float = 8.0  # with the n-gram model: readings of ambiguous letters whose prior is more
     # than this below the best reading's are not decoded (a heuristic; without the model an exact bound prunes)

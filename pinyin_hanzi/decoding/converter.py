@@ -85,7 +85,7 @@ class Converter:
     reading, and decode.abbreviation_penalty each letter typed alone that is a syllable itself (``a``: 啊)
     read as an abbreviation (a*: 爱 安 ...), since only an abbreviating user types 爱 so. With ``char_lm``
     and decode.lm_weight > 0, beam search fuses the character n-gram model (search.py), and with ``word_lm``
-    and decode.word_weight > 0 the word model (word_lm.py); then readings whose prior is more than
+    and decode.word_weight > 0 the word model (lm/word.py); then readings whose prior is more than
     decode.reading_margin below the best one's are not decoded.
 
     decode.prefixes "auto" reads letters that begin a syllable as any syllable they begin (``bei j``,

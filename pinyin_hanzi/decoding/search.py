@@ -5,7 +5,7 @@ One step loop, :func:`beam_search`, in the manner of OpenNMT-py's ``beam_search.
 - :class:`Constraint`: the characters each position may take (the lexicon's lists of a syllable's hanzi,
   or any character when unconstrained);
 - :class:`NgramFusion`: shallow fusion of models of the next character given the ones before it (the
-  character n-gram model of char_lm.py, the word model of word_lm.py), wherever a search is given one.
+  character n-gram model of lm/char_ngram.py, the word model of lm/word.py), wherever a search is given one.
 
 The search runs what it is given: which beam, constraint and fusion a call uses is decided once, in
 settings.py (greedy conversion, for one, is given no fusion).
