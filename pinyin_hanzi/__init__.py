@@ -9,7 +9,7 @@ __all__ = ["Candidate", "Converter"]
 
 def __getattr__(name: str):
     if name in __all__:
-        from pinyin_hanzi.decoding import converter
+        from pinyin_hanzi.decoding import converter  # on first use: importing the package loads no torch
 
         return getattr(converter, name)
     raise AttributeError(f"module 'pinyin_hanzi' has no attribute {name!r}")

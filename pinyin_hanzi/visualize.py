@@ -29,7 +29,7 @@ CJK_FONT_NAMES = ("Noto Sans CJK SC", "Noto Sans CJK JP", "Noto Sans SC", "Sourc
 
 
 def _pyplot():
-    import matplotlib
+    import matplotlib  # matplotlib (~0.5 s) only when a figure is drawn, not for a model summary
 
     matplotlib.use("Agg")  # files only, no display needed
     import matplotlib.pyplot as plt
@@ -42,7 +42,7 @@ def cjk_font() -> str | None:
     """Name of an installed font that has hanzi, or None. matplotlib lists the fonts it found when it first
     ran, from a cache file, so a font installed since then is not in that list: when the list has no CJK
     font, the system's font folders are scanned once more (:func:`_add_new_system_fonts`) before giving up."""
-    from matplotlib import font_manager
+    from matplotlib import font_manager  # as in _pyplot: only when drawing
 
     return _known_cjk_font(font_manager.fontManager) or _add_new_system_fonts(font_manager)
 
@@ -66,7 +66,7 @@ def _add_new_system_fonts(font_manager) -> str | None:
                 continue
     found = _known_cjk_font(manager)
     if found is not None:
-        import matplotlib
+        import matplotlib  # as in _pyplot
 
         cache = Path(matplotlib.get_cachedir()) / f"fontlist-v{font_manager.FontManager.__version__}.json"
         try:

@@ -51,7 +51,7 @@ def check_image_path(parser, option: str, name: str) -> None:
     name, with another it would fail."""
     from pathlib import Path
 
-    from matplotlib.backend_bases import FigureCanvasBase
+    from matplotlib.backend_bases import FigureCanvasBase  # matplotlib only for the tools that draw
 
     formats = FigureCanvasBase.get_supported_filetypes()
     if Path(name).is_dir():
@@ -83,7 +83,7 @@ def load_converter(checkpoint: str | None = None, *, device: str = "cpu", lm_wei
     on stderr, and so are notes about decoding (a weight given for a model the checkpoint lacks), so that
     standard output holds only results. CheckpointError or ConfigError (one line) as
     :meth:`~pinyin_hanzi.decoding.converter.Converter.from_checkpoint` raises them."""
-    from pinyin_hanzi.decoding.converter import Converter, resolve_checkpoint
+    from pinyin_hanzi.decoding.converter import Converter, resolve_checkpoint  # torch: after the arguments' errors
 
     path, origin = resolve_checkpoint(checkpoint)
     if checkpoint is None:

@@ -9,7 +9,7 @@ from pinyin_hanzi.cli import run
 
 
 def _main(argv) -> int:
-    from pinyin_hanzi.config_docs import config_reference
+    from pinyin_hanzi.config_docs import config_reference  # not needed for --help
 
     sys.stdout.buffer.write(config_reference().encode("utf-8"))
     return 0

@@ -12,6 +12,7 @@ from pinyin_hanzi.errors import DataError
 
 
 def _main(argv) -> int:
+    # matplotlib and torch: after the arguments are checked
     from pinyin_hanzi.visualize import DEFAULT_PE_DIMS, positional_encoding_figure, save_figure
 
     parser = argparse.ArgumentParser(prog="python -m pinyin_hanzi.cli.positional_encoding",

@@ -55,7 +55,7 @@ def _train(argv) -> int:
     config = load_config(args.config, args.overrides)
     if args.prepare_only:
         return _prepare(config, args)
-    from pinyin_hanzi.training.recipe import train
+    from pinyin_hanzi.training.recipe import train  # torch and the model: after the config's errors
 
     # What messages name as the way to go on (--resume, or the same command again).
     command = shlex.join(["python", "train.py", "--config", args.config, *args.overrides])

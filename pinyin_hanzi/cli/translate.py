@@ -32,7 +32,7 @@ def _read_pairs(name: str):
     dropped silently. DataError if the file is missing, unreadable, not UTF-8 or has no usable line."""
     from collections import Counter
 
-    from pinyin_hanzi.data.corpus import read_examples
+    from pinyin_hanzi.data.corpus import read_examples  # --evaluate only: plain conversion starts without it
 
     path = Path(name)
     if not path.exists():
@@ -58,6 +58,7 @@ def _evaluate(converter, args, options: dict, examples, other=None) -> int:
     """Score the conversion of a prepared split (``args.evaluate`` is train/valid/test or test.<source>)
     or of ``examples`` read from the user's file, with the command line's ``options``; with ``other``
     (--compare), score both on it side by side."""
+    # --evaluate only: plain conversion starts without the data and evaluation modules
     from pinyin_hanzi.data.corpus import prepared_split, read_examples
     from pinyin_hanzi.evaluation.evaluate import compare_file, evaluate_file
 
@@ -161,7 +162,7 @@ def _convert_and_print(converter, lines: list[str], options: dict, printer: _Pri
 
 
 def _draw_attention(converter, line: str, options: dict, args) -> None:
-    from pinyin_hanzi.visualize import save_figure, sentence_attention
+    from pinyin_hanzi.visualize import save_figure, sentence_attention  # matplotlib: --attention only
 
     best = converter.convert_lines([line], **options)[0][0]
     if not best.text:

@@ -203,7 +203,7 @@ def _read_hk(raw_dir: Path) -> list[Document]:
 
 
 def _read_phrases(raw_dir: Path) -> list[Document]:
-    from pinyin_hanzi.text.pinyin import toneless
+    from pinyin_hanzi.text.pinyin import toneless  # pypinyin's tables: only when a phrase table is read
 
     pairs = [(phrase, [toneless(readings[0]) for readings in value])
              for phrase, value in phrase_table(raw_dir).items()]

@@ -175,7 +175,7 @@ def inference_device(device) -> torch.device:
     picks CUDA, then MPS, then the CPU. ConfigError (one line) for a name torch does not know, a kind of device
     that cannot convert (meta, xla, ...), or one this machine lacks (cuda without CUDA, cuda:3 on a machine
     with two)."""
-    from pinyin_hanzi.runtime import select_device
+    from pinyin_hanzi.runtime import select_device  # torch: the other checks answer without it
 
     if isinstance(device, str) and device == "auto":
         return select_device("auto")

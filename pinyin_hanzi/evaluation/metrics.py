@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import random
 from typing import Sequence
 
 from pinyin_hanzi.text.pinyin import is_hanzi
@@ -47,7 +48,6 @@ def paired_difference(errors: Sequence[int], other_errors: Sequence[int], length
     fixed seed, so a run repeats exactly), better and worse (sentences where the other system has fewer or
     more errors). Sentences, not characters, are resampled because a sentence's errors go together: one
     wrong word is two wrong characters. ValueError for sequences of different lengths or none."""
-    import random
 
     if not len(errors) == len(other_errors) == len(lengths) or not lengths:
         raise ValueError(f"need the errors of the same sentences, got {len(errors)}, {len(other_errors)} "

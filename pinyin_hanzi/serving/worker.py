@@ -228,7 +228,7 @@ def _worker(conn, checkpoint: str | None, device: str, threads: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     import torch  # the model process's own: the server process, which imports this module, never loads torch
 
-    from pinyin_hanzi import Converter
+    from pinyin_hanzi import Converter  # the model process's own, as torch above
 
     torch.set_num_threads(threads)
     try:
