@@ -33,7 +33,8 @@ def _train(argv) -> int:
                         help="start afresh even if checkpoints/<train.name>/ already holds a run")
     data = parser.add_argument_group("preparing the data (python train.py --config X --prepare-only ...)")
     data.add_argument("--workers", type=int, metavar="N",
-                      help=f"processes that annotate the corpus when it is prepared (default: all {default_workers()} cores)")
+                      help=f"processes that annotate the corpus when it is prepared "
+                           f"(default: all {default_workers()} cores)")
     data.add_argument("--shard", metavar="I/N", type=_shard,
                       help="with --prepare-only: annotate this machine's share of the corpus files (1/2, 2/2, ...) "
                            "into <prepared_dir>/<name>.parts/; then --merge")

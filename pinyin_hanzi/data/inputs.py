@@ -103,8 +103,8 @@ def check_user_source(name: str) -> list[Path]:
 class TextLines:
     """The lines of a UTF-8 text file, gzip-compressed or not, read one at a time each time it is iterated (a
     byte-order mark dropped; lines end as ``str.splitlines`` ends them). DataError (one line) naming the file
-    if it is missing, unreadable, not a regular file (nor a named pipe, with ``pipes``), not UTF-8, a broken gzip stream, or has a line longer
-    than :data:`MAX_LINE_BYTES`."""
+    if it is missing, unreadable, not a regular file (nor a named pipe, with ``pipes``), not UTF-8, a broken
+    gzip stream, or has a line longer than :data:`MAX_LINE_BYTES`."""
 
     path: Path
     what: str = "corpus file"
