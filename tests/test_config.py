@@ -3,8 +3,10 @@ from pathlib import Path
 
 import pytest
 
+from pinyin_hanzi.checkpoint import CONFIG_KEY, load_checkpoint
 from pinyin_hanzi.config import SECTIONS, Config, config_from_dict, load_config
 from pinyin_hanzi.config_docs import config_reference, field_docs
+from pinyin_hanzi.decoding.converter import SHIPPED_MODEL
 from pinyin_hanzi.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -16,7 +18,7 @@ def _write(tmp_path, text):
     return path
 
 
-@pytest.mark.parametrize("name", ["quickstart.yaml", "base.yaml", "mix_small.yaml", "everyday.yaml"])
+@pytest.mark.parametrize("name", ["quickstart.yaml", "base.yaml", "mix_small.yaml", "everyday.yaml", "finetune.yaml"])
 def test_shipped_configs_load(name):
     config = load_config(ROOT / "configs" / name)
     assert config.model.d_model % config.model.n_heads == 0
@@ -26,6 +28,19 @@ def test_the_everyday_config_continues_the_shipped_network():
     # --init-from needs equal model sections: everyday.yaml starts from the shipped model's weights
     everyday, mix = (load_config(ROOT / "configs" / name) for name in ("everyday.yaml", "mix_small.yaml"))
     assert everyday.model == mix.model
+
+
+def test_the_finetune_config_continues_the_shipped_model_as_it_was_trained_and_decodes():
+    # --init-from refuses a model section other than the checkpoint's. Abbreviations, phrase readings, clause
+    # length and decoding as the shipped model had them: the fine-tuned model is the shipped one, continued.
+    shipped = load_checkpoint(SHIPPED_MODEL)[CONFIG_KEY]
+    finetune = load_config(ROOT / "configs" / "finetune.yaml").to_dict()
+    assert finetune["model"] == shipped["model"]
+    assert {key: finetune["decode"][key] for key in shipped["decode"]} == shipped["decode"]
+    same_data = ("phrase_pinyin", "max_len", "min_char_count", "abbreviate")
+    assert {key: finetune["data"][key] for key in same_data} == {key: shipped["data"][key] for key in same_data}
+    assert "data/domain/libreoffice/train.txt" in finetune["data"]["sources"]
+    assert finetune["train"]["lr"] < shipped["train"]["lr"] and finetune["train"]["max_steps"] <= 2000
 
 
 def test_overrides_are_typed():
