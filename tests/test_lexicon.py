@@ -115,7 +115,7 @@ def test_corpus_punctuation_that_spells_key_syntax_is_a_literal_token():
     # '*' and '|' reach the pinyin vocabulary from corpus text; they are not an empty prefix or fuzzy key.
     for token in ("*", "|", "**", "a|*"):
         assert Lexicon.characters(token) == (token,)
-        assert Lexicon.syllable_of(token, token) == token
+        assert Lexicon(HANZI).syllable_of(token, token) == token
     vocab = Vocab(list(SPECIALS) + ["ni", "*", "|", "zho*"])
     table = Lexicon(HANZI).for_vocab(vocab)  # raised for '*' before
     assert len(table) > 0

@@ -69,10 +69,14 @@ class WordLexiconLM:
     must keep."""
 
     def __init__(self, vocab_size: int, word_keys: torch.Tensor, word_log_probs: torch.Tensor,
-                 is_word_char: torch.Tensor, window: int = 6, background_log_probs: torch.Tensor | None = None):
-        """word_keys (w,) sorted int64 keys of the words (see :func:`_key`), word_log_probs (w,) their log
+                 is_word_char: torch.Tensor, window: int = 6, background_log_probs: torch.Tensor | None = None,
+                 prefix_table: tuple[torch.Tensor, torch.Tensor] | None = None):
+        """word_keys (w,) sorted int64 keys of the words (see :func:`word_key`), word_log_probs (w,) their log
         frequencies (normalised), is_word_char (v,) bool: the hanzi of the vocabulary; background_log_probs
-        (w,) the same words' log frequencies in the background, or None."""
+        (w,) the same words' log frequencies in the background, or None; prefix_table: sorted keys (p,) of
+        the words' beginnings and their log masses (p, m), one column per model, where a caller sets them
+        itself (a user dictionary credits a word's beginnings as they are typed: user_words.py), else
+        derived from the words (:meth:`_prefix_table`)."""
         if vocab_size ** MAX_WORD_LEN * (MAX_WORD_LEN + 1) >= 2**63:
             raise ValueError(f"{vocab_size} characters do not fit in int64 keys of {MAX_WORD_LEN}-character words")
         self.vocab_size, self.window, self.order = vocab_size, window, window + 1
@@ -83,7 +87,7 @@ class WordLexiconLM:
         # One column per model (the table's, the background's): the two share every key lookup.
         columns = [self.word_log_probs] + ([self.background_log_probs] if self.has_background else [])
         self._word_columns = torch.stack(columns, dim=1)  # (w, m)
-        self.prefix_keys, self._prefix_columns = self._prefix_table()
+        self.prefix_keys, self._prefix_columns = prefix_table if prefix_table is not None else self._prefix_table()
 
     @property
     def has_background(self) -> bool:
@@ -135,7 +139,8 @@ class WordLexiconLM:
             counted = sum(counts.values()) or 1
             background_log_probs = torch.tensor([math.log(contrast * counts.get(word, 0) / counted
                                                           + (1 - contrast) * share) for word, share in shares.items()])
-        keys = torch.tensor([_key(hanzi_vocab.encode(word), len(hanzi_vocab)) for word in shares], dtype=torch.long)
+        keys = torch.tensor([word_key(hanzi_vocab.encode(word), len(hanzi_vocab)) for word in shares],
+                            dtype=torch.long)
         log_probs = torch.tensor([math.log(share) for share in shares.values()])
         order = keys.argsort()
         return cls(len(hanzi_vocab), keys[order], log_probs[order], is_word_char, window,
@@ -280,7 +285,7 @@ def segment_counts(texts: Iterable[str], shares: Mapping[str, float]) -> Counter
     return counts
 
 
-def _key(ids: list[int], vocab_size: int) -> int:
+def word_key(ids: list[int], vocab_size: int) -> int:
     """The key of a span of hanzi ids: its ids as base-v digits, oldest first, plus its length's offset."""
     key = 0
     for id_ in ids:

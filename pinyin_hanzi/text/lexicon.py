@@ -28,12 +28,14 @@ from __future__ import annotations
 
 import functools
 import re
+from typing import Iterable, Mapping
 
 import torch
 from torch.nn.utils.rnn import pad_sequence
 
 from pinyin_hanzi.data.vocab import PAD_ID, SPECIALS, UNK_ID, Vocab
 from pinyin_hanzi.text.pinyin import syllable_table, syllables, toned_syllable_table, usual_readings
+from pinyin_hanzi.text.pieces import split_key
 from pinyin_hanzi.text.typed_input import is_literal_key, is_syllable_set_key, key_syllables, literal_key
 
 PAD_ROW = 0  # the row of positions past the end of a sequence: only <pad>, with probability 1
@@ -74,8 +76,12 @@ class Lexicon:
     """Constraint key -> allowed hanzi ids, as rows of a boolean (n_rows, v) table; row :data:`PAD_ROW`
     allows <pad> alone. Rows are added as keys are first asked for."""
 
-    def __init__(self, hanzi_vocab: Vocab):
+    def __init__(self, hanzi_vocab: Vocab, readings: Mapping[str, Iterable[tuple[str, int | None]]] | None = None):
+        """``readings``: toneless syllable -> (character, tone 1..5 or None: any) of readings to allow besides
+        the reading tables' (a user dictionary's, lm/user_words.py): each character may then stand for a key
+        of that syllable (with that tone, where the key has one) as if the tables listed it."""
         self.hanzi_vocab = hanzi_vocab
+        self.readings = {syllable: tuple(entries) for syllable, entries in (readings or {}).items()}
         self.unconstrained = torch.ones(len(hanzi_vocab), dtype=torch.bool)  # (v,): any character but specials
         self.unconstrained[: len(SPECIALS)] = False
         pad_only = torch.zeros(len(hanzi_vocab), dtype=torch.bool)
@@ -109,24 +115,26 @@ class Lexicon:
         found.update((variant[1], None) for variant in key.split("|") if is_literal_key(variant))
         return tuple(found) or (key,)
 
-    @staticmethod
-    def syllable_of(char: str, key: str) -> str:
+    def syllable_of(self, char: str, key: str) -> str:
         """The syllable of ``key`` that ``char`` was chosen as: for a prefix or fuzzy key the first of its
-        syllables (:func:`key_syllables`, toned if the key is) that ``char`` has among its characters, else
-        its first syllable (a fallback, or unconstrained output); for a syllable key the key itself; for a
-        literal key the character."""
+        syllables (:func:`key_syllables`, toned if the key is) that ``char`` has among its characters (or among
+        the added :attr:`readings`), else its first syllable (a fallback, or unconstrained output); for a
+        syllable key the key itself; for a literal key the character."""
         if is_literal_key(key):
             return char
         if not is_syllable_set_key(key):
             return key
         syllables = key_syllables(key) or key_syllables(_TONE.sub("", key))
-        found = next((syllable for syllable in syllables if char in _character_set(syllable)), None)
+        found = next((syllable for syllable in syllables if char in _character_set(syllable)
+                      or (self.readings and char in self._added_characters(syllable))), None)
         return found or (syllables[0] if syllables else key)
 
     def row(self, key: str) -> int:
         """The table row of ``key``, added on first use."""
         if key not in self.rows:
             chars = self.characters(key)
+            if self.readings:
+                chars = tuple(dict.fromkeys(chars + self._added_characters(key)))
             mask = torch.zeros(len(self.hanzi_vocab), dtype=torch.bool)
             ids = [self.hanzi_vocab.ids[char] for char in chars if char in self.hanzi_vocab]
             mask[ids if ids else [UNK_ID]] = True
@@ -136,6 +144,16 @@ class Lexicon:
             self.fallbacks.append(None if ids else chars[0])
             self._table = None
         return self.rows[key]
+
+    def _added_characters(self, key: str) -> tuple[str, ...]:
+        """The characters of :attr:`readings` that may stand for ``key``: a reading without a tone stands for
+        its syllable in any tone."""
+        found = []
+        for syllable in key_syllables(key):
+            base, tone = split_key(syllable)
+            found += [char for char, char_tone in self.readings.get(base, ())
+                      if not tone or char_tone is None or char_tone == int(tone)]
+        return tuple(found)
 
     def fallback(self, key: str) -> str | None:
         """The character ``key`` becomes without the model (none of its characters is in the vocabulary),
