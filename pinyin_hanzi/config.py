@@ -137,6 +137,11 @@ class DecodeConfig:
     # the other; [] = none); translate.py --fuzzy overrides it
     shuangpin: str = ""  # read typed letters as double-pinyin key pairs of this layout (microsoft, ziranma,
     # xiaohe, sogou, abc, guobiao, ziguang, pinyinjiajia; "" = full pinyin); translate.py --shuangpin overrides it
+    user_words: str = ""  # a user dictionary (a file: one word a line, optionally its pinyin and a weight; see
+    # user_words.py): its words are preferred wherever the typed syllables allow them, with no training; read
+    # when a converter is made ("" = none); translate.py and serve.py --user-words override it
+    user_weight: float = 2.0  # weight of the user dictionary's word model in the search: a finished user word
+    # of L characters (weight 1) gains about user_weight x L; 0: the dictionary only adds its readings
 
 
 @dataclass
@@ -170,7 +175,7 @@ LIMITS: dict[str, tuple[float, float]] = {
     "decode.abbreviation_penalty": (0, 1000),
     "decode.lm_weight": (0, 100), "decode.lm_order": (1, 4), "decode.lm_min_count": (1, 10**9),
     "decode.lm_phrases": (0, 1000), "decode.word_weight": (0, 100), "decode.word_min_frequency": (0, 1),
-    "decode.word_contrast": (0, 1), "decode.reading_margin": (0, 1000),
+    "decode.word_contrast": (0, 1), "decode.reading_margin": (0, 1000), "decode.user_weight": (0, 100),
 }
 MAX_NBEST = 50  # the most candidates per line the Converter and translate.py --nbest give (not a config key)
 

@@ -77,18 +77,20 @@ def write_output(text: str) -> None:
 
 
 def load_converter(checkpoint: str | None = None, *, device: str = "cpu", lm_weight: float | None = None,
-                   word_weight: float | None = None):
+                   word_weight: float | None = None, user_words: str | None = None, user_weight: float | None = None):
     """The Converter every tool converts with: ``checkpoint``, else the one $PINYIN_HANZI_CHECKPOINT names,
     else the shipped model (see :func:`pinyin_hanzi.decoding.converter.resolve_checkpoint`). A default model is named
     on stderr, and so are notes about decoding (a weight given for a model the checkpoint lacks), so that
-    standard output holds only results. CheckpointError or ConfigError (one line) as
-    :meth:`~pinyin_hanzi.decoding.converter.Converter.from_checkpoint` raises them."""
+    standard output holds only results, and the user dictionary's note on what it left out. CheckpointError,
+    ConfigError or DataError (one line) as :meth:`~pinyin_hanzi.decoding.converter.Converter.from_checkpoint`
+    raises them."""
     from pinyin_hanzi.decoding.converter import Converter, resolve_checkpoint  # torch: after the arguments' errors
 
     path, origin = resolve_checkpoint(checkpoint)
     if checkpoint is None:
         print(f"using {origin}: {path}", file=sys.stderr, flush=True)
     return Converter.from_checkpoint(path, device=device, lm_weight=lm_weight, word_weight=word_weight,
+                                     user_words=user_words, user_weight=user_weight,
                                      log=lambda note: print(note, file=sys.stderr, flush=True))
 
 

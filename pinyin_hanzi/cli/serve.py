@@ -43,6 +43,10 @@ def _parser() -> argparse.ArgumentParser:
                         help="also answer requests whose Host header is NAME (repeatable; '*': any). By default "
                              "only localhost, 127.0.0.1, [::1] and the --host address are answered, so that a "
                              "web page cannot reach the service through a DNS name of its own")
+    parser.add_argument("--user-words", metavar="FILE",
+                        help="a user dictionary (one word a line, optionally its pinyin and a weight): its words "
+                             "are preferred where the syllables allow them ('none': none; default: the "
+                             "checkpoint's decode.user_words)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch intra-op threads of the model process (default 1: the server needs a core "
@@ -91,6 +95,8 @@ def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> No
                           ("--body-timeout", args.body_timeout, 0.05, 3600),
                           ("--keep-alive-timeout", args.keep_alive_timeout, 0.05, 3600),
                           ("--send-timeout", args.send_timeout, 0.05, 3600)])
+    if args.user_words == "none":
+        args.user_words = ""
     if args.workers > 1 and args.worker == "thread":
         parser.error(f"--workers {args.workers}: 1 with --worker thread")
     for name in args.allow_host:
@@ -142,9 +148,10 @@ def _load_model(args: argparse.Namespace):
         import torch  # only here: with model processes (the default) the server process never loads torch
 
         torch.set_num_threads(args.threads)
-        model = load_converter(args.checkpoint, device=args.device)
+        model = load_converter(args.checkpoint, device=args.device, user_words=args.user_words)
         return model, getattr(model, "checkpoint", None)
-    model = [ModelProcess(args.checkpoint, device=args.device, threads=args.threads) for _ in range(args.workers)]
+    model = [ModelProcess(args.checkpoint, device=args.device, threads=args.threads, user_words=args.user_words)
+             for _ in range(args.workers)]
     try:
         for process in model:
             process.launch()  # it loads the model while this process imports the web stack

@@ -224,6 +224,10 @@ def _fail_fast(args) -> None:
             check_checkpoint_path(path)  # CheckpointError for a missing file or a directory
     if args.evaluate is None and not args.text:  # lines come from --input FILE or standard input
         check_input(args.input or "-")
+    for path in {args.user_words, args.compare_user_words} - {None, ""}:
+        from pinyin_hanzi.lm.user_words import UserWords
+
+        UserWords.read(path)  # DataError for a missing file or one without a usable word
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -259,6 +263,13 @@ def _add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--word-weight", type=float, metavar="W",
                         help="weight of the checkpoint's word model in beam search (default: its decode.word_weight; "
                              "0: none; greedy decoding never uses it)")
+    parser.add_argument("--user-words", metavar="FILE",
+                        help="a user dictionary: one word a line, optionally its pinyin and a weight; its words are "
+                             "preferred where the syllables allow them ('none': none; default: the checkpoint's "
+                             "decode.user_words)")
+    parser.add_argument("--user-weight", type=float, metavar="W",
+                        help="weight of the user dictionary in the search: about W per character of a user word "
+                             "(default: the checkpoint's decode.user_weight)")
     parser.add_argument("--fuzzy", action="append", metavar="PAIRS",
                         help=f"fuzzy pinyin pairs, comma-separated or repeated (z-zh,n-l; 'none' for none); "
                              f"known: {', '.join(FUZZY_PAIRS)} (default: the checkpoint's decode.fuzzy)")
@@ -296,6 +307,9 @@ def _add_evaluation_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--compare", metavar="CHECKPOINT",
                         help="with --evaluate: also convert with CHECKPOINT (same decoding options) and report the "
                              "CER difference sentence by sentence, with a 95%% bootstrap interval")
+    parser.add_argument("--compare-user-words", metavar="FILE",
+                        help="with --compare: the user dictionary of the --compare model ('none': none; default: "
+                             "--user-words), e.g. one model with and without a dictionary")
     parser.add_argument("--unsegmented", action="store_true", help="with --evaluate: type syllables run together")
     parser.add_argument("--abbreviate", type=float, default=0.0, metavar="P",
                         help="with --evaluate: type this share (0-1) of syllables as their initial (b for bei), "
@@ -320,6 +334,7 @@ def _parse(argv) -> argparse.Namespace:
                           ("--batch-size", args.batch_size, *LIMITS["decode.batch_sentences"]),
                           ("--lm-weight", args.lm_weight, *LIMITS["decode.lm_weight"]),
                           ("--word-weight", args.word_weight, *LIMITS["decode.word_weight"]),
+                          ("--user-weight", args.user_weight, *LIMITS["decode.user_weight"]),
                           ("--threads", args.threads, 0, max_threads()), ("--abbreviate", args.abbreviate, 0, 1)])
     if args.attention is not None:
         check_image_path(parser, "--attention", args.attention)
@@ -327,6 +342,7 @@ def _parse(argv) -> argparse.Namespace:
             ("--abbreviate", "--evaluate", args.abbreviate and args.evaluate is None),
             ("--abbreviate-as", "--abbreviate", args.abbreviate_as != "initial" and not args.abbreviate),
             ("--compare", "--evaluate", args.compare is not None and args.evaluate is None),
+            ("--compare-user-words", "--compare", args.compare_user_words is not None and args.compare is None),
             ("--attention", "pinyin text to convert", args.attention is not None and not args.text)):
         if alone:
             parser.error(f"{option} needs {needs}")
@@ -336,6 +352,9 @@ def _parse(argv) -> argparse.Namespace:
         if unknown:
             parser.error(f"--fuzzy: unknown pair {shown(unknown[0])} (known: {', '.join(FUZZY_PAIRS)})")
         args.fuzzy = frozenset(names)
+    for name in ("user_words", "compare_user_words"):  # 'none' as --fuzzy and --shuangpin take it: ""
+        if getattr(args, name) in ("none", ""):
+            setattr(args, name, "")
     return args
 
 
@@ -354,10 +373,13 @@ def _translate(argv) -> int:
     user_pairs = None
     if args.evaluate is not None and not _is_prepared_split(args.evaluate):
         user_pairs = _read_pairs(args.evaluate)  # before loading the model: a bad file fails at once
-    weights = {"device": args.device, "lm_weight": args.lm_weight, "word_weight": args.word_weight}
+    weights = {"device": args.device, "lm_weight": args.lm_weight, "word_weight": args.word_weight,
+               "user_words": args.user_words, "user_weight": args.user_weight}
     converter = load_converter(args.checkpoint, **weights)
     options = _conversion_options(args)
     if args.evaluate is not None:
+        if args.compare_user_words is not None:
+            weights["user_words"] = args.compare_user_words
         other = load_converter(args.compare, **weights) if args.compare is not None else None
         return _evaluate(converter, args, options, user_pairs, other)
     # On a terminal a person reads the n best one per line; piped, a program reads one line per input line.

@@ -121,7 +121,8 @@ def decode_changes(method: str, changes: dict) -> dict:
     """``changes`` (DecodeConfig field -> a value as the Python API takes it; None: left as it is) as
     DecodeConfig values, each checked as a config file's value is: ``prefixes`` True, False or a mode of
     decode.prefixes ("auto", "on", "off") -> the mode; ``fuzzy`` pair names (any iterable, or one name) -> a
-    list; ``shuangpin`` a layout's name or "" (full pinyin). ConfigError (one line, naming the argument) for a
+    list; ``shuangpin`` a layout's name or "" (full pinyin); ``user_words`` a path (a str or Path; "" none) -> a
+    str. ConfigError (one line, naming the argument) for a
     number outside its decode.* range (config.LIMITS), a flag that is not a bool or text that is no str;
     DataError for ``fuzzy`` or ``shuangpin`` of the wrong type (unknown names are refused where they are read,
     listing the known ones); TypeError for a name DecodeConfig lacks, as Python reports a misspelt keyword."""
@@ -140,6 +141,10 @@ def decode_changes(method: str, changes: dict) -> dict:
             value = [names] if isinstance(names, str) else list(names)
         elif name == "shuangpin":
             typing_options(method, None, value)
+        elif name == "user_words" and isinstance(value, os.PathLike) and not isinstance(value, bytes):
+            value = os.fspath(value)  # a path, as from_checkpoint takes one
+            if not isinstance(value, str):
+                raise ConfigError(f"{method}(): user_words={shown(value)} is invalid: expected a str or Path")
         elif kind in ("int", "float"):
             check_range(f"decode.{name}", value, name)
             value = float(value) if kind == "float" else value  # as a config file's 1 becomes 1.0

@@ -35,6 +35,7 @@ from pinyin_hanzi.decoding.settings import SearchSettings, TypingOptions
 from pinyin_hanzi.errors import ConfigError, DataError
 from pinyin_hanzi.lm.char_ngram import CharNgramLM
 from pinyin_hanzi.lm.syllable import SyllableBigrams
+from pinyin_hanzi.lm.user_words import UserWords
 from pinyin_hanzi.lm.word import WordLexiconLM
 from pinyin_hanzi.models.transformer import Transformer
 from pinyin_hanzi.text.lexicon import PAD_ROW, Lexicon, token_key
@@ -115,13 +116,15 @@ class Converter:
         device = arguments.inference_device(device)
         self.model = model.to(device).eval()
         self.pinyin_vocab, self.hanzi_vocab, self.device = pinyin_vocab, hanzi_vocab, device
-        self.lexicon = Lexicon(hanzi_vocab)
         self.char_lm, self.word_lm = char_lm, word_lm
         self.config, self.checkpoint = config, checkpoint
         self.trained_with_prefixes = any(token in pinyin_vocab.ids for token in PREFIX_TOKENS)
         self.typing_options()  # an unknown fuzzy pair or layout fails here, not at the first conversion
         if settings:  # a checkpoint's config was checked on loading; these are checked as a file's keys are
             validate_config(Config(decode=self.decode), "Converter()")
+        self.user_words = UserWords.read(self.decode.user_words) if self.decode.user_words else None
+        self.user_lm = self.user_words.model(hanzi_vocab) if self.user_words is not None else None
+        self.lexicon = Lexicon(hanzi_vocab, self.user_words.lexicon_readings() if self.user_words else None)
         # Training clauses end with their punctuation; typed input usually has none. Without it the model
         # reads the last syllable as the middle of a clause (ba -> 八, not 吧), so a line that ends in a
         # syllable is decoded with a virtual 。 after it, which is dropped from the output.
@@ -141,18 +144,22 @@ class Converter:
 
     @classmethod
     def from_checkpoint(cls, path: str | Path | None = None, *, device: str = "cpu", lm_weight: float | None = None,
-                        word_weight: float | None = None, log: Callable[[str], None] | None = None) -> Converter:
+                        word_weight: float | None = None, user_words: str | Path | None = None,
+                        user_weight: float | None = None, log: Callable[[str], None] | None = None) -> Converter:
         """A converter for the checkpoint at ``path`` (None: see :func:`resolve_checkpoint`), with its
         decode settings (decode.prefixes, decode.fuzzy and decode.shuangpin included; a checkpoint older
         than them reads full pinyin, with prefixes on only for a model trained with abbreviations), syllable
-        model, character n-gram model and word model. ``lm_weight`` and ``word_weight`` replace the
-        checkpoint's decode.lm_weight and decode.word_weight (``config.decode`` then holds them too); ``log``
-        receives a note when such a weight is > 0 but the checkpoint has no such model. ``device``: cpu,
+        model, character n-gram model and word model. ``lm_weight``, ``word_weight``, ``user_words`` (a user
+        dictionary's path, "" none) and ``user_weight`` replace the checkpoint's decode.* keys of those names
+        (``config.decode`` then holds them too); ``log`` receives a note when such a weight is > 0 but the
+        checkpoint has no such model, and the user dictionary's note on what it left out. ``device``: cpu,
         cuda, cuda:N, mps or auto. Raises CheckpointError (one line) for a missing or unreadable checkpoint
         or a path that is no str or Path, ConfigError for a device that is no device or not available here,
-        or an argument of the wrong type, before the checkpoint is read."""
+        or an argument of the wrong type, before the checkpoint is read; DataError for a user dictionary
+        that is missing, unreadable or has no usable word."""
         arguments.loading_options("from_checkpoint", path=path, log=log)
-        weights = arguments.decode_changes("from_checkpoint", {"lm_weight": lm_weight, "word_weight": word_weight})
+        weights = arguments.decode_changes("from_checkpoint", {"lm_weight": lm_weight, "word_weight": word_weight,
+                                                               "user_words": user_words, "user_weight": user_weight})
         device = arguments.inference_device(device)
         path, _ = resolve_checkpoint(path)
         parts = load_for_inference(path)
@@ -161,15 +168,20 @@ class Converter:
                                           (config.decode.word_weight, parts.word_lm, "word model", "word_lm")):
             if weight > 0 and model is None and log is not None:
                 log(f"note: {path} has no {what}: decoding without one (add one with python -m pinyin_hanzi.cli.{tool})")
-        return cls(parts.model, parts.pinyin_vocab, parts.hanzi_vocab, device, window=config.data.max_len,
-                   syllable_lm=parts.syllable_lm, char_lm=parts.char_lm, word_lm=parts.word_lm, config=config,
-                   checkpoint=path)
+        converter = cls(parts.model, parts.pinyin_vocab, parts.hanzi_vocab, device, window=config.data.max_len,
+                        syllable_lm=parts.syllable_lm, char_lm=parts.char_lm, word_lm=parts.word_lm, config=config,
+                        checkpoint=path)
+        if converter.user_words is not None and converter.user_words.note and log is not None:
+            log(converter.user_words.note)
+        return converter
 
     @classmethod
     def from_pretrained(cls, *, device: str = "cpu", lm_weight: float | None = None, word_weight: float | None = None,
+                        user_words: str | Path | None = None, user_weight: float | None = None,
                         log: Callable[[str], None] | None = None) -> Converter:
         """A converter for the shipped model (pinyin_hanzi/pretrained/model.pt); see :meth:`from_checkpoint`."""
-        return cls.from_checkpoint(SHIPPED_MODEL, device=device, lm_weight=lm_weight, word_weight=word_weight, log=log)
+        return cls.from_checkpoint(SHIPPED_MODEL, device=device, lm_weight=lm_weight, word_weight=word_weight,
+                                   user_words=user_words, user_weight=user_weight, log=log)
 
     # ------------------------------------------------------------------------------------ call settings
 
@@ -197,7 +209,7 @@ class Converter:
         return replace(self.decode, **checked)
 
     def _search_settings(self, decode: DecodeConfig) -> SearchSettings:
-        return SearchSettings.from_config(decode, char_lm=self.char_lm, word_lm=self.word_lm)
+        return SearchSettings.from_config(decode, char_lm=self.char_lm, word_lm=self.word_lm, user_lm=self.user_lm)
 
     def _typing_options(self, decode: DecodeConfig) -> TypingOptions:
         return TypingOptions.from_config(decode, trained_with_prefixes=self.trained_with_prefixes)

@@ -31,19 +31,24 @@ class SearchSettings:
 
     @classmethod
     def from_config(cls, decode: DecodeConfig, *, char_lm: LanguageModel | None = None,
-                    word_lm: LanguageModel | None = None) -> SearchSettings:
+                    word_lm: LanguageModel | None = None, user_lm: LanguageModel | None = None) -> SearchSettings:
         """The search ``decode`` asks for (its beam is the call's: see :func:`pinyin_hanzi.config.search_beam`).
 
-        A model is fused where it is there and its weight (decode.lm_weight, decode.word_weight) is > 0, and
-        only in beam search: greedy decoding, committing to one character at a time, loses accuracy with it
-        while beam search gains. A reading with an abbreviated syllable (``b j``) is searched at least at
-        decode.prefix_beam: each such place allows the characters of every syllable it may begin, and a beam
-        of the usual width loses the right one among them."""
+        A model is fused where it is there and its weight (decode.lm_weight, decode.word_weight,
+        decode.user_weight) is > 0. The n-gram and word models only in beam search: greedy decoding,
+        committing to one character at a time, loses accuracy with them while beam search gains. The user
+        dictionary's model (user_words.py) at any beam: it scores 0 but where a user word is finished, so a
+        greedy search that has chosen a word's first characters finishes it as the user wants. A reading with
+        an abbreviated syllable (``b j``) is searched at least at decode.prefix_beam: each such place allows
+        the characters of every syllable it may begin, and a beam of the usual width loses the right one
+        among them."""
         beam = decode.beam
         fused = [(model, weight) for model, weight in ((char_lm, decode.lm_weight), (word_lm, decode.word_weight))
-                 if model is not None and weight > 0]
+                 if model is not None and weight > 0 and beam > 1]
+        if user_lm is not None and decode.user_weight > 0:
+            fused.append((user_lm, decode.user_weight))
         return cls(beam=beam, prefix_beam=max(beam, decode.prefix_beam) if beam > 1 else beam,
-                   constrained=decode.constrained, fusion=NgramFusion(fused) if fused and beam > 1 else None)
+                   constrained=decode.constrained, fusion=NgramFusion(fused) if fused else None)
 
     def width(self, keys: Sequence[str]) -> int:
         """The beam of a reading with these lexicon keys: ``prefix_beam`` if one is an abbreviation."""

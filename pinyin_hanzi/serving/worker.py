@@ -103,8 +103,9 @@ class ModelProcess:
 
     kind = "process"
 
-    def __init__(self, checkpoint: str | None = None, *, device: str = "cpu", threads: int = 1):
-        self.checkpoint, self.device, self.threads = checkpoint, device, threads
+    def __init__(self, checkpoint: str | None = None, *, device: str = "cpu", threads: int = 1,
+                 user_words: str | None = None):
+        self.checkpoint, self.device, self.threads, self.user_words = checkpoint, device, threads, user_words
         self.info: dict | None = None
         self.restarts = 0
         self._process = None
@@ -120,7 +121,8 @@ class ModelProcess:
         context = multiprocessing.get_context("spawn")  # fork would copy the server's threads and locks
         ours, theirs = context.Pipe()
         self._state = "starting"
-        process = context.Process(target=_worker, args=(theirs, self.checkpoint, self.device, self.threads),
+        process = context.Process(target=_worker, args=(theirs, self.checkpoint, self.device, self.threads,
+                                                        self.user_words),
                                   name="pinyin_hanzi model", daemon=True)  # daemon: ended if the server exits
         process.start()
         theirs.close()  # only the worker holds its end now: its exit is EOF here
@@ -223,8 +225,9 @@ class ModelProcess:
         return f"exited with status {code}"
 
 
-def _worker(conn, checkpoint: str | None, device: str, threads: int) -> None:
-    """The worker process: load the model, then answer calls until told to stop or the server is gone."""
+def _worker(conn, checkpoint: str | None, device: str, threads: int, user_words: str | None = None) -> None:
+    """The worker process: load the model (with the user dictionary ``user_words``, if given), then answer calls
+    until told to stop or the server is gone."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     import torch  # the model process's own: the server process, which imports this module, never loads torch
 
@@ -232,7 +235,7 @@ def _worker(conn, checkpoint: str | None, device: str, threads: int) -> None:
 
     torch.set_num_threads(threads)
     try:
-        converter = Converter.from_checkpoint(checkpoint, device=device,
+        converter = Converter.from_checkpoint(checkpoint, device=device, user_words=user_words,
                                               log=lambda note: print(note, file=sys.stderr, flush=True))
         message = ("ready", describe(converter))
     except PinyinHanziError as error:

@@ -1,0 +1,160 @@
+"""The user dictionary (pinyin_hanzi/lm/user_words.py): its file format, its model, the readings it adds to the
+lexicon, and what it does to conversions through the API and translate.py."""
+
+import math
+
+import pytest
+import torch
+
+from conftest import ROOT
+from pinyin_hanzi.data.vocab import SPECIALS, Vocab
+from pinyin_hanzi.decoding.converter import Converter
+from pinyin_hanzi.errors import DataError
+from pinyin_hanzi.lm.user_words import UserWords, _pieces
+from pinyin_hanzi.text.lexicon import Lexicon
+from test_cli import _one_line_error, run
+
+HANZI = Vocab(list(SPECIALS) + list("数据透视表单元格我们他你好，"))
+
+
+def _write(tmp_path, text: str | bytes, name: str = "words.txt"):
+    path = tmp_path / name
+    path.write_bytes(text if isinstance(text, bytes) else text.encode("utf-8"))
+    return path
+
+
+def test_a_file_gives_words_weights_and_readings_and_counts_each_line_it_skips(tmp_path):
+    path = _write(tmp_path, "\ufeff# a comment\n\n数据\n单元格\t5  # a weight\n重庆 chong2 qing4\n乐高 lè gāo 2.5\n"
+                            "女儿 nv3 er2\n绿 lu:4\n数据 0.5\nWi-Fi\nU盘\n表格 biao\n表格 biao ge x\n单元 -1\n单元 nan\n"
+                            "好 hao3 hao3\n")
+    words = UserWords.read(path)
+    assert words.weights == {"数据": 1.0, "单元格": 5.0, "重庆": 1.0, "乐高": 2.5, "女儿": 1.0, "绿": 1.0}
+    assert {("重", "chong", 2), ("乐", "le", 4), ("高", "gao", 1), ("女", "nv", 3), ("绿", "lv", 4)} <= words.readings
+    assert words.skipped == {"not a word of hanzi": 2, "not one syllable per character": 2, "unknown syllable": 1,
+                             "weight not a positive number": 2}
+    note = words.note
+    assert "\n" not in note and "7 line(s) skipped" in note and "2 not a word of hanzi (line 10, 11)" in note
+    assert "1 unknown syllable (line 13)" in note
+
+
+def test_a_missing_or_empty_dictionary_or_one_not_utf8_is_one_error_line(tmp_path):
+    with pytest.raises(DataError, match="user words file not found"):
+        UserWords.read(tmp_path / "nope.txt")
+    with pytest.raises(DataError, match="not a regular file"):
+        UserWords.read(tmp_path)
+    with pytest.raises(DataError, match="no usable user word .*2 line\\(s\\) skipped: 2 not UTF-8"):
+        UserWords.read(_write(tmp_path, "# only a comment\n".encode() + b"\xff\xfe\n\xc3\n"))
+    words = UserWords.read(_write(tmp_path, "数据\n".encode() + b"\xff\n"))  # one bad line among good ones
+    assert words.weights == {"数据": 1.0} and words.skipped == {"not UTF-8": 1}
+
+
+def test_a_long_word_is_kept_in_pieces_of_two_to_four_characters():
+    assert _pieces("数据") == ["数据"] and _pieces("数据透视") == ["数据透视"]
+    assert _pieces("数据透视表") == ["数据透", "视表"] and _pieces("一二三四五六七八九") == ["一二三", "四五六", "七八九"]
+    assert all(2 <= len(piece) <= 4 for n in range(5, 30) for piece in _pieces("字" * n))
+
+
+def _text_score(model, text: str) -> float:
+    """The sum of the model's scores of each character of ``text`` after <s> (the search's fused terms)."""
+    ids = [SPECIALS.index("<s>")] * model.window + HANZI.encode(text)
+    return sum(float(model.log_prob(torch.tensor([ids[i - model.window : i]]), torch.tensor([[ids[i]]])))
+               for i in range(model.window, len(ids)))
+
+
+def test_the_model_scores_a_finished_word_and_nothing_else(tmp_path):
+    words = UserWords.read(_write(tmp_path, "数据\n透视表 3\n单元格\n我好\n"))
+    model = words.model(HANZI)
+    assert _text_score(model, "数据") == pytest.approx(math.log(1 + math.e**2), abs=1e-3)
+    assert _text_score(model, "你好数据们") == pytest.approx(math.log(1 + math.e**2), abs=1e-3)
+    assert _text_score(model, "透视表") == pytest.approx(math.log(1 + 3 * math.e**3), abs=1e-3)
+    for neutral in ("你好", "单元你", "数们", "我们他", "表视透你"):  # no word finished: its beginning is given back
+        assert _text_score(model, neutral) == pytest.approx(0, abs=1e-3), neutral
+    # A beginning of two or more characters earns its share as it is typed, so that the search keeps it until
+    # the word is finished; a first character alone earns nothing.
+    assert _text_score(model, "透视") == pytest.approx(math.log(1 + 3 * math.e**2), abs=1e-3)
+    assert _text_score(model, "单元") == pytest.approx(math.log(1 + math.e**2), abs=1e-3)
+    assert _text_score(model, "数") == pytest.approx(0, abs=1e-3) and _text_score(model, "透") == pytest.approx(0, abs=1e-3)
+
+
+def test_words_with_characters_outside_the_vocabulary_are_counted_and_a_dictionary_of_only_them_fails(tmp_path):
+    words = UserWords.read(_write(tmp_path, "数据\n电脑\n鼠标\n"))
+    words.model(HANZI)
+    assert words.unavailable == ["电脑", "鼠标"] and "2 word(s) with a character the model cannot write" in words.note
+    with pytest.raises(DataError, match="none of its 2 words can be written"):
+        UserWords.read(_write(tmp_path, "电脑\n鼠标\n")).model(HANZI)
+
+
+def test_a_reading_the_file_gives_is_added_to_the_lexicon_for_that_tone(tmp_path):
+    words = UserWords.read(_write(tmp_path, "我们 ta3 men\n好 ni\n"))
+    plain, extended = Lexicon(HANZI), Lexicon(HANZI, words.lexicon_readings())
+
+    def allowed(lexicon, key):
+        return {HANZI.tokens[i] for i in lexicon.ids(torch.tensor([lexicon.row(key)]))[0][0].tolist()} - {"<pad>"}
+
+    assert allowed(plain, "ta") == {"他"} and allowed(extended, "ta") == {"他", "我"}
+    assert allowed(extended, "ta3") == {"我"} and allowed(extended, "ta1") == {"他"}  # 我 only in the tone given
+    assert "好" in allowed(extended, "ni4") and "好" in allowed(extended, "n*")  # no tone given: any tone
+    assert extended.syllable_of("我", "t*") == "ta" and plain.syllable_of("我", "t*") == "ta"
+
+
+def _with_words(converter, path, **settings):
+    """The shipped model's parts in a converter with a user dictionary (the shipped_converter stays as it is)."""
+    return Converter(converter.model, converter.pinyin_vocab, converter.hanzi_vocab, window=converter.planner.window,
+                     syllable_lm=converter.planner.syllable_lm, char_lm=converter.char_lm, config=converter.config,
+                     user_words=path, **settings)
+
+
+def test_a_made_up_word_comes_out_once_it_is_in_the_dictionary(shipped_converter, tmp_path):
+    # 王景廷, a name of common characters, is no word the model knows: it writes 望镜听 for wang jing ting.
+    typed = ["wang jing ting", "ta shuo wang jing ting hen hao", "ta men", "wo men qu bei jing ba", "shi yan"]
+    assert shipped_converter.convert(typed) == ["望镜听", "他说网静听很好", "他们", "我们去北京吧", "实验"]
+    converter = _with_words(shipped_converter, _write(tmp_path, "王景廷\n我们 ta men\n诗眼\n"))
+    assert converter.convert(typed) == ["王景廷", "他说王景廷很好", "我们", "我们去北京吧", "实验"]
+    # Greedy decoding fuses the dictionary too, where the word's first character is the model's own choice.
+    greedy = _with_words(shipped_converter, _write(tmp_path, "张卫明\n"))
+    assert [shipped_converter.convert_lines(["zhang wei ming"], beam=1)[0][0].text,
+            greedy.convert_lines(["zhang wei ming"], beam=1)[0][0].text] == ["张伟明", "张卫明"]
+    candidate = converter.candidates("ta men", n=1)[0]
+    assert candidate.text == "我们" and candidate.read_as == ["ta", "men"]
+    # A first character the search does not keep cannot begin a word, whatever its weight: 诗 for shi, where
+    # 实验 wins, is beyond a beam of 16 (as the docs say: a wider --beam then).
+    heavy = _with_words(shipped_converter, _write(tmp_path, "诗眼 1000\n"))
+    assert [heavy.convert_lines(["shi yan"], beam=beam)[0][0].text for beam in (16, 32)] == ["实验", "诗眼"]
+    assert _with_words(shipped_converter, _write(tmp_path, "王景廷\n"), user_weight=0).convert(typed[0]) == "望镜听"
+
+
+def test_from_checkpoint_takes_a_dictionary_and_says_what_it_left_out(trained, tmp_path):
+    _, _, best = trained
+    notes = []
+    path = _write(tmp_path, "我们 ta men\n电脑\nWi-Fi\n")
+    converter = Converter.from_checkpoint(best, user_words=path, user_weight=5.0, log=notes.append)
+    assert converter.convert("ta men") == "我们" and converter.decode.user_words == str(path)
+    assert len(notes) == 1 and "1 line(s) skipped" in notes[0] and "1 word(s) with a character" in notes[0]
+    assert "我" not in Converter.from_checkpoint(best).convert("ta men")  # 我 is no character of ta without it
+    with pytest.raises(DataError, match="user words file not found"):
+        Converter.from_checkpoint(best, user_words=tmp_path / "nope.txt")
+
+
+def test_translate_reads_a_user_dictionary_and_reports_its_bad_lines_in_one_note(trained, tmp_path):
+    _, _, best = trained
+    path = _write(tmp_path, "我们 ta men\nWi-Fi\n数据 x\n")
+    result = run(ROOT / "translate.py", "--checkpoint", best, "--user-words", path, "--user-weight", "5", "ta men")
+    assert result.returncode == 0 and result.stdout == "我们\n", result.stderr
+    notes = [line for line in result.stderr.splitlines() if line.startswith("note:")]
+    assert len(notes) == 1 and "2 line(s) skipped" in notes[0] and "(line 2)" in notes[0], result.stderr
+    plain = run(ROOT / "translate.py", "--checkpoint", best, "--user-words", "none", "ta men")
+    assert plain.returncode == 0 and "我" not in plain.stdout
+
+
+def test_translate_refuses_a_missing_or_useless_dictionary_with_one_line(trained, tmp_path):
+    _, _, best = trained
+    _one_line_error(run(ROOT / "translate.py", "--checkpoint", best, "--user-words", tmp_path / "nope.txt", "ni hao"),
+                    "user words file not found")
+    useless = _write(tmp_path, "# nothing\nabc\n")
+    _one_line_error(run(ROOT / "translate.py", "--checkpoint", best, "--user-words", useless, "ni hao"),
+                    "has no usable user word")
+    outside = _write(tmp_path, "电脑\n", "outside.txt")
+    _one_line_error(run(ROOT / "translate.py", "--checkpoint", best, "--user-words", outside, "ni hao"),
+                    "can be written with the model's characters")
+    result = run(ROOT / "translate.py", "--checkpoint", best, "--compare-user-words", outside, "ni hao")
+    assert result.returncode == 2 and "--compare-user-words needs --compare" in result.stderr
