@@ -1,6 +1,7 @@
 """The user dictionary (pinyin_hanzi/lm/user_words.py): its file format, its model, the readings it adds to the
 lexicon, and what it does to conversions through the API and translate.py."""
 
+import json
 import math
 
 import pytest
@@ -158,3 +159,17 @@ def test_translate_refuses_a_missing_or_useless_dictionary_with_one_line(trained
                     "can be written with the model's characters")
     result = run(ROOT / "translate.py", "--checkpoint", best, "--compare-user-words", outside, "ni hao")
     assert result.returncode == 2 and "--compare-user-words needs --compare" in result.stderr
+
+
+def test_translate_compares_a_model_without_and_with_a_dictionary_sentence_by_sentence(trained, tmp_path):
+    _, _, best = trained
+    words = _write(tmp_path, "他们\n")  # the tiny model writes 她们 for ta men
+    pairs = _write(tmp_path, "ta men\t他们\nni hao\t你好\n", "pairs.tsv")
+    result = run(ROOT / "translate.py", "--checkpoint", best, "--evaluate", pairs, "--compare", best,
+                 "--compare-user-words", words, "--user-weight", "5")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert f"({best} without user words) vs 0.00% ({best} with {words})" in lines[1], result.stdout
+    assert "difference -25.00 points" in lines[1] and "1 sentences better, 0 worse" in lines[1]
+    report = json.loads(lines[-1])
+    assert report["user_words"] is None and report["compare_user_words"] == str(words) and report["other_cer"] == 0

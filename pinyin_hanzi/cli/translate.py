@@ -69,9 +69,11 @@ def _evaluate(converter, args, options: dict, examples, other=None) -> int:
         path = Path(args.evaluate)
     typing = {"unsegmented": args.unsegmented, "abbreviate": args.abbreviate, "abbreviate_as": args.abbreviate_as}
     if other is not None:
+        words = tuple(model.decode.user_words for model in (converter, other))
         return _report_comparison(path, compare_file(converter, other, examples, **typing, **options, progress=True),
-                                  args)
-    result = {"file": str(path), **evaluate_file(converter, examples, **typing, **options, progress=True)}
+                                  args, words)
+    result = {"file": str(path), "user_words": converter.decode.user_words or None,
+              **evaluate_file(converter, examples, **typing, **options, progress=True)}
     style, beam = ABBREVIATION_STYLES[args.abbreviate_as], result["beam"]  # the settings evaluate_file resolved
     abbreviated = f" with {args.abbreviate:.0%} of syllables typed as their {style}" if args.abbreviate else ""
     mode = (f"{'unsegmented' if args.unsegmented else 'segmented'} input{abbreviated}, "
@@ -86,18 +88,24 @@ def _evaluate(converter, args, options: dict, examples, other=None) -> int:
     return 0
 
 
-def _report_comparison(path, result: dict, args) -> int:
+def _report_comparison(path, result: dict, args, words: tuple[str, str]) -> int:
+    """The comparison's lines and its JSON; ``words``: each model's user dictionary ("" none), which names it
+    where the two differ (one checkpoint with and without a dictionary)."""
     low, high = result["interval"]
+    names = [args.checkpoint or "default model", args.compare]
+    if words[0] != words[1]:
+        names = [f"{name} {f'with {used}' if used else 'without user words'}" for name, used in zip(names, words)]
     if low > 0 or high < 0:
-        verdict = f"{args.compare} is {'worse' if low > 0 else 'better'} (the interval excludes 0)"
+        verdict = f"{names[1]} is {'worse' if low > 0 else 'better'} (the interval excludes 0)"
     else:
         verdict = "no difference the sentences can tell apart (the interval includes 0)"
     write_output("\n".join([
         f"{path}: {result['sentences']} sentences, {result['characters']} characters",
-        f"CER {result['cer']:.2%} ({args.checkpoint or 'default model'}) vs {result['other_cer']:.2%} ({args.compare}): "
+        f"CER {result['cer']:.2%} ({names[0]}) vs {result['other_cer']:.2%} ({names[1]}): "
         f"difference {result['difference'] * 100:+.2f} points, 95% interval [{low * 100:+.2f}, {high * 100:+.2f}]; "
         f"{result['better']} sentences better, {result['worse']} worse",
-        verdict, json.dumps({"file": str(path), "compare": args.compare, **result}, ensure_ascii=False)]) + "\n")
+        verdict, json.dumps({"file": str(path), "compare": args.compare, "user_words": words[0] or None,
+                             "compare_user_words": words[1] or None, **result}, ensure_ascii=False)]) + "\n")
     return 0
 
 
