@@ -173,3 +173,19 @@ def test_translate_compares_a_model_without_and_with_a_dictionary_sentence_by_se
     assert "difference -25.00 points" in lines[1] and "1 sentences better, 0 worse" in lines[1]
     report = json.loads(lines[-1])
     assert report["user_words"] is None and report["compare_user_words"] == str(words) and report["other_cer"] == 0
+
+
+def test_serve_converts_with_the_user_dictionary_it_was_started_with(trained, tmp_path):
+    import httpx
+
+    from serving import output, start_service, stop_service
+
+    _, _, best = trained
+    words = _write(tmp_path, "他们 20\nWi-Fi\n")  # the tiny model writes 她们 for ta men; weight 20 outweighs it
+    process, url = start_service("--checkpoint", str(best), "--user-words", str(words))
+    try:
+        answer = httpx.post(f"{url}/convert", json={"text": "ta men"}, timeout=30).json()
+        assert answer["output"] == "他们", answer
+        assert "1 line(s) skipped: 1 not a word of hanzi (line 2)" in output(process)
+    finally:
+        stop_service(process)
