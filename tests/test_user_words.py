@@ -11,6 +11,7 @@ from conftest import ROOT
 from pinyin_hanzi.data.vocab import SPECIALS, Vocab
 from pinyin_hanzi.decoding.converter import Converter
 from pinyin_hanzi.errors import DataError
+from pinyin_hanzi.lm import user_words
 from pinyin_hanzi.lm.user_words import UserWords, _pieces
 from pinyin_hanzi.text.lexicon import Lexicon
 from test_cli import _one_line_error, run
@@ -38,7 +39,11 @@ def test_a_file_gives_words_weights_and_readings_and_counts_each_line_it_skips(t
     assert "1 unknown syllable (line 13)" in note
 
 
-def test_a_missing_or_empty_dictionary_or_one_not_utf8_is_one_error_line(tmp_path):
+def test_a_missing_or_empty_dictionary_or_one_not_utf8_is_one_error_line(tmp_path, monkeypatch):
+    monkeypatch.setattr(user_words, "MAX_BYTES", 16)  # a file larger than this is refused before it is read
+    with pytest.raises(DataError, match="is larger than .* MiB: a user dictionary is a word a line"):
+        UserWords.read(_write(tmp_path, "数据\n" * 10))
+    monkeypatch.undo()
     with pytest.raises(DataError, match="user words file not found"):
         UserWords.read(tmp_path / "nope.txt")
     with pytest.raises(DataError, match="not a regular file"):
@@ -74,7 +79,8 @@ def test_the_model_scores_a_finished_word_and_nothing_else(tmp_path):
     # the word is finished; a first character alone earns nothing.
     assert _text_score(model, "透视") == pytest.approx(math.log(1 + 3 * math.e**2), abs=1e-3)
     assert _text_score(model, "单元") == pytest.approx(math.log(1 + math.e**2), abs=1e-3)
-    assert _text_score(model, "数") == pytest.approx(0, abs=1e-3) and _text_score(model, "透") == pytest.approx(0, abs=1e-3)
+    for beginning in ("数", "透"):
+        assert _text_score(model, beginning) == pytest.approx(0, abs=1e-3)
 
 
 def test_words_with_characters_outside_the_vocabulary_are_counted_and_a_dictionary_of_only_them_fails(tmp_path):

@@ -96,13 +96,18 @@ class Converter:
     the prefix begins) and the context choose the character, which works for common words (``bei j`` ->
     北京) but is weaker than a model trained with abbreviations.
 
+    decode.user_words names a user dictionary (lm/user_words.py), read here: :attr:`user_words` holds it (its
+    ``note`` says what it left out; None without one), :attr:`user_lm` its model, fused with
+    decode.user_weight at any beam, and its readings are added to :attr:`lexicon`.
+
     :attr:`beam` and :attr:`constrained` are what :meth:`convert` and :meth:`candidates` use; ``config``
     and ``checkpoint`` say where a converter loaded from a checkpoint came from (else None).
 
     Raises DataError for an unknown fuzzy pair or shuangpin layout, ConfigError (one line) for a number outside
     the range of its decode.* key (config.LIMITS: beam 1..64, weights 0..100, ...) or ``nbest`` outside
     1..MAX_NBEST, here and in every method that takes one; ConfigError for a ``device`` that is not one or is
-    not available here. Every public method checks its arguments' types first (:mod:`pinyin_hanzi.decoding.arguments`):
+    not available here; DataError for a user dictionary that is missing, unreadable or has no usable word.
+    Every public method checks its arguments' types first (:mod:`pinyin_hanzi.decoding.arguments`):
     text that is not a str (or a list of str where a list is taken) or holds a lone surrogate is a DataError,
     a flag that is not a bool a ConfigError, each naming the method and the argument."""
 

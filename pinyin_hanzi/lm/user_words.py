@@ -26,7 +26,8 @@ before the word is finished (王景廷 for wang jing ting lost to 王警厅 in a
 finished gives it all back at the next character (the scores of a text telescope to its log-ratio, which
 counts finished words only). A first character alone earns nothing: credited, the first characters of a
 dictionary's words filled the beam, and a dictionary of 1,294 LibreOffice terms then cost everyday text
-(People's Daily valid clauses 5.38% -> 6.35% CER at decode.user_weight 2, against 5.50% without that credit). Words longer than the word model's 4 characters are stored as pieces of 2-4 characters each
+(People's Daily valid clauses 5.38% -> 6.35% CER at decode.user_weight 2, against 5.50% without that
+credit). Words longer than the word model's 4 characters are stored as pieces of 2-4 characters each
 (数据透视表: 数据透 + 视表), all of which the text must then hold.
 
 Readings: a character's reading given in the file is added to the lexicon (text/lexicon.py) where the
@@ -56,6 +57,7 @@ PER_CHARACTER = math.e  # a finished user word of L characters and weight w scor
 CREDITED_FROM = 2  # the shortest beginning of a word that earns its share before the word is finished
 WINDOW = MAX_WORD_LEN + 2  # characters of context the model reads, as the checkpoints' word models do
 MAX_SHOWN = 3  # examples (line numbers, words) a note shows per reason
+MAX_BYTES = 64 * 2**20  # millions of words; a larger file is no dictionary (and would be read whole)
 _FIELDS = re.compile(r"[\s']+")  # tabs, spaces and syllable-separating apostrophes
 _SYLLABLE = re.compile(r"([a-z]+)([0-5]?)")
 Reading = tuple[str, str, int | None]  # (character, toneless syllable, tone 1..5 or None)
@@ -74,14 +76,16 @@ class UserWords:
 
     @classmethod
     def read(cls, path: str | Path) -> UserWords:
-        """The dictionary at ``path``. DataError (one line) if it is missing, not a regular file, unreadable
-        or has no usable word."""
+        """The dictionary at ``path``. DataError (one line) if it is missing, not a regular file, larger than
+        MAX_BYTES, unreadable or has no usable word."""
         path = Path(path)
         if not path.exists():
             raise DataError(f"user words file not found: {path}")
         if not path.is_file():  # a directory; a FIFO or device would be read without end
             raise DataError(f"cannot read user words from {path}: not a regular file")
         try:
+            if path.stat().st_size > MAX_BYTES:
+                raise DataError(f"{path} is larger than {MAX_BYTES // 2**20} MiB: a user dictionary is a word a line")
             data = path.read_bytes()
         except OSError as error:
             raise DataError(f"cannot read user words from {path}: {error.strerror or error}") from None
