@@ -51,7 +51,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from pinyin_hanzi.cli import run
-from pinyin_hanzi.data.corpus import Example, document_examples
+from pinyin_hanzi.data.examples import Example, document_examples
 from pinyin_hanzi.data.sources import Document, phrase_table
 from pinyin_hanzi.errors import DataError
 from pinyin_hanzi.text.pinyin import is_hanzi, phrase_readings
