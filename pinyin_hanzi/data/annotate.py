@@ -182,8 +182,9 @@ class Part:
         for handle in self._files.values():
             handle.close()
         manifest = {"fingerprint": fingerprint, "shard": list(shard), "converted": converted,
-                    "tokens": list(self.tokens), "chars": list(self.chars), "units": self.units, "examples": self.examples,
-                    "token_count": self.token_count, "lines": {str(k): v for k, v in self.lines.items()},
+                    "tokens": list(self.tokens), "chars": list(self.chars), "units": self.units,
+                    "examples": self.examples, "token_count": self.token_count,
+                    "lines": {str(k): v for k, v in self.lines.items()},
                     "skipped": {str(k): dict(v) for k, v in self.skipped.items()}}
         (self.folder / "part.json").write_text(json.dumps(manifest, ensure_ascii=False), encoding="utf-8")
 
