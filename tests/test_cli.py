@@ -644,3 +644,34 @@ def test_a_real_full_disk_and_a_read_only_one(tmp_path, tiny_corpus):
             subprocess.run(["umount", str(read_only)], check=False)
     finally:
         subprocess.run(["umount", str(small)], check=False)
+
+
+def test_an_error_line_reaches_stderr_in_one_write(monkeypatch):
+    """Unbuffered (PYTHONUNBUFFERED=1), print() writes a line's text and its newline apart, and the lines of
+    torchrun's processes, sharing one stderr, run together; the shared error path writes each line whole."""
+    import io
+
+    from pinyin_hanzi.cli import run as run_tool
+    from pinyin_hanzi.errors import ConfigError, Interrupted
+
+    class Writes(io.StringIO):
+        def __init__(self):
+            super().__init__()
+            self.calls = []
+
+        def write(self, text):
+            self.calls.append(text)
+            return super().write(text)
+
+    for raised, line in ((ConfigError("bad value"), "[rank 1] error: bad value\n"),
+                         (Interrupted("stopped by SIGUSR1 at step 7 (rank 0 keeps the checkpoint)", 10),
+                          "[rank 1] stopped by SIGUSR1 at step 7 (rank 0 keeps the checkpoint)\n")):
+        stderr = Writes()
+        monkeypatch.setattr(sys, "stderr", stderr)
+        monkeypatch.setenv("RANK", "1")
+
+        def main(argv, raised=raised):
+            raise raised
+
+        run_tool(main, [])
+        assert stderr.calls == [line]

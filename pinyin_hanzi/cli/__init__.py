@@ -103,21 +103,29 @@ def run(main, argv=None) -> int:
         return status
     except PinyinHanziError as error:
         rank = os.environ.get("RANK", "0")  # under torchrun every process reports; say which
-        print(f"{'' if rank == '0' else f'[rank {rank}] '}error: {error}", file=sys.stderr)
+        _say(f"{'' if rank == '0' else f'[rank {rank}] '}error: {error}")
         if isinstance(error, OutputError) and sys.stdout is not None:
             _discard_output()  # else the interpreter's own flush at exit fails again, with a traceback-like note
         return EXIT_USER_ERROR
     except KeyboardInterrupt as interrupt:  # errors.Interrupted says what was kept and how to go on
         rank = os.environ.get("RANK", "0")
-        print(f"{'' if rank == '0' else f'[rank {rank}] '}{str(interrupt) or 'interrupted'}", file=sys.stderr)
+        _say(f"{'' if rank == '0' else f'[rank {rank}] '}{str(interrupt) or 'interrupted'}")
         return getattr(interrupt, "exit_status", 130)  # 130 for Ctrl-C (SIGINT), 143 for SIGTERM
     except BrokenPipeError:  # output piped into `head` and the like
         _discard_output()
         return 0
     except OSError as error:  # a file the tool writes: disk full, read-only, no permission
         where = f": {error.filename}" if error.filename else ""
-        print(f"error: {os_error_reason(error)}{where}", file=sys.stderr)
+        _say(f"error: {os_error_reason(error)}{where}")
         return EXIT_USER_ERROR
+
+
+def _say(line: str) -> None:
+    """``line`` on stderr in one write: print() writes the text and its newline apart, and unbuffered (as
+    under PYTHONUNBUFFERED=1) the lines of torchrun's processes, which share one stderr, run together."""
+    if sys.stderr is not None:
+        sys.stderr.write(f"{line}\n")
+        sys.stderr.flush()
 
 
 def _discard_output() -> None:
