@@ -585,6 +585,13 @@ def test_the_language_models_are_counted_once_with_the_store_and_read_by_the_nex
     config.train.name = "third"
     train(config, log=third.append)
     assert sum("could not be read; counting again" in line for line in third) == 2
+    for path in counted.iterdir():  # a file torch reads, holding a state the model's own check refuses
+        torch.save({"order": 9}, path)
+    fourth = []
+    config.train.name = "fourth"
+    best = train(config, log=fourth.append)
+    assert sum(" holds no usable " in line and "; counting again" in line for line in fourth) == 2
+    assert _same_state(checkpoint.load_checkpoint(best)[checkpoint.CHAR_LM_KEY], expected)
 
 
 def _same_state(a, b) -> bool:

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from pinyin_hanzi.data.vocab import BOS_ID
-from pinyin_hanzi.lm.stored import is_finite_number, is_int, is_vector, pack_integers, unpack_integers
+from pinyin_hanzi.lm.stored import column_length, is_finite_number, is_int, is_vector, pack_integers, unpack_integers
 
 DISCOUNT = 0.75
 
@@ -236,6 +236,11 @@ class CharNgramLM:
     def size(self) -> int:
         """The number of n-grams in the tables (all orders >= 2)."""
         return sum(len(keys) for keys, _ in self.grams.values())
+
+    @staticmethod
+    def stored_size(state: dict) -> int:
+        """:meth:`size` of the model a stored state (checked: :meth:`state_problem`) holds, without building it."""
+        return sum(column_length(table["counts"]) for table in state["tables"].values())
 
     def state_dict(self) -> dict:
         """Compact tables for the checkpoint: an n-gram's key is its context's key * v + its last id, and the

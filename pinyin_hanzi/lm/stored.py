@@ -30,6 +30,11 @@ def pack_integers(values: torch.Tensor) -> dict:
             "at": at.int() if len(values) < 2**31 else at, "wide": values[at].long()}
 
 
+def column_length(stored) -> int:
+    """How many values a column holds, packed (:func:`pack_integers`) or a plain tensor, without unpacking it."""
+    return stored["length"] if isinstance(stored, dict) else len(stored)
+
+
 def _is_integer_vector(value) -> bool:
     return (isinstance(value, torch.Tensor) and value.layout == torch.strided and value.dim() == 1
             and not value.is_floating_point() and not value.is_complex() and value.dtype != torch.bool)

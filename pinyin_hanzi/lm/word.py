@@ -216,6 +216,12 @@ class WordLexiconLM:
         """The number of words in the table (one-character floor entries included)."""
         return len(self.word_keys)
 
+    @staticmethod
+    def stored_size(state: dict) -> int:
+        """:meth:`size` of the model a stored state (checked: :meth:`state_problem`) holds, without building it
+        (which derives the prefix table)."""
+        return len(state["word_keys"])
+
     def state_dict(self) -> dict:
         """The words alone (keys int64, log frequencies float16); the prefix table is derived on loading."""
         state = {"vocab_size": self.vocab_size, "window": self.window, "word_keys": self.word_keys,

@@ -42,11 +42,11 @@ def setup_language_models(config: Config, store: TokenStore, fingerprint: str, h
             log(f"note: decode.{key}={weight} but train.language_models has no {name}: this run counts no such "
                 f"model (add {name} to train.language_models, or later: python -m pinyin_hanzi.cli.{tool})")
     cache = _Counted(store.folder / COUNTED_DIR, fingerprint, log)
-    store_split = store.split("train")  # the syllables are counted as strings: the store's ids will do
-    syllable_state = cache.get("syllables", {}, lambda: SyllableBigrams.count_blocks(
-        store_split.blocks("source"), store.pinyin_vocab.tokens).state_dict())
-    syllable_lm = SyllableBigrams.from_state_dict(syllable_state)
+    # The hanzi read in the model's ids; the syllables, counted as strings, in the store's own.
     split = store.split("train", hanzi_vocab=hanzi_vocab)
+    syllable_state = cache.get("syllables", {}, lambda: SyllableBigrams.count_blocks(
+        split.blocks("source"), store.pinyin_vocab.tokens).state_dict(), SyllableBigrams.state_problem)
+    syllable_lm = SyllableBigrams.from_state_dict(syllable_state)
     char_lm_state = _char_lm(config, split, hanzi_vocab, cache, log) if "char" in counted else None
     word_lm_state = _word_lm(config, store, hanzi_vocab, cache, log) if "word" in counted else None
     return syllable_lm, char_lm_state, word_lm_state
@@ -63,10 +63,11 @@ def _char_lm(config: Config, split: StoredSplit, hanzi_vocab: Vocab, cache: _Cou
         phrases = phrase_texts(config.data.raw_dir) if dec.lm_phrases > 0 else []
         return count_store(split, hanzi_vocab, dec.lm_order, dec.lm_min_count, phrases, dec.lm_phrases).state_dict()
 
-    state, how = cache.get("char_lm", settings, count), cache.how
+    state = cache.get("char_lm", settings, count, lambda state: CharNgramLM.state_problem(state, len(hanzi_vocab)))
+    how = cache.how
     with_phrases = (f", with the phrase table x {dec.lm_phrases} (entries with characters outside the vocabulary "
                     f"left out)" if dec.lm_phrases > 0 else "")
-    log(f"character {dec.lm_order}-gram model: {CharNgramLM.from_state_dict(state).size():,} n-grams {how} in "
+    log(f"character {dec.lm_order}-gram model: {CharNgramLM.stored_size(state):,} n-grams {how} in "
         f"{time.time() - started:.1f} s (decode.lm_weight={dec.lm_weight}{with_phrases})")
     return state
 
@@ -82,9 +83,10 @@ def _word_lm(config: Config, store: TokenStore, hanzi_vocab: Vocab, cache: _Coun
         texts = (hanzi for _, hanzi in store.texts("train", with_copies=True))
         return word_model(dec, config.data.raw_dir, hanzi_vocab, texts).state_dict()
 
-    state, how = cache.get("word_lm", settings, count), cache.how
+    state = cache.get("word_lm", settings, count, lambda state: WordLexiconLM.state_problem(state, len(hanzi_vocab)))
+    how = cache.how
     contrast = f", contrasted with the training split at {dec.word_contrast}" if dec.word_contrast > 0 else ""
-    log(f"word model: {WordLexiconLM.from_state_dict(state).size():,} words of {dec.word_table}{contrast} {how} in "
+    log(f"word model: {WordLexiconLM.stored_size(state):,} words of {dec.word_table}{contrast} {how} in "
         f"{time.time() - started:.1f} s (decode.word_weight={dec.word_weight})")
     return state
 
@@ -100,16 +102,21 @@ class _Counted:
         self.folder, self.fingerprint, self.log = folder, fingerprint, log
         self.how = ""  # how the last get came by its state: "read" (kept from an earlier run) or "counted"
 
-    def get(self, kind: str, settings: dict, count: Callable[[], dict]) -> dict:
+    def get(self, kind: str, settings: dict, count: Callable[[], dict],
+            problem: Callable[[dict], str | None]) -> dict:
         """The kept state of ``kind`` for these ``settings``, else ``count()``'s, kept for the next run. A kept
-        file that cannot be read is counted again; one that cannot be written is only a note (read-only data
-        on shared storage trains as well, counting at each start)."""
+        file that cannot be read, or whose state the model's own check (``problem``: its ``state_problem``)
+        refuses, is counted again; one that cannot be written is only a note (read-only data on shared storage
+        trains as well, counting at each start)."""
         key = json.dumps({"kind": kind, "data": self.fingerprint, **settings}, sort_keys=True)
         path = self.folder / f"{kind}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.pt"
         try:
             state = torch.load(path, weights_only=True)
-            self.how = "read (counted once with the store)"
-            return state
+            reason = problem(state) if isinstance(state, dict) else "not a state dict"
+            if reason is None:
+                self.how = "read (counted once with the store)"
+                return state
+            self.log(f"note: {path} holds no usable {kind} ({reason}); counting again")
         except FileNotFoundError:
             pass
         except Exception:  # noqa: BLE001 (a damaged or foreign file: any reader error means count again)
