@@ -113,12 +113,19 @@ def usual_readings() -> dict[str, frozenset[str]]:
     hanzi have one (the phrase table its data was read with knows a few more). From pypinyin's own
     tables as installed, never from the phrases :func:`phrase_readings` adds for a while."""
     heard: dict[str, set[str]] = {}
+    syllable_of: dict[str, str] = {}  # 190k readings, 1.6k distinct: each made toneless once (1 s of start-up)
+
+    def syllable(reading: str) -> str:
+        if (found := syllable_of.get(reading)) is None:
+            found = syllable_of[reading] = toneless(reading)
+        return found
+
     for code, listed in pinyin_dict.items():
-        heard.setdefault(chr(code), set()).add(toneless(listed.split(",")[0]))
+        heard.setdefault(chr(code), set()).add(syllable(listed.split(",")[0]))
     for phrase, per_character in phrases_dict.items():  # per character: its readings, the one used first
         if len(phrase) == len(per_character):
             for char, options in zip(phrase, per_character):
-                heard.setdefault(char, set()).add(toneless(options[0]))
+                heard.setdefault(char, set()).add(syllable(options[0]))
     return {char: frozenset(syllable for syllable in syllables_heard if syllable in syllables())
             for char, syllables_heard in heard.items()}
 
