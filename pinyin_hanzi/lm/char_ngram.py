@@ -44,6 +44,16 @@ def _find(keys: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:
     return torch.where(keys[index] == queries, index, -1)
 
 
+def _context_index(starts: torch.Tensor, context_keys: torch.Tensor) -> torch.Tensor:
+    """The index in the sorted ``context_keys`` of each of ``starts`` (sorted: an order's n-gram keys // v).
+    Where the contexts are exactly the distinct starts, as counted and stored tables have them, the index is
+    a run count, not a search: a tenth of the time, at every start of a converter."""
+    distinct, index = torch.unique_consecutive(starts, return_inverse=True)
+    if len(distinct) == len(context_keys) and bool((distinct == context_keys).all()):
+        return index
+    return torch.searchsorted(context_keys, starts)
+
+
 def check_key_range(order: int, vocab_size: int) -> None:
     if order < 1 or (order + 1) * vocab_size**order >= 2**63:
         raise ValueError(f"order {order} over {vocab_size} characters does not fit in int64 keys")
@@ -141,7 +151,7 @@ class CharNgramLM:
         for k in range(2, order + 1):
             keys, counts = grams[k]
             ctx_keys, totals, distinct = contexts[k]
-            context_index = torch.searchsorted(ctx_keys, keys // vocab_size)
+            context_index = _context_index(keys // vocab_size, ctx_keys)
             total, backoff = totals.double()[context_index], discount * distinct.double() / totals.double()
             suffix = keys % vocab_size ** (k - 1)  # the same n-gram without its oldest character: always counted
             lower_probs = lower[suffix] if lower_keys is None else lower[torch.searchsorted(lower_keys, suffix)]
