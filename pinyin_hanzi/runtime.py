@@ -54,6 +54,14 @@ def resolve_precision(precision: str, device: torch.device) -> str:
     return "fp32"
 
 
+def inference_bf16(precision: str, device: torch.device) -> bool:
+    """Whether conversion runs its products in bf16 for decode.precision ("auto", "fp32", "bf16") on
+    ``device``: "auto" on CPUs with native bf16 only. On a GPU, fp32 (bf16 conversion there is unmeasured)."""
+    if device.type != "cpu":
+        return False
+    return precision == "bf16" or (precision == "auto" and cpu_has_native_bf16())
+
+
 def autocast_for(device: torch.device, precision: str = "fp32"):
     """bf16 autocast for the forward pass where ``precision`` (resolved) is bf16: matrix products run in
     bf16, while weights, gradients, optimizer state, softmax and the loss stay fp32. A no-op for fp32."""

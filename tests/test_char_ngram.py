@@ -23,6 +23,12 @@ def test_probabilities_of_every_next_character_sum_to_one_in_seen_and_unseen_con
         assert abs(total - 1.0) < 1e-5, (order, context, total)
 
 
+def test_a_model_of_no_text_has_empty_tables_and_still_gives_every_character_a_probability():
+    lm = CharNgramLM.count([], V, 3)
+    assert lm.size() == 0
+    assert abs(float(_all_next(lm, [BOS_ID, 4]).sum()) - 1.0) < 1e-5
+
+
 def test_kneser_ney_values_by_hand():
     lm = CharNgramLM.count([[4, 5], [4, 5], [4, 6]], V, order=2, discount=0.75)
     # Unigrams: continuation counts (distinct left neighbours): 4 <- {<s>}, 5 <- {4}, 6 <- {4}: 1 each of 3,

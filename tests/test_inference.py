@@ -3,7 +3,7 @@ import torch
 
 from pinyin_hanzi.config import ModelConfig
 from pinyin_hanzi.data.vocab import BOS_ID, PAD_ID
-from pinyin_hanzi.models.inference import InferenceDecoder
+from pinyin_hanzi.models.inference import BF16_MIN_ROWS, BF16_MIN_TOKENS, InferenceDecoder
 from pinyin_hanzi.models.transformer import Transformer, shift_right
 
 SOURCE_VOCAB, TARGET_VOCAB = 30, 40
@@ -85,3 +85,31 @@ def test_fast_steps_refuse_several_positions_and_positions_past_max_positions():
     cache.length = 16
     with pytest.raises(ValueError, match="max_positions=16"):
         fast.decode(torch.tensor([[BOS_ID]]), memory, mask, cache=cache)
+
+
+def test_bf16_products_stay_close_to_fp32_and_a_step_of_few_rows_stays_fp32_to_the_bit():
+    model = _model()
+    exact, low = InferenceDecoder(model), InferenceDecoder(model, bf16=True)
+    for rows, bf16_used in ((8, True), (BF16_MIN_ROWS - 1, False)):
+        source, step_input = _ids((rows, 6), SOURCE_VOCAB, 1), _ids((rows, 1), TARGET_VOCAB, 2)
+        with torch.no_grad():
+            memory, _ = exact.encode(source)  # 6 rows x 6 tokens: under BF16_MIN_TOKENS, fp32 either way
+            exact_cache, low_cache = exact.new_cache(), low.new_cache()
+            reference = exact.decode(step_input, memory[:, :1], None, cache=exact_cache)  # one memory row
+            logits = low.decode(step_input, memory[:, :1], None, cache=low_cache)
+        assert logits.dtype == torch.float32
+        assert torch.allclose(logits, reference, atol=0.05, rtol=0.02)
+        assert torch.equal(logits, reference) != bf16_used  # bf16 where the rows repay it, and only there
+
+
+def test_bf16_encoder_runs_for_batches_only_and_gives_fp32_memory_close_to_fp32():
+    model = _model()
+    exact, low = InferenceDecoder(model), InferenceDecoder(model, bf16=True)
+    for rows, bf16_used in ((BF16_MIN_TOKENS // 8, True), (2, False)):
+        source = _ids((rows, 8), SOURCE_VOCAB, 3)
+        with torch.no_grad():
+            reference, mask = exact.encode(source)
+            memory, low_mask = low.encode(source)
+        assert memory.dtype == torch.float32 and torch.equal(mask, low_mask)
+        assert torch.allclose(memory, reference, atol=0.05)
+        assert torch.equal(memory, reference) != bf16_used

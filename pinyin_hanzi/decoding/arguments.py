@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 
 import torch
 
-from pinyin_hanzi.config import PREFIX_MODES, DecodeConfig, check_range, shown
+from pinyin_hanzi.config import PRECISIONS, PREFIX_MODES, DecodeConfig, check_range, shown
 from pinyin_hanzi.errors import CheckpointError, ConfigError, DataError
 
 # U+D800..U+DFFF are no characters: a lone one comes from a bad "\ud800" escape or a "surrogateescape" decoder,
@@ -152,6 +152,8 @@ def decode_changes(method: str, changes: dict) -> dict:
             check_flags(method, optional=(name,), **{name: value})
         elif not isinstance(value, str):
             raise ConfigError(f"{method}(): {name}={shown(value)} is invalid: expected a str")
+        elif name == "precision" and value not in PRECISIONS:
+            raise ConfigError(f"{method}(): precision={shown(value)} is invalid: expected 'auto', 'fp32' or 'bf16'")
         checked[name] = value
     return checked
 

@@ -37,7 +37,9 @@ from pinyin_hanzi.lm.char_ngram import CharNgramLM
 from pinyin_hanzi.lm.syllable import SyllableBigrams
 from pinyin_hanzi.lm.user_words import UserWords
 from pinyin_hanzi.lm.word import WordLexiconLM
+from pinyin_hanzi.models.inference import InferenceDecoder
 from pinyin_hanzi.models.transformer import Transformer
+from pinyin_hanzi.runtime import inference_bf16
 from pinyin_hanzi.text.lexicon import PAD_ROW, Lexicon, token_key
 from pinyin_hanzi.text.typed_input import PREFIX_TOKENS, is_literal_key
 
@@ -120,6 +122,8 @@ class Converter:
         self.decode = replace(base, **arguments.decode_changes("Converter", settings))
         device = arguments.inference_device(device)
         self.model = model.to(device).eval()
+        # the search's decoder, with bf16 copies of its weights where decode.precision says so: made once
+        self.decoder = InferenceDecoder(self.model, bf16=inference_bf16(self.decode.precision, device))
         self.pinyin_vocab, self.hanzi_vocab, self.device = pinyin_vocab, hanzi_vocab, device
         self.char_lm, self.word_lm = char_lm, word_lm
         self.config, self.checkpoint = config, checkpoint
@@ -150,12 +154,13 @@ class Converter:
     @classmethod
     def from_checkpoint(cls, path: str | Path | None = None, *, device: str = "cpu", lm_weight: float | None = None,
                         word_weight: float | None = None, user_words: str | Path | None = None,
-                        user_weight: float | None = None, log: Callable[[str], None] | None = None) -> Converter:
+                        user_weight: float | None = None, precision: str | None = None,
+                        log: Callable[[str], None] | None = None) -> Converter:
         """A converter for the checkpoint at ``path`` (None: see :func:`resolve_checkpoint`), with its
         decode settings (decode.prefixes, decode.fuzzy and decode.shuangpin included; a checkpoint older
         than them reads full pinyin, with prefixes on only for a model trained with abbreviations), syllable
         model, character n-gram model and word model. ``lm_weight``, ``word_weight``, ``user_words`` (a user
-        dictionary's path, "" none) and ``user_weight`` replace the checkpoint's decode.* keys of those names
+        dictionary's path, "" none), ``user_weight`` and ``precision`` ("auto", "fp32", "bf16") replace the checkpoint's decode.* keys of those names
         (``config.decode`` then holds them too); ``log`` receives a note when such a weight is > 0 but the
         checkpoint has no such model, and the user dictionary's note on what it left out. ``device``: cpu,
         cuda, cuda:N, mps or auto. Raises CheckpointError (one line) for a missing or unreadable checkpoint
@@ -164,7 +169,8 @@ class Converter:
         that is missing, unreadable or has no usable word."""
         arguments.loading_options("from_checkpoint", path=path, log=log)
         weights = arguments.decode_changes("from_checkpoint", {"lm_weight": lm_weight, "word_weight": word_weight,
-                                                               "user_words": user_words, "user_weight": user_weight})
+                                                               "user_words": user_words, "user_weight": user_weight,
+                                                               "precision": precision})
         device = arguments.inference_device(device)
         path, _ = resolve_checkpoint(path)
         parts = load_for_inference(path)
@@ -183,10 +189,10 @@ class Converter:
     @classmethod
     def from_pretrained(cls, *, device: str = "cpu", lm_weight: float | None = None, word_weight: float | None = None,
                         user_words: str | Path | None = None, user_weight: float | None = None,
-                        log: Callable[[str], None] | None = None) -> Converter:
+                        precision: str | None = None, log: Callable[[str], None] | None = None) -> Converter:
         """A converter for the shipped model (pinyin_hanzi/pretrained/model.pt); see :meth:`from_checkpoint`."""
         return cls.from_checkpoint(SHIPPED_MODEL, device=device, lm_weight=lm_weight, word_weight=word_weight,
-                                   user_words=user_words, user_weight=user_weight, log=log)
+                                   user_words=user_words, user_weight=user_weight, precision=precision, log=log)
 
     # ------------------------------------------------------------------------------------ call settings
 
@@ -322,7 +328,7 @@ class Converter:
         source = pad([self.pinyin_vocab.encode(tokens) for tokens in token_lists]).to(self.device)
         rows = torch.tensor([[self.lexicon.row(key) for key in keys] + [PAD_ROW] * (length - len(keys))
                              for keys in key_lists])
-        return beam_search(self.model, source, Constraint(self.lexicon, rows, settings.constrained), beam=beam,
+        return beam_search(self.decoder, source, Constraint(self.lexicon, rows, settings.constrained), beam=beam,
                            fusion=settings.fusion)
 
     def _decode(self, readings: list[tuple[list[str], list[str]]], settings: SearchSettings,

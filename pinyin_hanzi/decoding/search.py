@@ -99,7 +99,7 @@ def encode(model: Transformer, source: torch.Tensor) -> tuple[torch.Tensor, torc
 
 
 @torch.inference_mode()
-def beam_search(model: Transformer, source: torch.Tensor, constraint: Constraint, *, beam: int = 1,
+def beam_search(model: Transformer | InferenceDecoder, source: torch.Tensor, constraint: Constraint, *, beam: int = 1,
                 fusion: NgramFusion | None = None) -> list[list[Hypothesis]]:
     """The ``beam`` best-scoring conversions of each input: source (b, s) pinyin ids on the model's device,
     <pad> after each input -> per input, up to ``beam`` (hanzi ids, one per pinyin id; score), best first.
@@ -107,8 +107,10 @@ def beam_search(model: Transformer, source: torch.Tensor, constraint: Constraint
     kept beams, not recomputed. ``fusion``, where given, adds its models' scores at every step, at any beam.
     Beam 1 is greedy decoding: the most probable allowed character at each step, fed back as the next
     decoder input. A fixed last character (one allowed character for every input, e.g. a virtual 。) gets
-    no decoder step: its log-probability is 0 (the fused models, if any, still score it)."""
-    model = InferenceDecoder(model)  # the cached decoder step without nn.Module's per-step lookups
+    no decoder step: its log-probability is 0 (the fused models, if any, still score it). ``model``: a
+    Transformer, or the :class:`InferenceDecoder` a converter keeps (with its bf16 weights)."""
+    if not isinstance(model, InferenceDecoder):  # the cached decoder step without nn.Module's per-step lookups
+        model = InferenceDecoder(model)
     batch, length = source.shape
     memory, cross_mask = encode(model, source)  # (b, s, d), (b, 1, 1, s) or None
     cache = model.new_cache()

@@ -36,14 +36,6 @@ from pinyin_hanzi.lm.stored import column_length, is_finite_number, is_int, is_v
 DISCOUNT = 0.75
 
 
-def _find(keys: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:
-    """The index of each query (any shape) in the sorted ``keys``, -1 where it is not there."""
-    if len(keys) == 0:
-        return torch.full(queries.shape, -1, dtype=torch.long)
-    index = torch.searchsorted(keys, queries).clamp_(max=len(keys) - 1)
-    return torch.where(keys[index] == queries, index, -1)
-
-
 def _context_index(starts: torch.Tensor, context_keys: torch.Tensor) -> torch.Tensor:
     """The index in the sorted ``context_keys`` of each of ``starts`` (sorted: an order's n-gram keys // v).
     Where the contexts are exactly the distinct starts, as counted and stored tables have them, the index is
@@ -165,6 +157,16 @@ class CharNgramLM:
         self._gram_log_probs = torch.cat([torch.zeros(0)] + gram_log_probs)
         self._context_keys = torch.cat([torch.zeros(0, dtype=torch.long)] + context_keys)
         self._context_log_backoffs = torch.cat([torch.zeros(0)] + context_log_backoffs)
+        # The lookups' numpy views of the tables, each ending in a sentinel key above every real one (with a
+        # dummy value), so that a search never lands past the end, even in an empty table.
+        sentinel = np.array([np.iinfo(np.int64).max])
+        self._np_unigrams = self.unigram_log_probs.numpy()
+        self._np_gram_keys = np.concatenate([self._gram_keys.numpy(), sentinel])
+        self._np_gram_log_probs = np.append(self._gram_log_probs.numpy(), np.float32(0))
+        self._np_context_keys = np.concatenate([self._context_keys.numpy(), sentinel])
+        self._np_context_log_backoffs = np.append(self._context_log_backoffs.numpy(), np.float32(0))
+        self._np_powers = vocab_size ** np.arange(order - 1, dtype=np.int64)
+        self._np_order_offsets = np.arange(2, order + 1, dtype=np.int64) * self._offset
 
     @classmethod
     def count(cls, id_lists: Iterable[Sequence[int]], vocab_size: int, order: int = 3, min_count: int = 1,
@@ -214,25 +216,28 @@ class CharNgramLM:
         sentence's start); candidates (n, c) hanzi ids -> (n, c) log P(candidate | context).
 
         In backoff form: the log-probability of the longest stored n-gram (context suffix + candidate), plus
-        the log backoff weights of the longer contexts that were seen without this candidate after them."""
-        candidates = candidates.clamp(max=self.vocab_size - 1)  # (ids past the counted vocabulary: none)
-        unigram = self.unigram_log_probs[candidates]  # (n, c)
-        if self.order == 1:
-            return unigram
-        m = self.order - 1
-        recent = context[:, -m:].flip(1)  # (n, m): the last id first
-        histories = (recent * self.vocab_size ** torch.arange(m)).cumsum(1)  # column j: order j + 2's context
-        order_offsets = torch.arange(2, self.order + 1) * self._offset  # (m,)
-        index = _find(self._context_keys, histories + order_offsets)  # (n, m), -1 where unseen
-        log_backoffs = torch.where(index >= 0, self._context_log_backoffs[index.clamp(min=0)], 0.0)  # (n, m)
-        found = _find(self._gram_keys, histories[:, :, None] * self.vocab_size + candidates[:, None, :]
-                      + order_offsets[:, None])  # (n, m, c)
-        log_probs = self._gram_log_probs[found.clamp(min=0)]  # (n, m, c), valid where found
+        the log backoff weights of the longer contexts that were seen without this candidate after them. In
+        numpy: a search step calls this with a few rows, where torch's per-operator cost made it 10x slower."""
+        v, m = self.vocab_size, self.order - 1
+        candidates = np.minimum(candidates.numpy(), v - 1)  # (ids past the counted vocabulary: none)
+        unigram = self._np_unigrams[candidates]  # (n, c)
+        if m == 0:
+            return torch.from_numpy(unigram)
+        offsets = self._np_order_offsets  # (m,): order j + 2's keys are offset by (j + 2) * v**order
+        recent = context.numpy()[:, ::-1][:, :m]  # (n, m): the last id first
+        histories = np.cumsum(recent * self._np_powers, axis=1)  # (n, m), column j: order j + 2's context
+        index = np.searchsorted(self._np_context_keys, histories + offsets)  # (a sentinel ends each table)
+        seen = self._np_context_keys[index] == histories + offsets
+        log_backoffs = np.where(seen, self._np_context_log_backoffs[index], np.float32(0))  # (n, m)
+        queries = histories[:, :, None] * v + candidates[:, None, :] + offsets[:, None]  # (n, m, c)
+        found = np.searchsorted(self._np_gram_keys, queries)
+        stored = self._np_gram_keys[found] == queries  # (n, m, c)
         # backoff weights of the contexts above each order: above[:, j] = sum of log_backoffs[:, j + 1:]
-        above = log_backoffs.flip(1).cumsum(1).flip(1) - log_backoffs  # (n, m)
-        options = torch.cat([(unigram + above[:, :1] + log_backoffs[:, :1])[:, None], log_probs + above[:, :, None]], 1)
-        longest = ((found >= 0) * torch.arange(1, m + 1)[:, None]).amax(dim=1)  # (n, c): 0 = unigram only
-        return options.gather(1, longest[:, None]).squeeze(1)
+        above = np.cumsum(log_backoffs[:, ::-1], axis=1)[:, ::-1] - log_backoffs  # (n, m)
+        result = unigram + above[:, :1] + log_backoffs[:, :1]
+        for j in range(m):  # each longer order replaces the one below where its n-gram is stored
+            result = np.where(stored[:, j], self._np_gram_log_probs[found[:, j]] + above[:, j : j + 1], result)
+        return torch.from_numpy(result)
 
     def sentence_log_prob(self, ids: Sequence[int]) -> float:
         """log P of a whole sentence of hanzi ids, character by character."""
