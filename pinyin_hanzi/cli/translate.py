@@ -366,24 +366,30 @@ def _parse(argv) -> argparse.Namespace:
     return args
 
 
+def _set_threads(threads: int) -> None:
+    import torch
+
+    torch.set_num_threads(threads)
+
+
 def _translate(argv) -> int:
     args = _parse(argv)
     _fail_fast(args)
     interactive = args.input is None and args.evaluate is None and (args.text or sys.stdin.isatty())
     threads = args.threads or (1 if interactive else 0)
-    if threads:
-        # One sentence decodes (1, d) x (d, d) products: splitting them over threads costs more in
-        # synchronisation than it gains (10-syllable sentence, shared 2-core machine: several times slower
-        # with 2 threads).
-        import torch
-
-        torch.set_num_threads(threads)
+    if args.threads:
+        _set_threads(args.threads)
     user_pairs = None
     if args.evaluate is not None and not _is_prepared_split(args.evaluate):
         user_pairs = _read_pairs(args.evaluate)  # before loading the model: a bad file fails at once
     weights = {"device": args.device, "lm_weight": args.lm_weight, "word_weight": args.word_weight,
                "user_words": args.user_words, "user_weight": args.user_weight}
-    converter = load_converter(args.checkpoint, **weights)
+    converter = load_converter(args.checkpoint, **weights)  # on every core unless --threads: bulk table work
+    if threads and not args.threads:
+        # One sentence decodes (1, d) x (d, d) products: splitting them over threads costs more in
+        # synchronisation than it gains (10-syllable sentence, shared 2-core machine: several times slower
+        # with 2 threads).
+        _set_threads(threads)
     options = _conversion_options(args)
     if args.evaluate is not None:
         if args.compare_user_words is not None:

@@ -27,24 +27,25 @@ from pinyin_hanzi.models.transformer import DecoderLayer, MultiHeadAttention, Tr
 
 Norm = tuple[tuple[int, ...], torch.Tensor, torch.Tensor, float]  # F.layer_norm's: shape, weight, bias, eps
 
-# Below this many rows a bf16 product is no faster than fp32 (measured on an AVX512-BF16 CPU: one row 15 us
-# fp32, 27 us bf16; five rows 55 vs 30 us; 150 rows 720 vs 180 us for 256 x 1024): a single sentence's first
-# step and greedy decoding of one line stay fp32, beams and batches go bf16.
-BF16_MIN_ROWS = 4
-BF16_MIN_TOKENS = 256
+# A bf16 product pays for its casts from about a million multiply-adds (measured on an AVX512-BF16 CPU, one
+# thread: at 5 rows, 256 x 1024 takes 175 us fp32 vs 74 us bf16, 256 x 256 31 vs 48 us; one row is slower
+# in bf16 at every size). So a single sentence's narrow products stay fp32 and beams' and batches' go bf16.
+BF16_MIN_MACS = 1 << 20
+BF16_MIN_TOKENS = 256  # the encoder runs under bf16 autocast from this many input tokens
 
 
 class Projection(NamedTuple):
-    """A linear layer's weights, and optionally their bf16 copies: products of inputs with at least
-    ``BF16_MIN_ROWS`` rows then run in bf16 (fp32 accumulation inside the kernel), everything around them
+    """A linear layer's weights, and optionally their bf16 copies: inputs of at least ``bf16_rows`` rows
+    are then multiplied in bf16 (fp32 accumulation inside the kernel), while everything around the products
     (residual stream, LayerNorm, softmax, scores) stays fp32."""
 
     weight: torch.Tensor  # (out, in)
     bias: torch.Tensor | None  # (out,)
     low: tuple[torch.Tensor, torch.Tensor | None] | None = None  # bf16 weight and bias, or None: always fp32
+    bf16_rows: int = 0  # rows from which ``low`` is used: BF16_MIN_MACS / (out x in), at least 2
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        if self.low is not None and x.shape[:-1].numel() >= BF16_MIN_ROWS:
+        if self.low is not None and x.shape[:-1].numel() >= self.bf16_rows:
             return F.linear(x.to(torch.bfloat16), *self.low).to(x.dtype)
         return F.linear(x, self.weight, self.bias)
 
@@ -86,8 +87,8 @@ class InferenceDecoder:
     fraction of a millisecond) while the model changes (validation during training), and again after changing
     it (``to()``, loading weights).
 
-    ``bf16``: the decoder's products of ``BF16_MIN_ROWS`` rows or more, and the encoder of inputs of
-    ``BF16_MIN_TOKENS`` tokens or more, run in bf16 (2-4x faster where the CPU multiplies bf16 natively).
+    ``bf16``: the decoder's products of ``BF16_MIN_MACS`` multiply-adds or more, and the encoder of inputs
+    of ``BF16_MIN_TOKENS`` tokens or more, run in bf16 (2-4x faster where the CPU multiplies bf16 natively).
     The bf16 copies of the decoder's weights (4 MB for the shipped model) take milliseconds to make: a
     converter builds its decoder once and keeps it."""
 
@@ -153,8 +154,10 @@ def _linear(layer: nn.Linear, bf16: bool) -> Projection:
 
 
 def _projection(weight: torch.Tensor, bias: torch.Tensor | None, bf16: bool) -> Projection:
-    low = (weight.detach().bfloat16(), None if bias is None else bias.detach().bfloat16()) if bf16 else None
-    return Projection(weight, bias, low)
+    if not bf16:
+        return Projection(weight, bias)
+    low = weight.detach().bfloat16(), None if bias is None else bias.detach().bfloat16()
+    return Projection(weight, bias, low, max(2, -(-BF16_MIN_MACS // weight.numel())))
 
 
 def _norm(layer: nn.LayerNorm) -> Norm:
