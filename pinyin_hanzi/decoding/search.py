@@ -36,6 +36,13 @@ class Constraint:
     def __init__(self, lexicon: Lexicon, rows: torch.Tensor, constrained: bool = True):
         self.lexicon, self.rows = lexicon, rows
         self.lists = lexicon.ids(rows) if constrained else None  # (n, s, c) ids, (n, s, c) bool
+        # per position, asked once rather than at every step: the longest list, and whether every input has
+        # exactly one character; a row of one-character lists is added (widths are at least 1, and a batch of
+        # no inputs still has positions)
+        self.widths = self.single = None
+        if constrained:
+            lengths = torch.cat([self.lists[1].sum(dim=-1), torch.ones(1, rows.shape[1], dtype=torch.long)])
+            self.widths, self.single = lengths.amax(dim=0).tolist(), (lengths == 1).all(dim=0).tolist()
 
     def at(self, position: int) -> tuple[torch.Tensor, torch.Tensor, bool]:
         """The allowed characters at ``position``: hanzi ids (n, c), (n, c) bool True at real entries, and
@@ -45,14 +52,13 @@ class Constraint:
             ids = torch.arange(len(self.lexicon.hanzi_vocab)).expand(len(rows), -1)
             real = torch.where((rows == PAD_ROW)[:, None], self.lexicon.table()[rows], self.lexicon.unconstrained)
             return ids, real, False
-        ids, real = self.lists[0][:, position], self.lists[1][:, position]
-        width = max(1, int(real.sum(dim=-1).max()))  # the longest list at this position
-        return ids[:, :width], real[:, :width], True
+        width = self.widths[position]  # the longest list at this position
+        return self.lists[0][:, position, :width], self.lists[1][:, position, :width], True
 
     def forced(self, position: int) -> torch.Tensor | None:
         """The one character every input may take at ``position``, (n,) hanzi ids; None where some input
         has a choice (or decoding is unconstrained)."""
-        if self.lists is None or not bool((self.lists[1][:, position].sum(dim=-1) == 1).all()):
+        if self.lists is None or not self.single[position]:
             return None
         return self.lists[0][:, position, 0]
 
