@@ -178,8 +178,7 @@ def _same(a, b) -> bool:
 
 
 def _lookup_tables(lm: CharNgramLM) -> dict:
-    return {name: getattr(lm, name) for name in ("_gram_keys", "_gram_log_probs", "_context_keys",
-                                                 "_context_log_backoffs", "unigram_log_probs")}
+    return {"unigrams": lm.unigram_log_probs, **dict(enumerate(lm._lookup_tables()))}
 
 
 @pytest.mark.parametrize("order, min_count", [(1, 1), (2, 1), (3, 1), (3, 2), (4, 3)])

@@ -26,6 +26,7 @@ checkpoint's hanzi vocabulary.
 from __future__ import annotations
 
 import tempfile
+import threading
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
@@ -199,18 +200,33 @@ class CharNgramLM:
         self.unigram_log_probs = unigrams  # (v,) log P_1
         self.grams = grams  # order k >= 2 -> (sorted keys, counts): raw counts at the top, continuation below
         self.contexts = contexts  # order k >= 2 -> (sorted context keys, total count, distinct next characters)
-        # For lookups, backoff form: each stored n-gram's full interpolated log-probability, and each context's
-        # log backoff weight log(D * distinct / total), which multiplies the lower order's probability for
-        # characters not seen after it. All orders share one sorted table each (keys + k * offset, offset >
-        # any key), so that one searchsorted call serves every order: per decoding step the lookups' cost is
-        # cache misses in these tables and per-call overhead, not arithmetic.
-        self._offset = vocab_size**order
         self.min_counts: dict[int, int] = {}  # each order's effective min count, where counting pruned it
+        self._offset = vocab_size**order
+        # The lookup tables are built at the first lookup: a model counted only to be stored (training, a
+        # prepared store's counted/ folder) never needs them, and they take about as much memory again.
+        self._lookup: tuple[torch.Tensor, ...] | None = None
+        self._lookup_lock = threading.Lock()  # the service's threads may look up at once
+
+    def _lookup_tables(self) -> tuple[torch.Tensor, ...]:
+        """(n-gram keys, their log-probabilities, context keys, their log backoff weights), every order in one
+        sorted table each (keys + k * offset, offset > any key), so that one searchsorted call serves every
+        order: per decoding step the lookups' cost is cache misses in these tables and per-call overhead, not
+        arithmetic. Backoff form: each stored n-gram's full interpolated probability, and each context's
+        backoff weight (D * distinct / total: what multiplies the lower order's probability of the
+        characters not stored after it)."""
+        with self._lookup_lock:
+            if self._lookup is None:
+                self._lookup = self._build_lookup()
+            return self._lookup
+
+    def _build_lookup(self) -> tuple[torch.Tensor, ...]:
+        vocab_size, discount = self.vocab_size, self.discount
         gram_keys, gram_log_probs, context_keys, context_log_backoffs = [], [], [], []
-        lower_tables = {1: (None, unigrams.double().exp(), None, None)}  # order -> (keys, P_k, contexts, backoffs)
-        for k in range(2, order + 1):
-            keys, counts = grams[k]
-            ctx_keys, totals, distinct = contexts[k]  # distinct: a context's n-grams before any was pruned
+        # order -> (keys, P_k, context keys, backoff weights); order 1 by character id
+        lower_tables = {1: (None, self.unigram_log_probs.double().exp(), None, None)}
+        for k in range(2, self.order + 1):
+            keys, counts = self.grams[k]
+            ctx_keys, totals, distinct = self.contexts[k]  # distinct: a context's n-grams before any was pruned
             context_index = torch.searchsorted(ctx_keys, keys // vocab_size)
             total, backoff = totals.double()[context_index], discount * distinct.double() / totals.double()
             suffix = keys % vocab_size ** (k - 1)  # the same n-gram without its oldest character
@@ -222,10 +238,9 @@ class CharNgramLM:
             context_keys.append(ctx_keys + k * self._offset)
             context_log_backoffs.append(backoff.log().float())
             lower_tables[k] = (keys, probs, ctx_keys, backoff)
-        self._gram_keys = torch.cat([torch.zeros(0, dtype=torch.long)] + gram_keys)
-        self._gram_log_probs = torch.cat([torch.zeros(0)] + gram_log_probs)
-        self._context_keys = torch.cat([torch.zeros(0, dtype=torch.long)] + context_keys)
-        self._context_log_backoffs = torch.cat([torch.zeros(0)] + context_log_backoffs)
+        return (torch.cat([torch.zeros(0, dtype=torch.long)] + gram_keys), torch.cat([torch.zeros(0)] + gram_log_probs),
+                torch.cat([torch.zeros(0, dtype=torch.long)] + context_keys),
+                torch.cat([torch.zeros(0)] + context_log_backoffs))
 
     @classmethod
     def count(cls, id_lists: Iterable[Sequence[int]], vocab_size: int, order: int = 3, min_count: int = 1,
@@ -285,12 +300,13 @@ class CharNgramLM:
         m = self.order - 1
         recent = context[:, -m:].flip(1)  # (n, m): the last id first
         histories = (recent * self.vocab_size ** torch.arange(m)).cumsum(1)  # column j: order j + 2's context
+        gram_keys, gram_log_probs, context_keys, context_log_backoffs = self._lookup_tables()
         order_offsets = torch.arange(2, self.order + 1) * self._offset  # (m,)
-        index = _find(self._context_keys, histories + order_offsets)  # (n, m), -1 where unseen
-        log_backoffs = torch.where(index >= 0, self._context_log_backoffs[index.clamp(min=0)], 0.0)  # (n, m)
-        found = _find(self._gram_keys, histories[:, :, None] * self.vocab_size + candidates[:, None, :]
+        index = _find(context_keys, histories + order_offsets)  # (n, m), -1 where unseen
+        log_backoffs = torch.where(index >= 0, context_log_backoffs[index.clamp(min=0)], 0.0)  # (n, m)
+        found = _find(gram_keys, histories[:, :, None] * self.vocab_size + candidates[:, None, :]
                       + order_offsets[:, None])  # (n, m, c)
-        log_probs = self._gram_log_probs[found.clamp(min=0)]  # (n, m, c), valid where found
+        log_probs = gram_log_probs[found.clamp(min=0)]  # (n, m, c), valid where found
         # backoff weights of the contexts above each order: above[:, j] = sum of log_backoffs[:, j + 1:]
         above = log_backoffs.flip(1).cumsum(1).flip(1) - log_backoffs  # (n, m)
         options = torch.cat([(unigram + above[:, :1] + log_backoffs[:, :1])[:, None], log_probs + above[:, :, None]], 1)
@@ -341,7 +357,9 @@ class CharNgramLM:
             contexts[k] = (context_keys, columns["totals"].int(), columns["distinct"].int())
             gram_keys = context_keys.repeat_interleave(columns["runs"]) * state["vocab_size"] + columns["last_ids"]
             grams[k] = (gram_keys, columns["counts"].int())
-        return cls(state["order"], state["vocab_size"], state["unigrams"].float(), grams, contexts, state["discount"])
+        lm = cls(state["order"], state["vocab_size"], state["unigrams"].float(), grams, contexts, state["discount"])
+        lm._lookup_tables()  # a stored model is read to be used: its first conversion should not wait for them
+        return lm
 
     @classmethod
     def state_problem(cls, state: dict, hanzi_vocab_size: int) -> str | None:
