@@ -254,7 +254,7 @@ def test_a_capped_model_keeps_the_most_frequent_ngrams_and_stays_normalised(cap,
 def test_a_cap_the_model_fits_changes_nothing():
     from pinyin_hanzi.lm.char_ngram import top_order_counts
 
-    sentences, weights = _weighted_sentences(3)
+    sentences, _ = _weighted_sentences(3)
     full = CharNgramLM.count(sentences, 30, order=3, min_count=2)
     roomy = CharNgramLM.from_top_counts(*top_order_counts(sentences, 30, 3), 30, order=3, min_count=2,
                                         max_ngrams=full.size())

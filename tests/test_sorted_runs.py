@@ -31,6 +31,6 @@ def test_whole_groups_never_split_a_group_between_chunks():
     keys = np.array([10, 11, 12, 20, 21, 30, 31, 32, 33, 40])
     chunks = [(keys[:2],), (keys[2:4],), (keys[4:8],), (keys[8:],)]
     regrouped = [chunk[0].tolist() for chunk in whole_groups(chunks, 10)]
-    assert sum(regrouped, []) == keys.tolist()
+    assert [key for chunk in regrouped for key in chunk] == keys.tolist()
     groups = [{key // 10 for key in chunk} for chunk in regrouped]
     assert all(not (first & second) for i, first in enumerate(groups) for second in groups[i + 1:])

@@ -27,17 +27,30 @@ from __future__ import annotations
 
 import tempfile
 import threading
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
 
 import numpy as np
 import torch
 
 from pinyin_hanzi.data.vocab import BOS_ID
-from pinyin_hanzi.lm.ngram_tables import (SPILL_KEYS, choose_min_counts, count_orders, histogram, kept_tables,
-                                          progress)
+from pinyin_hanzi.lm.ngram_tables import (
+    SPILL_KEYS,
+    choose_min_counts,
+    count_orders,
+    histogram,
+    kept_tables,
+    progress,
+)
 from pinyin_hanzi.lm.sorted_runs import SpillingCounter
-from pinyin_hanzi.lm.stored import column_length, is_finite_number, is_int, is_vector, pack_integers, unpack_integers
+from pinyin_hanzi.lm.stored import (
+    column_length,
+    is_finite_number,
+    is_int,
+    is_vector,
+    pack_integers,
+    unpack_integers,
+)
 
 DISCOUNT = 0.75
 

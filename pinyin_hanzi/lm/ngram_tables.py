@@ -21,7 +21,13 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from pinyin_hanzi.lm.sorted_runs import RunWriter, SpillingCounter, add_up, read_run, whole_groups
+from pinyin_hanzi.lm.sorted_runs import (
+    RunWriter,
+    SpillingCounter,
+    add_up,
+    read_run,
+    whole_groups,
+)
 
 SPILL_KEYS = 1 << 22  # keys a counter holds before it spills a sorted run (16 bytes each, a few copies while sorting)
 

@@ -12,8 +12,8 @@ memory-mapped: the pages of a mapped file stay in the process's memory (RSS) onc
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
 
 import numpy as np
 
@@ -35,7 +35,7 @@ class RunWriter:
 
     def __init__(self, path: Path, columns: int = 2):
         self.path, self.columns, self.rows = path, columns, 0
-        self._handle = open(path, "wb")
+        self._handle = open(path, "wb")  # noqa: SIM115 (open across appends; closed by close())
 
     def append(self, *columns: np.ndarray) -> None:
         np.stack([np.asarray(column, np.int64) for column in columns], axis=1).tofile(self._handle)
