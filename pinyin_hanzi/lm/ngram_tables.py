@@ -38,7 +38,7 @@ Tables = dict[int, tuple[torch.Tensor, ...]]  # order -> columns, as CharNgramLM
 def progress(total: int | None, description: str, unit: str) -> tqdm:
     """A bar on stderr while it is a terminal (tqdm's disable=None), with rate and ETA."""
     return tqdm(total=total, desc=description, unit=unit, unit_scale=True, disable=None, mininterval=1.0,
-                smoothing=0.05, leave=False)
+                smoothing=0.05)
 
 
 def histogram(counts: np.ndarray) -> Histogram:
