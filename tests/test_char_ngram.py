@@ -261,13 +261,14 @@ def test_a_cap_the_model_fits_changes_nothing():
     assert roomy.min_counts == {2: 1, 3: 2} and _same(full.state_dict(), roomy.state_dict())
 
 
-_BAR_SCRIPT = """
-import numpy as np
-from pinyin_hanzi.lm.char_ngram import count_from_blocks
-rng = np.random.default_rng(0)
-blocks = ((rng.integers(4, 40, 500), np.full(100, 5), np.ones(100, np.int64)) for _ in range(20))
-count_from_blocks(blocks, 40, 3, examples=2000, spill_keys=300)
-"""
+def _count_random_blocks() -> None:
+    import numpy as np
+
+    from pinyin_hanzi.lm.char_ngram import count_from_blocks
+
+    rng = np.random.default_rng(0)
+    blocks = ((rng.integers(4, 40, 500), np.full(100, 5), np.ones(100, np.int64)) for _ in range(20))
+    count_from_blocks(blocks, 40, 3, examples=2000, spill_keys=300)
 
 
 def test_counting_shows_a_progress_bar_on_a_terminal_and_none_elsewhere(capfd):
@@ -285,8 +286,9 @@ def test_counting_shows_a_progress_bar_on_a_terminal_and_none_elsewhere(capfd):
 
     leader, follower = pty.openpty()
     fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 120, 0, 0))  # a terminal 120 wide
-    command = [sys.executable, "-c", _BAR_SCRIPT]
-    with subprocess.Popen(command, cwd=ROOT, stderr=follower, stdout=subprocess.DEVNULL) as process:
+    command = [sys.executable, "-c", "import test_char_ngram; test_char_ngram._count_random_blocks()"]
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])}
+    with subprocess.Popen(command, cwd=ROOT, env=environment, stderr=follower, stdout=subprocess.DEVNULL) as process:
         os.close(follower)
         shown = b""
         while True:
@@ -302,5 +304,5 @@ def test_counting_shows_a_progress_bar_on_a_terminal_and_none_elsewhere(capfd):
     text = shown.decode(errors="replace")
     assert "counting 3-grams" in text and "sentences/s" in text and "2.00k/2.00k" in text
     assert "3-gram tables" in text and "2-gram tables" in text and "n-grams/s" in text
-    exec(_BAR_SCRIPT, {})  # stderr a pipe (pytest's): no bar
+    _count_random_blocks()  # stderr a pipe (pytest's): no bar
     assert capfd.readouterr().err == ""
