@@ -179,12 +179,15 @@ def one_size(million: float, pool: list[str], args, workers: int) -> dict:
         name = f"scale{million:g}m-w{count}"
         config = config_file(folder, corpus, name, args.steps_config)
         shutil.rmtree(folder / "prepared" / name, ignore_errors=True)
-        elapsed, rss[count], _ = measured(train + ["--config", str(config), "--prepare-only", "--workers", str(count)])
+        elapsed, rss[count], log = measured(train + ["--config", str(config), "--prepare-only", "--workers", str(count)])
         stats = json.loads((folder / "prepared" / name / "stats.json").read_text(encoding="utf-8"))
         hanzi = sum(stats["hanzi"].values())
         result[f"hanzi_per_s_{'1_worker' if count == 1 else 'all_workers'}"] = round(hanzi / elapsed)
         print(f"{million:g}M: prepared with {count} worker(s) in {elapsed:.0f} s, {hanzi / elapsed:,.0f} hanzi/s, "
               f"peak RSS {rss[count]:.0f} MB", file=sys.stderr, flush=True)
+        for line in log.splitlines():  # the n-gram model's size, and what its cap left out
+            if line.startswith("character "):
+                print(f"{million:g}M: {line}", file=sys.stderr, flush=True)
         if count == workers:
             break
     result["prepare_rss_mb"] = round(max(rss.values()))

@@ -96,7 +96,7 @@ def _is_training_checkpoint(path: Path) -> bool:
 
 
 def count_char_lm(checkpoint: str | Path, out: str | Path, *, order: int = 3, min_count: int = 1,
-                  phrases: int = 0, weight: float = 0.6) -> tuple[CharNgramLM, Path]:
+                  phrases: int = 0, weight: float = 0.6, max_ngrams: int = 0) -> tuple[CharNgramLM, Path]:
     """Write a copy of ``checkpoint`` to ``out`` with a character n-gram model counted from its training split
     (for checkpoints trained without one, or to count it again: train.py adds one itself when
     decode.lm_weight > 0), its decode.lm_* settings updated. Returns the model and the split it counted.
@@ -105,9 +105,11 @@ def count_char_lm(checkpoint: str | Path, out: str | Path, *, order: int = 3, mi
     config = config_from_dict(state[CONFIG_KEY], str(checkpoint))
     train, hanzi_vocab = prepared_store(config.data), Vocab(state[HANZI_VOCAB_KEY])
     table = phrase_texts(config.data.raw_dir) if phrases else []
-    lm = count_store(train.split("train", hanzi_vocab=hanzi_vocab), hanzi_vocab, order, min_count, table, phrases)
+    lm = count_store(train.split("train", hanzi_vocab=hanzi_vocab), hanzi_vocab, order, min_count, table, phrases,
+                     max_ngrams=max_ngrams, spill_dir=train.folder)
     decode = config.decode
     decode.lm_weight, decode.lm_order, decode.lm_min_count, decode.lm_phrases = weight, order, min_count, phrases
+    decode.lm_max_ngrams = max_ngrams
     state[CONFIG_KEY], state[CHAR_LM_KEY] = config.to_dict(), lm.state_dict()
     save_checkpoint(out, state)
     return lm, train.folder

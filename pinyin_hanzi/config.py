@@ -117,6 +117,10 @@ class DecodeConfig:
     # --lm-weight overrides it
     lm_order: int = 3  # n of the character n-gram model, 1..4 (counted by train.py from the training split)
     lm_min_count: int = 1  # highest-order n-grams seen fewer times are left out of the n-gram model (smaller)
+    lm_max_ngrams: int = 0  # the most n-grams the n-gram model keeps (0: no cap; about 3 bytes an n-gram in a
+    # checkpoint, 30-60 in memory): beyond it the rarest are left out, the highest order's first
+    # (its min count raised above lm_min_count), the lower orders' only where they alone would fill the cap;
+    # the probabilities of those kept are still those of all the counts (docs/training.md#large-corpora)
     lm_phrases: int = 0  # each entry of pypinyin-dict's phrase table is counted this many more times into the
     # n-gram model (idioms and terms the training text has seldom seen; 0: none); with lm_min_count m, m copies
     # keep every phrase's n-grams
@@ -178,6 +182,7 @@ LIMITS: dict[str, tuple[float, float]] = {
     "decode.beam": (1, 64), "decode.prefix_beam": (1, 64), "decode.batch_sentences": (1, 65536), "decode.split_penalty": (0, 1000),
     "decode.abbreviation_penalty": (0, 1000),
     "decode.lm_weight": (0, 100), "decode.lm_order": (1, 4), "decode.lm_min_count": (1, 10**9),
+    "decode.lm_max_ngrams": (0, 10**12),
     "decode.lm_phrases": (0, 1000), "decode.word_weight": (0, 100), "decode.word_min_frequency": (0, 1),
     "decode.word_contrast": (0, 1), "decode.reading_margin": (0, 1000), "decode.user_weight": (0, 100),
 }

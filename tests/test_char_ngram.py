@@ -1,5 +1,6 @@
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -158,32 +159,159 @@ def test_phrase_table_entries_are_counted_into_the_model_and_unknown_characters_
     assert once.log_prob(context, candidates)[0, 0] < fused_p[0]  # seen once: the trigram is pruned
 
 
-@pytest.mark.parametrize("order, min_count", [(1, 1), (2, 1), (3, 1), (3, 2), (4, 3)])
-def test_counting_block_by_block_gives_the_model_counting_all_at_once_gives(order, min_count):
-    """The bounded-memory count (blocks of a token store, merged as they come, sentences weighted) is the same
-    model, bit for bit, as counting every sentence at once, each as often as its weight."""
+def _weighted_sentences(seed: int, number: int = 300, characters: int = 30):
+    """Random sentences over ids 4..characters-1 and how often each counts (0: a sentence no epoch trains on)."""
     import random
 
+    rng = random.Random(seed)
+    sentences = [[rng.randrange(4, characters) for _ in range(rng.randrange(1, 12))] for _ in range(number)]
+    return sentences, [rng.randrange(0, 4) for _ in sentences]
+
+
+def _blocks(sentences, weights, size: int = 37):
+    """The sentences as a token store's blocks give them: (ids one after another, lengths, weights)."""
+    import numpy as np
+
+    for begin in range(0, len(sentences), size):
+        part = sentences[begin : begin + size]
+        yield (np.array([i for s in part for i in s]), np.array([len(s) for s in part]),
+               np.array(weights[begin : begin + size]))
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same(a[key], b[key]) for key in a)
+    if isinstance(a, np.ndarray):
+        return a.dtype == b.dtype and np.array_equal(a, b)
+    return torch.equal(a, b) if isinstance(a, torch.Tensor) else a == b
+
+
+def _lookup_tables(lm: CharNgramLM) -> dict:
+    return {"unigrams": lm.unigram_log_probs, **dict(enumerate(lm._lookup_tables()))}
+
+
+@pytest.mark.parametrize("order, min_count", [(1, 1), (2, 1), (3, 1), (3, 2), (4, 3)])
+def test_counting_block_by_block_gives_the_model_counting_all_at_once_gives(order, min_count, tmp_path):
+    """The bounded-memory count (blocks of a token store; past a budget of 50 keys, sorted runs spilled to
+    disk and merged 8 rows per run at a time, at every order) is the same model, bit for bit, as counting
+    every sentence at once, each as often as its weight; its temporary runs are gone afterwards."""
+    from pinyin_hanzi.lm.char_ngram import count_from_blocks
+
+    sentences, weights = _weighted_sentences(order * 10 + min_count)
+    at_once = CharNgramLM.count([s for s, w in zip(sentences, weights) for _ in range(w)], 30, order, min_count)
+    in_blocks = count_from_blocks(_blocks(sentences, weights), 30, order, min_count, spill_keys=50,
+                                  spill_dir=tmp_path)
+    assert _same(at_once.state_dict(), in_blocks.state_dict())
+    assert _same(_lookup_tables(at_once), _lookup_tables(in_blocks))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_failed_count_leaves_no_runs_behind(tmp_path):
+    from pinyin_hanzi.lm.char_ngram import count_from_blocks
+
+    sentences, weights = _weighted_sentences(7)
+
+    def failing():
+        yield from _blocks(sentences, weights)
+        raise OSError("the store went away")
+
+    with pytest.raises(OSError, match="went away"):
+        count_from_blocks(failing(), 30, 3, spill_keys=50, spill_dir=tmp_path)
+    assert list(tmp_path.iterdir()) == []
+
+
+def _sums_to_one(lm: CharNgramLM, contexts: list[list[int]], vocab_size: int) -> list[float]:
+    log_probs = lm.log_prob(torch.tensor(contexts), torch.arange(vocab_size).expand(len(contexts), -1))
+    assert bool(torch.isfinite(log_probs).all())
+    return [float(total) for total in log_probs.double().exp().sum(1)]
+
+
+@pytest.mark.parametrize("cap", [700, 150])  # 700: the top order pruned; 150: the orders below too
+def test_a_capped_model_keeps_the_most_frequent_ngrams_and_stays_normalised(cap, tmp_path):
+    """decode.lm_max_ngrams: rarest first, the top order's min count raised first (and where the orders
+    below take the cap by themselves, theirs too); the kept n-grams are the most frequent of each order,
+    Kneser-Ney's counts still those of the full text, and P(. | context) still sums to 1. Counted in memory
+    or through spilled runs, the same model."""
+    from pinyin_hanzi.lm.char_ngram import count_from_blocks, top_order_counts
+
+    sentences, weights = _weighted_sentences(36, number=400, characters=20)
+    text = [s for s, w in zip(sentences, weights) for _ in range(w)]
+    full = CharNgramLM.count(text, 20, order=3)
+    capped = CharNgramLM.from_top_counts(*top_order_counts(text, 20, 3), 20, order=3, max_ngrams=cap)
+    assert capped.size() <= cap < full.size() and capped.size() > cap // 3
+    assert capped.min_counts[3] > 1 and (capped.min_counts[2] > 1) == (cap == 150)
+    for k in (2, 3):
+        kept = set(capped.grams[k][0].tolist())
+        full_keys, full_counts = full.grams[k]
+        counts_kept = full_counts[[key in kept for key in full_keys.tolist()]]
+        counts_dropped = full_counts[[key not in kept for key in full_keys.tolist()]]
+        assert len(counts_dropped) == 0 or int(counts_kept.min()) > int(counts_dropped.max())
+        assert torch.equal(capped.grams[k][1], counts_kept)  # the full text's counts
+    contexts = [[BOS_ID, BOS_ID], [4, 5], [5, 4], [9, 9], [17, 6], [3, 3]]
+    assert _sums_to_one(capped, contexts, 20) == pytest.approx([1.0] * len(contexts), abs=1e-4)
+    assert _sums_to_one(full, contexts, 20) == pytest.approx([1.0] * len(contexts), abs=1e-4)
+    common = max(set(map(tuple, text)), key=lambda s: text.count(list(s)))
+    assert abs(capped.sentence_log_prob(common) - full.sentence_log_prob(common)) < 1.0
+    spilled = count_from_blocks(_blocks(sentences, weights), 20, 3, max_ngrams=cap, spill_keys=40,
+                                spill_dir=tmp_path)
+    assert _same(capped.state_dict(), spilled.state_dict()) and spilled.min_counts == capped.min_counts
+    assert _same(_lookup_tables(capped), _lookup_tables(spilled))
+    again = CharNgramLM.from_state_dict(capped.state_dict())
+    assert _same(_lookup_tables(capped), _lookup_tables(again))
+
+
+def test_a_cap_the_model_fits_changes_nothing():
+    from pinyin_hanzi.lm.char_ngram import top_order_counts
+
+    sentences, _ = _weighted_sentences(3)
+    full = CharNgramLM.count(sentences, 30, order=3, min_count=2)
+    roomy = CharNgramLM.from_top_counts(*top_order_counts(sentences, 30, 3), 30, order=3, min_count=2,
+                                        max_ngrams=full.size())
+    assert roomy.min_counts == {2: 1, 3: 2} and _same(full.state_dict(), roomy.state_dict())
+
+
+def _count_random_blocks() -> None:
     import numpy as np
 
     from pinyin_hanzi.lm.char_ngram import count_from_blocks
 
-    rng = random.Random(order * 10 + min_count)
-    sentences = [[rng.randrange(4, 30) for _ in range(rng.randrange(1, 12))] for _ in range(300)]
-    weights = [rng.randrange(0, 4) for _ in sentences]  # 0: a sentence no epoch trains on
-    at_once = CharNgramLM.count([s for s, w in zip(sentences, weights) for _ in range(w)], 30, order, min_count)
+    rng = np.random.default_rng(0)
+    blocks = ((rng.integers(4, 40, 500), np.full(100, 5), np.ones(100, np.int64)) for _ in range(20))
+    count_from_blocks(blocks, 40, 3, examples=2000, spill_keys=300)
 
-    def blocks():
-        for begin in range(0, len(sentences), 37):
-            part = sentences[begin : begin + 37]
-            yield (np.array([i for s in part for i in s]), np.array([len(s) for s in part]),
-                   np.array(weights[begin : begin + 37]))
 
-    in_blocks = count_from_blocks(blocks(), 30, order, min_count, merge_above=50)  # merged many times
+def test_counting_shows_a_progress_bar_on_a_terminal_and_none_elsewhere(capfd):
+    """On a terminal, each phase of counting (the sentences, then each order's tables once runs were spilled)
+    shows a tqdm bar with its rate; piped to a file or a log, nothing."""
+    import fcntl
+    import os
+    import pty
+    import struct
+    import subprocess
+    import sys
+    import termios
 
-    def same(a, b) -> bool:
-        if isinstance(a, dict):
-            return a.keys() == b.keys() and all(same(a[key], b[key]) for key in a)
-        return torch.equal(a, b) if isinstance(a, torch.Tensor) else a == b
+    from conftest import ROOT
 
-    assert same(at_once.state_dict(), in_blocks.state_dict())
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 120, 0, 0))  # a terminal 120 wide
+    command = [sys.executable, "-c", "import test_char_ngram; test_char_ngram._count_random_blocks()"]
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])}
+    with subprocess.Popen(command, cwd=ROOT, env=environment, stderr=follower, stdout=subprocess.DEVNULL) as process:
+        os.close(follower)
+        shown = b""
+        while True:
+            try:
+                data = os.read(leader, 4096)
+            except OSError:  # the terminal closed with the process
+                break
+            if not data:
+                break
+            shown += data
+    os.close(leader)
+    assert process.returncode == 0, shown.decode(errors="replace")
+    text = shown.decode(errors="replace")
+    assert "counting 3-grams" in text and "sentences/s" in text and "2.00k/2.00k" in text
+    assert "3-gram tables" in text and "2-gram tables" in text and "n-grams/s" in text
+    _count_random_blocks()  # stderr a pipe (pytest's): no bar
+    assert capfd.readouterr().err == ""

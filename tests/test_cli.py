@@ -9,6 +9,8 @@ from pathlib import Path
 
 import torch
 
+from pinyin_hanzi.lm.char_ngram import CharNgramLM
+
 import forkrun
 from conftest import ROOT, tiny_config_dict, write_config
 
@@ -187,6 +189,12 @@ def test_a_character_ngram_model_added_to_a_checkpoint_is_used_and_can_be_turned
     _one_line_error(run("-m", "pinyin_hanzi.cli.char_lm", tmp_path / "none.pt", tmp_path / "out.pt"), "not found")
     usage = run("-m", "pinyin_hanzi.cli.char_lm", best, tmp_path / "out.pt", "--phrases", "-1")
     assert usage.returncode == 2 and "--phrases must be between 0 and 1000" in usage.stderr and "Traceback" not in usage.stderr
+    usage = run("-m", "pinyin_hanzi.cli.char_lm", best, tmp_path / "out.pt", "--max-ngrams", "-1")
+    assert usage.returncode == 2 and "--max-ngrams must be between 0 and" in usage.stderr and "Traceback" not in usage.stderr
+    capped = run("-m", "pinyin_hanzi.cli.char_lm", best, tmp_path / "capped.pt", "--max-ngrams", "40")
+    assert capped.returncode == 0, capped.stderr
+    state = torch.load(tmp_path / "capped.pt", weights_only=True)
+    assert state["config"]["decode"]["lm_max_ngrams"] == 40 and CharNgramLM.stored_size(state["char_lm"]) <= 40
 
 
 def test_train_errors_are_one_line(tmp_path, tiny_corpus):

@@ -594,6 +594,36 @@ def test_the_language_models_are_counted_once_with_the_store_and_read_by_the_nex
     assert _same_state(checkpoint.load_checkpoint(best)[checkpoint.CHAR_LM_KEY], expected)
 
 
+def test_a_capped_char_model_is_counted_apart_from_the_uncapped_one_and_says_what_it_left_out(tmp_path, tiny_corpus):
+    """decode.lm_max_ngrams is part of the kept model's name: a cap counts anew (the effective min counts in
+    the log), no cap reads the model counted without one; the sorted runs' temporary folder is gone."""
+    from pinyin_hanzi.data.corpus import data_fingerprint
+    from pinyin_hanzi.data.store import TokenStore
+    from pinyin_hanzi.lm.char_ngram import CharNgramLM
+    from pinyin_hanzi.training.language_models import setup_language_models
+
+    config = _small_run(tmp_path, tiny_corpus, language_models=["char"])
+    out = prepare(config.data, log=lambda message: None)
+    store, lines = TokenStore(out), []
+
+    def char_model() -> dict:
+        return setup_language_models(config, store, data_fingerprint(out), store.hanzi_vocab, lines.append)[1]
+
+    size = CharNgramLM.stored_size(char_model())
+    config.decode.lm_max_ngrams = size // 2
+    lines.clear()
+    capped = char_model()
+    assert CharNgramLM.stored_size(capped) <= size // 2
+    assert any(line.startswith(f"character 3-gram model capped by decode.lm_max_ngrams={size // 2:,}: it keeps "
+                               f"only the 3-grams seen ") for line in lines)
+    assert any(" counted in " in line for line in lines)
+    config.decode.lm_max_ngrams = 0
+    lines.clear()
+    assert CharNgramLM.stored_size(char_model()) == size and any(" read (counted once" in line for line in lines)
+    assert sorted(path.name.split("-")[0] for path in (out / "counted").iterdir()) == ["char_lm", "char_lm",
+                                                                                      "syllables"]
+
+
 def _same_state(a, b) -> bool:
     if isinstance(a, dict):
         return isinstance(b, dict) and a.keys() == b.keys() and all(_same_state(a[k], b[k]) for k in a)

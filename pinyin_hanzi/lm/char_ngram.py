@@ -25,15 +25,53 @@ checkpoint's hanzi vocabulary.
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+import tempfile
+import threading
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import torch
 
 from pinyin_hanzi.data.vocab import BOS_ID
-from pinyin_hanzi.lm.stored import column_length, is_finite_number, is_int, is_vector, pack_integers, unpack_integers
+from pinyin_hanzi.lm.ngram_tables import (
+    SPILL_KEYS,
+    choose_min_counts,
+    count_orders,
+    histogram,
+    kept_tables,
+    progress,
+)
+from pinyin_hanzi.lm.sorted_runs import SpillingCounter
+from pinyin_hanzi.lm.stored import (
+    column_length,
+    is_finite_number,
+    is_int,
+    is_vector,
+    pack_integers,
+    unpack_integers,
+)
 
 DISCOUNT = 0.75
+
+
+def _find(keys: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:
+    """The index of each query (any shape) in the sorted ``keys``, -1 where it is not there."""
+    if len(keys) == 0:
+        return torch.full(queries.shape, -1, dtype=torch.long)
+    index = torch.searchsorted(keys, queries).clamp_(max=len(keys) - 1)
+    return torch.where(keys[index] == queries, index, -1)
+
+
+class _Lookup(NamedTuple):
+    """What decoding's lookups search (:meth:`CharNgramLM.log_prob`): every order's n-grams in one sorted table
+    and their log-probabilities, every order's contexts in another and their log backoff weights."""
+
+    gram_keys: np.ndarray  # int64, sorted, a sentinel last
+    gram_log_probs: np.ndarray  # float32
+    context_keys: np.ndarray  # int64, sorted, a sentinel last
+    context_log_backoffs: np.ndarray  # float32
 
 
 def _context_index(starts: torch.Tensor, context_keys: torch.Tensor) -> torch.Tensor:
@@ -44,6 +82,52 @@ def _context_index(starts: torch.Tensor, context_keys: torch.Tensor) -> torch.Te
     if len(distinct) == len(context_keys) and bool((distinct == context_keys).all()):
         return index
     return torch.searchsorted(context_keys, starts)
+
+
+def _unigram_log_probs(keys: torch.Tensor, counts: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """(v,) log P_1: continuation counts (raw counts for a unigram model), add-one."""
+    unigram_counts = torch.zeros(vocab_size)
+    unigram_counts.index_add_(0, keys, counts.float())
+    return ((unigram_counts + 1) / (unigram_counts.sum() + vocab_size)).log()
+
+
+def _pruned_backoffs(backoffs: torch.Tensor, counts: torch.Tensor, lower_probs: torch.Tensor,
+                     context_index: torch.Tensor, totals: torch.Tensor, distinct: torch.Tensor, discount: float
+                     ) -> torch.Tensor:
+    """The backoff weights of contexts some of whose n-grams were pruned (min counts), so that P(. | context)
+    still sums to 1: the stored n-grams keep the full model's probability, and the mass of the pruned ones,
+    sum((c - D) / total), goes to the characters not stored after the context, in proportion to the order
+    below: D * distinct / total + that mass / (1 - the stored n-grams' P_lower). Other contexts keep
+    ``backoffs``. (As SRILM and KenLM renormalise a pruned model.)"""
+    stored = torch.bincount(context_index, minlength=len(totals))
+    pruned = distinct.long() - stored
+    if not bool((pruned > 0).any()):
+        return backoffs
+    stored_counts = torch.zeros(len(totals), dtype=torch.long).index_add_(0, context_index, counts.long())
+    pruned_mass = ((totals.long() - stored_counts).double() - discount * pruned.double()) / totals.double()
+    lower_left = 1 - torch.zeros(len(totals), dtype=torch.float64).index_add_(0, context_index, lower_probs)
+    return torch.where(pruned > 0, backoffs + pruned_mass / lower_left.clamp(min=1e-12), backoffs)
+
+
+def _backed_off(tables: dict, k: int, keys: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """P_k of k-gram ``keys`` as the model gives it (tables: order -> (sorted keys, P_k of each, sorted
+    context keys, their backoff weights); order 1: (None, P_1 by id, None, None)): a stored k-gram's own
+    probability, else its context's backoff weight (1 for a context not stored) times P_{k-1} of its
+    suffix. Where an order was pruned, a stored longer n-gram's suffix may be missing."""
+    gram_keys, probs, context_keys, backoffs = tables[k]
+    if gram_keys is None:
+        return probs[keys]
+    index = _find(gram_keys, keys)
+    found = index >= 0
+    if bool(found.all()):
+        return probs[index]
+    result = torch.empty(len(keys), dtype=torch.float64)
+    result[found] = probs[index[found]]
+    missing = keys[~found]
+    context = _find(context_keys, missing // vocab_size)
+    weight = torch.where(context >= 0, backoffs[context.clamp(min=0)], 1.0)
+    result[~found] = weight * _backed_off(tables, k - 1, missing % vocab_size ** (k - 1), vocab_size)
+    return result
 
 
 def check_key_range(order: int, vocab_size: int) -> None:
@@ -78,14 +162,6 @@ def top_order_counts(id_lists: Iterable[Sequence[int]], vocab_size: int, order: 
     return keys, counts
 
 
-def merge_counts(parts: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[torch.Tensor, torch.Tensor]:
-    """(keys, counts) of several (keys, counts) added together: keys sorted and distinct."""
-    keys = torch.cat([part[0] for part in parts])
-    counts = torch.cat([part[1] for part in parts])
-    merged, inverse = torch.unique(keys, return_inverse=True)
-    return merged, torch.zeros(len(merged), dtype=torch.long).index_add_(0, inverse, counts)
-
-
 def block_counts(ids: np.ndarray, lengths: np.ndarray, weights: np.ndarray, vocab_size: int, order: int
                  ) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`top_order_counts` of sentences given flat: ``ids`` (tokens,) one after another, ``lengths``
@@ -105,20 +181,47 @@ def block_counts(ids: np.ndarray, lengths: np.ndarray, weights: np.ndarray, voca
 
 
 def count_from_blocks(blocks: Iterable[tuple[np.ndarray, np.ndarray, np.ndarray]], vocab_size: int, order: int = 3,
-                      min_count: int = 1, discount: float = DISCOUNT, merge_above: int = 1 << 24) -> "CharNgramLM":
+                      min_count: int = 1, discount: float = DISCOUNT, max_ngrams: int = 0,
+                      spill_keys: int = SPILL_KEYS, spill_dir: str | Path | None = None,
+                      examples: int | None = None) -> "CharNgramLM":
     """The model of sentences read a block at a time ((ids, lengths, weights) as :func:`block_counts` takes
-    them): the same model :meth:`CharNgramLM.count` makes of all of them at once, in memory that grows with
-    the distinct n-grams, not with the text (block counts are merged whenever they hold ``merge_above``)."""
-    merged, pending, held = None, [], 0
-    for ids, lengths, weights in blocks:
-        pending.append(block_counts(ids, lengths, weights, vocab_size, order))
-        held += len(pending[-1][0])
-        if held > merge_above:
-            merged = merge_counts(([merged] if merged is not None else []) + pending)
-            pending, held = [], len(merged[0])
-    parts = ([merged] if merged is not None else []) + pending
-    keys, counts = merge_counts(parts) if parts else (torch.zeros(0, dtype=torch.long),) * 2
-    return CharNgramLM.from_top_counts(keys, counts, vocab_size, order, min_count, discount)
+    them): the same model :meth:`CharNgramLM.count` makes of all of them at once (``max_ngrams``: see
+    :meth:`CharNgramLM.from_top_counts`), in memory bounded by ``spill_keys``, not by the text or its
+    distinct n-grams: past that many keys, counts go to sorted runs in a temporary folder in ``spill_dir``
+    (default: the system's), removed afterwards (lm/ngram_tables.py). The kept model itself is as large as
+    ``max_ngrams`` lets it be. ``examples``: how many sentences the blocks hold, for the progress bar."""
+    check_key_range(order, vocab_size)
+    with _spill_folder(spill_dir) as name:
+        folder = Path(name)
+        top = SpillingCounter(folder / f"order-{order}", spill_keys)
+        with progress(examples, f"counting {order}-grams", " sentences") as bar:
+            for ids, lengths, weights in blocks:
+                keys, counts = block_counts(ids, lengths, weights, vocab_size, order)
+                top.add(keys.numpy(), counts.numpy())
+                bar.update(len(lengths))
+        if not top.spilled:  # everything fit the budget: counted in memory
+            keys, counts = top.in_memory()
+            return CharNgramLM.from_top_counts(torch.from_numpy(keys), torch.from_numpy(counts), vocab_size, order,
+                                               min_count, discount, max_ngrams)
+        files, (unigram_keys, unigram_counts) = count_orders(top, vocab_size, order, folder, spill_keys)
+        min_counts = choose_min_counts({k: files[k].histogram for k in files}, max_ngrams, min_count)
+        grams, contexts = kept_tables(files, min_counts, vocab_size)
+    unigrams = _unigram_log_probs(torch.from_numpy(unigram_keys), torch.from_numpy(unigram_counts), vocab_size)
+    lm = CharNgramLM(order, vocab_size, unigrams, grams, contexts, discount)
+    lm.min_counts = min_counts
+    return lm
+
+
+def _spill_folder(spill_dir: str | Path | None) -> tempfile.TemporaryDirectory:
+    """A temporary folder in ``spill_dir`` (made if need be), or in the system's where that cannot be
+    written (read-only data trains as well); removed when the ``with`` ends, however it ends."""
+    if spill_dir is not None:
+        try:
+            Path(spill_dir).mkdir(parents=True, exist_ok=True)
+            return tempfile.TemporaryDirectory(prefix=".ngram-runs-", dir=spill_dir)
+        except OSError:
+            pass
+    return tempfile.TemporaryDirectory(prefix="ngram-runs-")
 
 
 class CharNgramLM:
@@ -129,44 +232,54 @@ class CharNgramLM:
                  contexts: dict[int, tuple], discount: float = DISCOUNT):
         self.order, self.vocab_size, self.discount = order, vocab_size, discount
         self.unigram_log_probs = unigrams  # (v,) log P_1
+        self._unigrams = unigrams.numpy()  # the same, as decoding's lookups read it
         self.grams = grams  # order k >= 2 -> (sorted keys, counts): raw counts at the top, continuation below
         self.contexts = contexts  # order k >= 2 -> (sorted context keys, total count, distinct next characters)
-        # For lookups, backoff form: each stored n-gram's full interpolated log-probability, and each context's
-        # log backoff weight log(D * distinct / total), which multiplies the lower order's probability for
-        # characters not seen after it. All orders share one sorted table each (keys + k * offset, offset >
-        # any key), so that one searchsorted call serves every order: per decoding step the lookups' cost is
-        # cache misses in these tables and per-call overhead, not arithmetic.
+        self.min_counts: dict[int, int] = {}  # each order's effective min count, where counting pruned it
         self._offset = vocab_size**order
+        # The lookup tables are built at the first lookup: a model counted only to be stored (training, a
+        # prepared store's counted/ folder) never needs them, and they take about as much memory again.
+        self._lookup: _Lookup | None = None
+        self._lookup_lock = threading.Lock()  # the service's threads may look up at once
+
+    def _lookup_tables(self) -> _Lookup:
+        """(n-gram keys, their log-probabilities, context keys, their log backoff weights), every order in one
+        sorted table each (keys + k * offset, offset > any key), so that one searchsorted call serves every
+        order: per decoding step the lookups' cost is cache misses in these tables and per-call overhead, not
+        arithmetic. Backoff form: each stored n-gram's full interpolated probability, and each context's
+        backoff weight (D * distinct / total: what multiplies the lower order's probability of the
+        characters not stored after it)."""
+        with self._lookup_lock:
+            if self._lookup is None:
+                self._lookup = self._build_lookup()
+            return self._lookup
+
+    def _build_lookup(self) -> _Lookup:
+        vocab_size, discount = self.vocab_size, self.discount
         gram_keys, gram_log_probs, context_keys, context_log_backoffs = [], [], [], []
-        lower = unigrams.double().exp()  # P_{k-1} of the order below, indexed like its keys
-        lower_keys = None  # None: order 1, indexed by character id
-        for k in range(2, order + 1):
-            keys, counts = grams[k]
-            ctx_keys, totals, distinct = contexts[k]
+        # order -> (keys, P_k, context keys, backoff weights); order 1 by character id
+        lower_tables = {1: (None, self.unigram_log_probs.double().exp(), None, None)}
+        for k in range(2, self.order + 1):
+            keys, counts = self.grams[k]
+            ctx_keys, totals, distinct = self.contexts[k]  # distinct: a context's n-grams before any was pruned
             context_index = _context_index(keys // vocab_size, ctx_keys)
             total, backoff = totals.double()[context_index], discount * distinct.double() / totals.double()
-            suffix = keys % vocab_size ** (k - 1)  # the same n-gram without its oldest character: always counted
-            lower_probs = lower[suffix] if lower_keys is None else lower[torch.searchsorted(lower_keys, suffix)]
+            suffix = keys % vocab_size ** (k - 1)  # the same n-gram without its oldest character
+            lower_probs = _backed_off(lower_tables, k - 1, suffix, vocab_size)
             probs = (counts.double() - discount).clamp(min=0) / total + backoff[context_index] * lower_probs
+            backoff = _pruned_backoffs(backoff, counts, lower_probs, context_index, totals, distinct, discount)
             gram_keys.append(keys + k * self._offset)
             gram_log_probs.append(probs.log().float())
             context_keys.append(ctx_keys + k * self._offset)
             context_log_backoffs.append(backoff.log().float())
-            lower, lower_keys = probs, keys
-        self._gram_keys = torch.cat([torch.zeros(0, dtype=torch.long)] + gram_keys)
-        self._gram_log_probs = torch.cat([torch.zeros(0)] + gram_log_probs)
-        self._context_keys = torch.cat([torch.zeros(0, dtype=torch.long)] + context_keys)
-        self._context_log_backoffs = torch.cat([torch.zeros(0)] + context_log_backoffs)
-        # The lookups' numpy views of the tables, each ending in a sentinel key above every real one (with a
-        # dummy value), so that a search never lands past the end, even in an empty table.
+            lower_tables[k] = (keys, probs, ctx_keys, backoff)
+        # numpy arrays, each table ending in a sentinel key above every real one (with a dummy value), so that
+        # a search never lands past the end, even in an empty table
         sentinel = np.array([np.iinfo(np.int64).max])
-        self._np_unigrams = self.unigram_log_probs.numpy()
-        self._np_gram_keys = np.concatenate([self._gram_keys.numpy(), sentinel])
-        self._np_gram_log_probs = np.append(self._gram_log_probs.numpy(), np.float32(0))
-        self._np_context_keys = np.concatenate([self._context_keys.numpy(), sentinel])
-        self._np_context_log_backoffs = np.append(self._context_log_backoffs.numpy(), np.float32(0))
-        self._np_powers = vocab_size ** np.arange(order - 1, dtype=np.int64)
-        self._np_order_offsets = np.arange(2, order + 1, dtype=np.int64) * self._offset
+        return _Lookup(np.concatenate([k.numpy() for k in gram_keys] + [sentinel]),
+                       np.concatenate([p.numpy() for p in gram_log_probs] + [np.zeros(1, np.float32)]),
+                       np.concatenate([k.numpy() for k in context_keys] + [sentinel]),
+                       np.concatenate([b.numpy() for b in context_log_backoffs] + [np.zeros(1, np.float32)]))
 
     @classmethod
     def count(cls, id_lists: Iterable[Sequence[int]], vocab_size: int, order: int = 3, min_count: int = 1,
@@ -179,21 +292,17 @@ class CharNgramLM:
 
     @classmethod
     def from_top_counts(cls, top_keys: torch.Tensor, top_counts: torch.Tensor, vocab_size: int, order: int = 3,
-                        min_count: int = 1, discount: float = DISCOUNT) -> "CharNgramLM":
+                        min_count: int = 1, discount: float = DISCOUNT, max_ngrams: int = 0) -> "CharNgramLM":
         """The model of the highest-order n-grams' counts: ``top_keys`` (sorted, distinct n-gram keys, their ids
         as base-v digits, oldest first) and ``top_counts``, as :func:`top_order_counts` gives them; every
-        lower order follows from those (Kneser-Ney counts distinct left neighbours)."""
+        lower order follows from those (Kneser-Ney counts distinct left neighbours). ``max_ngrams`` (0: none):
+        the most n-grams the model keeps (:func:`~pinyin_hanzi.lm.ngram_tables.choose_min_counts`)."""
         # Kneser-Ney: raw counts at the top; below, the number of distinct left neighbours (continuations)
         grams = {order: (top_keys, top_counts)}
-        if min_count > 1 and order > 1:
-            kept = top_counts >= min_count
         for k in range(order - 1, 0, -1):
             distinct_longer = grams[k + 1][0]
             grams[k] = torch.unique(distinct_longer % vocab_size**k, return_counts=True)  # drop the oldest id
-        # unigrams: continuation counts, add-one (order 1: raw counts, add-one)
-        unigram_counts = torch.zeros(vocab_size)
-        unigram_counts.index_add_(0, grams[1][0], grams[1][1].float())
-        unigrams = ((unigram_counts + 1) / (unigram_counts.sum() + vocab_size)).log()
+        unigrams = _unigram_log_probs(grams[1][0], grams[1][1], vocab_size)
         contexts = {}
         for k in range(2, order + 1):
             gram_keys, gram_counts = grams[k]
@@ -202,14 +311,20 @@ class CharNgramLM:
             distinct = torch.zeros(len(context_keys), dtype=torch.long).index_add_(0, inverse,
                                                                                 torch.ones_like(gram_counts))
             contexts[k] = (context_keys, totals.int(), distinct.int())
-        if min_count > 1 and order > 1:
-            grams[order] = (top_keys[kept], top_counts[kept])
-            context_keys, totals, distinct = contexts[order]  # keep the contexts that still have an n-gram
-            has_gram = torch.zeros(len(context_keys), dtype=torch.bool)
-            has_gram[torch.searchsorted(context_keys, grams[order][0] // vocab_size)] = True
-            contexts[order] = (context_keys[has_gram], totals[has_gram], distinct[has_gram])
-        return cls(order, vocab_size, unigrams, {k: (g[0], g[1].int()) for k, g in grams.items() if k >= 2},
-                   contexts, discount)
+        histograms = {k: histogram(grams[k][1].numpy()) for k in range(2, order + 1)}
+        min_counts = choose_min_counts(histograms, max_ngrams, min_count)
+        for k, minimum in min_counts.items():
+            if minimum > 1:  # drop the rarer n-grams, and the contexts left without one
+                kept = grams[k][1] >= minimum
+                grams[k] = (grams[k][0][kept], grams[k][1][kept])
+                context_keys, totals, distinct = contexts[k]
+                has_gram = torch.zeros(len(context_keys), dtype=torch.bool)
+                has_gram[torch.searchsorted(context_keys, grams[k][0] // vocab_size)] = True
+                contexts[k] = (context_keys[has_gram], totals[has_gram], distinct[has_gram])
+        lm = cls(order, vocab_size, unigrams, {k: (g[0], g[1].int()) for k, g in grams.items() if k >= 2},
+                 contexts, discount)
+        lm.min_counts = min_counts
+        return lm
 
     def log_prob(self, context: torch.Tensor, candidates: torch.Tensor) -> torch.Tensor:
         """context (n, m): each row's preceding hanzi ids, oldest first (m >= order - 1; <s> before a
@@ -220,23 +335,24 @@ class CharNgramLM:
         numpy: a search step calls this with a few rows, where torch's per-operator cost made it 10x slower."""
         v, m = self.vocab_size, self.order - 1
         candidates = np.minimum(candidates.numpy(), v - 1)  # (ids past the counted vocabulary: none)
-        unigram = self._np_unigrams[candidates]  # (n, c)
+        unigram = self._unigrams[candidates]  # (n, c)
         if m == 0:
             return torch.from_numpy(unigram)
-        offsets = self._np_order_offsets  # (m,): order j + 2's keys are offset by (j + 2) * v**order
+        tables = self._lookup_tables()
+        offsets = np.arange(2, self.order + 1, dtype=np.int64) * self._offset  # order j + 2's keys: + (j + 2) v^n
         recent = context.numpy()[:, ::-1][:, :m]  # (n, m): the last id first
-        histories = np.cumsum(recent * self._np_powers, axis=1)  # (n, m), column j: order j + 2's context
-        index = np.searchsorted(self._np_context_keys, histories + offsets)  # (a sentinel ends each table)
-        seen = self._np_context_keys[index] == histories + offsets
-        log_backoffs = np.where(seen, self._np_context_log_backoffs[index], np.float32(0))  # (n, m)
+        histories = np.cumsum(recent * v ** np.arange(m, dtype=np.int64), axis=1)  # column j: order j + 2's context
+        index = np.searchsorted(tables.context_keys, histories + offsets)  # (n, m)
+        seen = tables.context_keys[index] == histories + offsets
+        log_backoffs = np.where(seen, tables.context_log_backoffs[index], np.float32(0))  # (n, m)
         queries = histories[:, :, None] * v + candidates[:, None, :] + offsets[:, None]  # (n, m, c)
-        found = np.searchsorted(self._np_gram_keys, queries)
-        stored = self._np_gram_keys[found] == queries  # (n, m, c)
+        found = np.searchsorted(tables.gram_keys, queries)
+        stored = tables.gram_keys[found] == queries  # (n, m, c)
         # backoff weights of the contexts above each order: above[:, j] = sum of log_backoffs[:, j + 1:]
         above = np.cumsum(log_backoffs[:, ::-1], axis=1)[:, ::-1] - log_backoffs  # (n, m)
         result = unigram + above[:, :1] + log_backoffs[:, :1]
         for j in range(m):  # each longer order replaces the one below where its n-gram is stored
-            result = np.where(stored[:, j], self._np_gram_log_probs[found[:, j]] + above[:, j : j + 1], result)
+            result = np.where(stored[:, j], tables.gram_log_probs[found[:, j]] + above[:, j : j + 1], result)
         return torch.from_numpy(result)
 
     def sentence_log_prob(self, ids: Sequence[int]) -> float:
@@ -283,7 +399,9 @@ class CharNgramLM:
             contexts[k] = (context_keys, columns["totals"].int(), columns["distinct"].int())
             gram_keys = context_keys.repeat_interleave(columns["runs"]) * state["vocab_size"] + columns["last_ids"]
             grams[k] = (gram_keys, columns["counts"].int())
-        return cls(state["order"], state["vocab_size"], state["unigrams"].float(), grams, contexts, state["discount"])
+        lm = cls(state["order"], state["vocab_size"], state["unigrams"].float(), grams, contexts, state["discount"])
+        lm._lookup_tables()  # a stored model is read to be used: its first conversion should not wait for them
+        return lm
 
     @classmethod
     def state_problem(cls, state: dict, hanzi_vocab_size: int) -> str | None:
@@ -356,19 +474,22 @@ def _table_problem(state: dict, hanzi_vocab_size: int) -> str | None:
 
 
 def count_store(split, hanzi_vocab, order: int = 3, min_count: int = 1, phrases: Sequence[str] = (),
-                phrase_copies: int = 0, block: int = 1 << 16) -> CharNgramLM:
+                phrase_copies: int = 0, block: int = 1 << 16, max_ngrams: int = 0,
+                spill_dir: str | Path | None = None) -> CharNgramLM:
     """:func:`count_for` of a token store's training split (:class:`pinyin_hanzi.data.store.StoredSplit`, read
     in ``hanzi_vocab``'s ids: :meth:`~pinyin_hanzi.data.store.StoredSplit.in_vocabs`), each example as often
-    as its copies say, read ``block`` examples at a time: the same model, in memory that grows with the
-    distinct n-grams, not with the corpus."""
+    as its copies say, read ``block`` examples at a time: the same model (at most ``max_ngrams`` n-grams, 0:
+    no cap), in bounded memory (:func:`count_from_blocks`, spilling to ``spill_dir``)."""
+    known = [hanzi_vocab.encode(phrase) for phrase in known_phrases(phrases, hanzi_vocab)] if phrase_copies else []
+
     def blocks():
         yield from split.blocks("target", block)
-        known = [hanzi_vocab.encode(phrase) for phrase in known_phrases(phrases, hanzi_vocab)] if phrase_copies else []
         if known:
             yield (np.array([i for ids in known for i in ids]), np.array([len(ids) for ids in known]),
                    np.full(len(known), phrase_copies))
 
-    return count_from_blocks(blocks(), len(hanzi_vocab), order, min_count)
+    return count_from_blocks(blocks(), len(hanzi_vocab), order, min_count, max_ngrams=max_ngrams,
+                             spill_dir=spill_dir, examples=len(split) + len(known))
 
 
 def count_for(examples, hanzi_vocab, order: int = 3, min_count: int = 1, phrases: Sequence[str] = (),

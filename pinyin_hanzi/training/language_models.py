@@ -58,10 +58,16 @@ def _char_lm(config: Config, split: StoredSplit, hanzi_vocab: Vocab, cache: _Cou
     dec, started = config.decode, time.time()
     settings = {"order": dec.lm_order, "min_count": dec.lm_min_count, "phrases": dec.lm_phrases,
                 "vocab": _tokens_hash(hanzi_vocab)}
+    if dec.lm_max_ngrams:  # (no cap: the key of the models kept before there was one)
+        settings["max_ngrams"] = dec.lm_max_ngrams
 
     def count() -> dict:
         phrases = phrase_texts(config.data.raw_dir) if dec.lm_phrases > 0 else []
-        return count_store(split, hanzi_vocab, dec.lm_order, dec.lm_min_count, phrases, dec.lm_phrases).state_dict()
+        lm = count_store(split, hanzi_vocab, dec.lm_order, dec.lm_min_count, phrases, dec.lm_phrases,
+                         max_ngrams=dec.lm_max_ngrams, spill_dir=cache.folder)
+        if note := _pruning_note(lm, dec.lm_min_count, dec.lm_max_ngrams):
+            log(note)
+        return lm.state_dict()
 
     state = cache.get("char_lm", settings, count, lambda state: CharNgramLM.state_problem(state, len(hanzi_vocab)))
     how = cache.how
@@ -70,6 +76,18 @@ def _char_lm(config: Config, split: StoredSplit, hanzi_vocab: Vocab, cache: _Cou
     log(f"character {dec.lm_order}-gram model: {CharNgramLM.stored_size(state):,} n-grams {how} in "
         f"{time.time() - started:.1f} s (decode.lm_weight={dec.lm_weight}{with_phrases})")
     return state
+
+
+def _pruning_note(lm: CharNgramLM, min_count: int, max_ngrams: int) -> str | None:
+    """The line that says which n-grams the cap left out (the effective min counts it raised), or None."""
+    raised = sorted((k for k, minimum in lm.min_counts.items() if minimum > (min_count if k == lm.order else 1)),
+                    reverse=True)
+    if not raised:
+        return None
+    kept = [f"{k}-grams seen {lm.min_counts[k]}+ times" if k == lm.order else
+            f"{k}-grams after {lm.min_counts[k]}+ different characters" for k in raised]
+    return (f"character {lm.order}-gram model capped by decode.lm_max_ngrams={max_ngrams:,}: it keeps only the "
+            f"{', '.join(kept)} ({lm.size():,} n-grams)")
 
 
 def _word_lm(config: Config, store: TokenStore, hanzi_vocab: Vocab, cache: _Counted, log) -> dict:
