@@ -65,6 +65,7 @@ def normalize_text(text: str) -> str:
     )
 
 
+@functools.lru_cache(maxsize=8192)  # a phrase table repeats some 1.5k readings a million times
 def toneless(reading: str) -> str:
     """A tone-marked reading as a syllable: ``lǜ`` -> ``lv``."""
     return to_normal(reading, v_to_u=False).lower()
