@@ -28,6 +28,19 @@ def test_word_list_input_gives_same_alignment():
     assert hanzi_to_tokens(["我们", "银行"]) == ["wo", "men", "yin", "hang"]
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=20) | st.lists(st.sampled_from("你好，１Ａａ ：\t\u200b\ue000\u3000\x85"), max_size=12).map("".join))
+def test_normalize_text_keeps_or_drops_each_character_by_its_class(text):
+    # Lines that need nothing take a fast path: the result is still the character-by-character one.
+    import unicodedata
+
+    from pinyin_hanzi.text.pinyin import ascii_letters_digits
+
+    assert normalize_text(text) == "".join(
+        char for char in ascii_letters_digits(text)
+        if not char.isspace() and unicodedata.category(char) not in ("Cc", "Cf", "Cs", "Co", "Cn"))
+
+
 def test_normalize_full_width_letters_digits_but_keep_chinese_punctuation():
     assert normalize_text("１９９８年ＡＢｃ，好。") == "1998年ABc，好。"
     assert normalize_text("你 好\t吗\u200b") == "你好吗"  # whitespace and format characters removed

@@ -56,9 +56,17 @@ def ascii_letters_digits(text: str) -> str:
     )
 
 
+# Full-width letters and digits (see ascii_letters_digits).
+_FULL_WIDTH = re.compile("[\uff10-\uff19\uff21-\uff3a\uff41-\uff5a]")
+
+
 def normalize_text(text: str) -> str:
     """Corpus text as the model sees it: full-width letters and digits become ASCII; whitespace and
     control/format characters are removed, since an IME types neither."""
+    # Most lines have none of them: printable text (no control, format, private-use, unassigned or separator
+    # character but the ASCII space) without space or full-width letters is returned in one pass, not per character.
+    if text.isprintable() and " " not in text and not _FULL_WIDTH.search(text):
+        return text
     return "".join(
         char for char in ascii_letters_digits(text)
         if not char.isspace() and unicodedata.category(char) not in ("Cc", "Cf", "Cs", "Co", "Cn")
