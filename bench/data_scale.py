@@ -167,8 +167,8 @@ def measured(command: list[str], watched: Path) -> tuple[dict, str]:
     of its own, so that each figure is this command's alone (see _WRAPPER; ``watched``: the file whose appearance
     ends the main process's CPU count)."""
     result = subprocess.run([sys.executable, "-c", _WRAPPER, str(watched), *command], capture_output=True,
-                            text=True, cwd=ROOT)
-    figures = json.loads(result.stdout.strip().splitlines()[-1])
+                            text=True, cwd=ROOT, check=False)
+    figures = json.loads(result.stdout.strip().splitlines()[-1]) if result.returncode == 0 else {"status": None}
     if figures["status"] != 0:
         raise SystemExit(f"error: {' '.join(command)} failed:\n{result.stderr[-2000:]}")
     return figures, result.stderr

@@ -171,7 +171,7 @@ class _RememberingConverter(UltimateConverter):
     :func:`phrase_readings`), so readings follow the tables however they change. Only the one way
     :func:`hanzi_to_tokens` calls it is remembered."""
 
-    MAX_WORDS = 150_000  # 550 bytes each (measured on phrases): 80 MB; 2M hanzi of text use 64k, with the phrase table 104k
+    MAX_WORDS = 150_000  # 550 bytes each (measured): 80 MB; 2M hanzi of text use 64k, with the phrase table 104k
 
     def __init__(self) -> None:
         super().__init__(v_to_u=False, neutral_tone_with_five=False, tone_sandhi=False)
