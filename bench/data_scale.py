@@ -27,9 +27,11 @@ of real text. Then, each in a child process of its own:
 The last line is one JSON object:
 ``{"benchmark": "data_scale", "sizes": [{"million_hanzi", "prepare_rss_mb", "train_rss_mb", "first_step_s",
 "hanzi_per_s_1_worker", "hanzi_per_s_all_workers", "command_hanzi_per_s_1_worker",
-"command_hanzi_per_s_all_workers", "cpu_s_1_worker", "cpu_s_all_workers", "load", "workers",
-"pypinyin_hanzi_per_s", "store_mb"}, ...]}``; ``cpu_s_*`` are ``{"main", "workers"}``, ``load`` the 1-minute load
-average before each run.
+"command_hanzi_per_s_all_workers", "cpu_s_1_worker", "cpu_s_all_workers", "hanzi_per_cpu_s_1_worker",
+"hanzi_per_cpu_s_all_workers", "load", "workers", "pypinyin_hanzi_per_s", "pypinyin_hanzi_per_cpu_s",
+"store_mb"}, ...]}``; ``cpu_s_*`` are ``{"main", "workers"}`` (the main process's up to the store, Python's start
+included), ``load`` the 1-minute load average before each run. On a shared machine, compare the per-CPU-second
+rates: wall-clock rates follow the load.
 """
 
 from __future__ import annotations
@@ -94,9 +96,9 @@ def synthetic_corpus(path: Path, million_hanzi: float, pool: list[str], seed: in
     return path
 
 
-def pypinyin_rate(corpus: Path, characters: int = 200_000) -> float:
-    """Hanzi per second that pypinyin annotates on one core, in a child process (lazy_pinyin, as preparation
-    calls it)."""
+def pypinyin_rate(corpus: Path, characters: int = 200_000) -> tuple[float, float]:
+    """Hanzi per second and per CPU second that pypinyin annotates on one core, in a child process (lazy_pinyin,
+    as preparation called it). On a shared machine the second is the steadier."""
     code = f"""
 import time
 from pypinyin import Style, lazy_pinyin
@@ -109,15 +111,17 @@ with open({str(corpus)!r}, encoding="utf-8") as handle:
         if size >= {characters}:
             break
 lazy_pinyin(lines[0])
-started = time.perf_counter()
+started, cpu = time.perf_counter(), time.process_time()
 for line in lines:
     lazy_pinyin(line, style=Style.NORMAL, v_to_u=False, errors=lambda text: list(text))
-elapsed = time.perf_counter() - started
-print(sum(is_hanzi(c) for line in lines for c in line) / elapsed)
+elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
+hanzi = sum(is_hanzi(c) for line in lines for c in line)
+print(hanzi / elapsed, hanzi / cpu)
 """
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT,
                             env={**os.environ, "PYTHONPATH": str(ROOT)})
-    return float(result.stdout.strip())
+    wall, cpu = map(float, result.stdout.split())
+    return wall, cpu
 
 
 # Runs a command to its end and prints one JSON line: its wall seconds, peak RSS (MB) of its processes, status,
@@ -213,13 +217,15 @@ def config_file(folder: Path, corpus: Path, name: str, base: str) -> Path:
 def one_size(million: float, pool: list[str], args, workers: int) -> dict:
     folder = ROOT / "data" / "bench"
     corpus = synthetic_corpus(folder / f"synthetic-{million:g}M.txt", million, pool)
-    rate = pypinyin_rate(corpus)
-    result = {"million_hanzi": million, "workers": workers, "pypinyin_hanzi_per_s": round(rate)}
+    rate, cpu_rate = pypinyin_rate(corpus)
+    result = {"million_hanzi": million, "workers": workers, "pypinyin_hanzi_per_s": round(rate),
+              "pypinyin_hanzi_per_cpu_s": round(cpu_rate)}
     train = [sys.executable, str(ROOT / "train.py")]
     rss = {}
     skip_one = args.one_worker_up_to is not None and million > args.one_worker_up_to and workers > 1
     if skip_one:
-        result.update(hanzi_per_s_1_worker=None, command_hanzi_per_s_1_worker=None, cpu_s_1_worker=None)
+        result.update(hanzi_per_s_1_worker=None, command_hanzi_per_s_1_worker=None, cpu_s_1_worker=None,
+                      hanzi_per_cpu_s_1_worker=None)
     for count in (workers,) if skip_one else (1, workers):
         name = f"scale{million:g}m-w{count}"
         config = config_file(folder, corpus, name, args.steps_config)
@@ -232,6 +238,7 @@ def one_size(million: float, pool: list[str], args, workers: int) -> dict:
         key = "1_worker" if count == 1 else "all_workers"
         cpu = {"main": round(figures["main_cpu"], 1), "workers": round(figures["workers_cpu"], 1)}
         result.update({f"hanzi_per_s_{key}": round(hanzi / stats["seconds"]), f"cpu_s_{key}": cpu,
+                       f"hanzi_per_cpu_s_{key}": round(hanzi / (cpu["main"] + cpu["workers"])),
                        f"command_hanzi_per_s_{key}": round(hanzi / figures["elapsed"])})
         result.setdefault("load", []).append(round(load, 1))
         print(f"{million:g}M: prepared with {count} worker(s) in {stats['seconds']:.1f} s "
