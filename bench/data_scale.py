@@ -161,8 +161,9 @@ elapsed = time.perf_counter() - started
 done.set()
 sys.stderr.write(stderr)
 workers = sum(seconds for pid, seconds in cpu.items() if pid != process.pid)
+main_cpu = main_at[0] if main_at else cpu.get(process.pid, 0.0)
 print(json.dumps({"elapsed": elapsed, "rss": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
-                  "status": process.returncode, "main_cpu": main_at[0] if main_at else None, "workers_cpu": workers}))
+                  "status": process.returncode, "main_cpu": main_cpu, "workers_cpu": workers}))
 """
 
 
