@@ -13,8 +13,12 @@ of real text. Then, each in a child process of its own:
 
 - pypinyin's own annotation rate on 200k characters of that text, on one core, with its default phrase tables
   (what preparation uses): the limit preparation is measured against;
-- preparation (``train.py --prepare-only``) with 1 worker and with all workers: hanzi per second, and peak RSS
-  (``resource.getrusage`` of the child processes: the largest of the main process and its workers);
+- preparation (``train.py --prepare-only``) with 1 worker and with all workers: hanzi per second of the
+  preparation itself (annotation and merge: stats.json's ``seconds``), and of the whole command (which also
+  starts Python and counts the n-gram models); the CPU seconds of its main process up to the store (read from
+  /proc every 0.2 s until stats.json appears) and of its worker processes, the main one's share of the whole
+  being the serial fraction; the load average; and peak RSS (``resource.getrusage`` of the child processes: the
+  largest of the main process and its workers);
 - training from the prepared store (the quickstart network, the n-gram model counted once with the store): the time
   from start to the first optimizer step, and the process's peak RSS up to that step (VmHWM in /proc, read the
   moment the first step is logged; the process is then stopped);
@@ -22,7 +26,12 @@ of real text. Then, each in a child process of its own:
 
 The last line is one JSON object:
 ``{"benchmark": "data_scale", "sizes": [{"million_hanzi", "prepare_rss_mb", "train_rss_mb", "first_step_s",
-"hanzi_per_s_1_worker", "hanzi_per_s_all_workers", "workers", "pypinyin_hanzi_per_s", "store_mb"}, ...]}``.
+"hanzi_per_s_1_worker", "hanzi_per_s_all_workers", "command_hanzi_per_s_1_worker",
+"command_hanzi_per_s_all_workers", "cpu_s_1_worker", "cpu_s_all_workers", "hanzi_per_cpu_s_1_worker",
+"hanzi_per_cpu_s_all_workers", "load", "workers", "pypinyin_hanzi_per_s", "pypinyin_hanzi_per_cpu_s",
+"store_mb"}, ...]}``; ``cpu_s_*`` are ``{"main", "workers"}`` (the main process's up to the store, Python's start
+included), ``load`` the 1-minute load average before each run. On a shared machine, compare the per-CPU-second
+rates: wall-clock rates follow the load.
 """
 
 from __future__ import annotations
@@ -87,9 +96,9 @@ def synthetic_corpus(path: Path, million_hanzi: float, pool: list[str], seed: in
     return path
 
 
-def pypinyin_rate(corpus: Path, characters: int = 200_000) -> float:
-    """Hanzi per second that pypinyin annotates on one core, in a child process (lazy_pinyin, as preparation
-    calls it)."""
+def pypinyin_rate(corpus: Path, characters: int = 200_000) -> tuple[float, float]:
+    """Hanzi per second and per CPU second that pypinyin annotates on one core, in a child process (lazy_pinyin,
+    as preparation called it). On a shared machine the second is the steadier."""
     code = f"""
 import time
 from pypinyin import Style, lazy_pinyin
@@ -102,31 +111,72 @@ with open({str(corpus)!r}, encoding="utf-8") as handle:
         if size >= {characters}:
             break
 lazy_pinyin(lines[0])
-started = time.perf_counter()
+started, cpu = time.perf_counter(), time.process_time()
 for line in lines:
     lazy_pinyin(line, style=Style.NORMAL, v_to_u=False, errors=lambda text: list(text))
-elapsed = time.perf_counter() - started
-print(sum(is_hanzi(c) for line in lines for c in line) / elapsed)
+elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
+hanzi = sum(is_hanzi(c) for line in lines for c in line)
+print(hanzi / elapsed, hanzi / cpu)
 """
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT,
                             env={**os.environ, "PYTHONPATH": str(ROOT)})
-    return float(result.stdout.strip())
+    wall, cpu = map(float, result.stdout.split())
+    return wall, cpu
 
 
-def measured(command: list[str]) -> tuple[float, float, str]:
-    """(wall seconds, peak RSS in MB of the command's processes, stderr) of a command run to its end, measured
-    by a wrapper process of its own, so that each figure is this command's alone."""
-    wrapper = ("import resource, subprocess, sys, time\n"
-               "started = time.perf_counter()\n"
-               "done = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)\n"
-               "elapsed = time.perf_counter() - started\n"
-               "sys.stderr.write(done.stderr)\n"
-               "print(elapsed, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, done.returncode)\n")
-    result = subprocess.run([sys.executable, "-c", wrapper, *command], capture_output=True, text=True, cwd=ROOT)
-    elapsed, rss, status = result.stdout.split()
-    if int(status) != 0:
+# Runs a command to its end and prints one JSON line: its wall seconds, peak RSS (MB) of its processes, status,
+# and CPU seconds from /proc, read every 0.2 s: its main process's up to when the file argv[1] appears (the
+# preparation's stats.json, written last) and the last seen of every other process under it (the workers).
+_WRAPPER = """
+import json, os, resource, subprocess, sys, threading, time
+TICK, done, cpu, main_at = os.sysconf("SC_CLK_TCK"), threading.Event(), {}, []
+
+def sample(root):
+    parents = {}
+    for name in os.listdir("/proc"):
+        try:
+            fields = open(f"/proc/{name}/stat").read().rsplit(")", 1)[1].split()
+            parents[int(name)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / TICK)
+        except (OSError, ValueError, IndexError):
+            continue
+    for pid, (parent, seconds) in parents.items():
+        ancestor = pid
+        while ancestor in parents and ancestor != root:
+            ancestor = parents[ancestor][0]
+        if ancestor == root:
+            cpu[pid] = seconds
+
+started = time.perf_counter()
+process = subprocess.Popen(sys.argv[2:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+def watch():
+    while not done.wait(0.2):
+        sample(process.pid)
+        if not main_at and os.path.exists(sys.argv[1]):
+            main_at.append(cpu.get(process.pid, 0.0))
+
+threading.Thread(target=watch, daemon=True).start()
+stderr = process.communicate()[1]
+elapsed = time.perf_counter() - started
+done.set()
+sys.stderr.write(stderr)
+workers = sum(seconds for pid, seconds in cpu.items() if pid != process.pid)
+main_cpu = main_at[0] if main_at else cpu.get(process.pid, 0.0)
+print(json.dumps({"elapsed": elapsed, "rss": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
+                  "status": process.returncode, "main_cpu": main_cpu, "workers_cpu": workers}))
+"""
+
+
+def measured(command: list[str], watched: Path) -> tuple[dict, str]:
+    """({elapsed, rss, main_cpu, workers_cpu}, stderr) of a command run to its end, measured by a wrapper process
+    of its own, so that each figure is this command's alone (see _WRAPPER; ``watched``: the file whose appearance
+    ends the main process's CPU count)."""
+    result = subprocess.run([sys.executable, "-c", _WRAPPER, str(watched), *command], capture_output=True,
+                            text=True, cwd=ROOT, check=False)
+    figures = json.loads(result.stdout.strip().splitlines()[-1]) if result.returncode == 0 else {"status": None}
+    if figures["status"] != 0:
         raise SystemExit(f"error: {' '.join(command)} failed:\n{result.stderr[-2000:]}")
-    return float(elapsed), float(rss), result.stderr
+    return figures, result.stderr
 
 
 def first_step(command: list[str], log: Path, timeout: float = 1200) -> tuple[float, float]:
@@ -168,23 +218,34 @@ def config_file(folder: Path, corpus: Path, name: str, base: str) -> Path:
 def one_size(million: float, pool: list[str], args, workers: int) -> dict:
     folder = ROOT / "data" / "bench"
     corpus = synthetic_corpus(folder / f"synthetic-{million:g}M.txt", million, pool)
-    rate = pypinyin_rate(corpus)
-    result = {"million_hanzi": million, "workers": workers, "pypinyin_hanzi_per_s": round(rate)}
+    rate, cpu_rate = pypinyin_rate(corpus)
+    result = {"million_hanzi": million, "workers": workers, "pypinyin_hanzi_per_s": round(rate),
+              "pypinyin_hanzi_per_cpu_s": round(cpu_rate)}
     train = [sys.executable, str(ROOT / "train.py")]
     rss = {}
     skip_one = args.one_worker_up_to is not None and million > args.one_worker_up_to and workers > 1
     if skip_one:
-        result["hanzi_per_s_1_worker"] = None
+        result.update(hanzi_per_s_1_worker=None, command_hanzi_per_s_1_worker=None, cpu_s_1_worker=None,
+                      hanzi_per_cpu_s_1_worker=None)
     for count in (workers,) if skip_one else (1, workers):
         name = f"scale{million:g}m-w{count}"
         config = config_file(folder, corpus, name, args.steps_config)
         shutil.rmtree(folder / "prepared" / name, ignore_errors=True)
-        elapsed, rss[count], log = measured(train + ["--config", str(config), "--prepare-only", "--workers", str(count)])
-        stats = json.loads((folder / "prepared" / name / "stats.json").read_text(encoding="utf-8"))
-        hanzi = sum(stats["hanzi"].values())
-        result[f"hanzi_per_s_{'1_worker' if count == 1 else 'all_workers'}"] = round(hanzi / elapsed)
-        print(f"{million:g}M: prepared with {count} worker(s) in {elapsed:.0f} s, {hanzi / elapsed:,.0f} hanzi/s, "
-              f"peak RSS {rss[count]:.0f} MB", file=sys.stderr, flush=True)
+        load = os.getloadavg()[0]
+        stats_file = folder / "prepared" / name / "stats.json"
+        figures, log = measured(train + ["--config", str(config), "--prepare-only", "--workers", str(count)], stats_file)
+        stats = json.loads(stats_file.read_text(encoding="utf-8"))
+        hanzi, rss[count] = sum(stats["hanzi"].values()), figures["rss"]
+        key = "1_worker" if count == 1 else "all_workers"
+        cpu = {"main": round(figures["main_cpu"], 1), "workers": round(figures["workers_cpu"], 1)}
+        result.update({f"hanzi_per_s_{key}": round(hanzi / stats["seconds"]), f"cpu_s_{key}": cpu,
+                       f"hanzi_per_cpu_s_{key}": round(hanzi / (cpu["main"] + cpu["workers"])),
+                       f"command_hanzi_per_s_{key}": round(hanzi / figures["elapsed"])})
+        result.setdefault("load", []).append(round(load, 1))
+        print(f"{million:g}M: prepared with {count} worker(s) in {stats['seconds']:.1f} s "
+              f"({hanzi / stats['seconds']:,.0f} hanzi/s; CPU s: main {cpu['main']}, workers {cpu['workers']}), "
+              f"the whole command {figures['elapsed']:.0f} s ({hanzi / figures['elapsed']:,.0f} hanzi/s), peak RSS "
+              f"{rss[count]:.0f} MB, load {load:.1f} before", file=sys.stderr, flush=True)
         for line in log.splitlines():  # the n-gram model's size, and what its cap left out
             if line.startswith("character "):
                 print(f"{million:g}M: {line}", file=sys.stderr, flush=True)

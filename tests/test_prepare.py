@@ -13,10 +13,12 @@ import pytest
 
 from pinyin_hanzi.config import DataConfig
 from pinyin_hanzi.data import annotate as annotate_module
+from pinyin_hanzi.data import examples as examples_module
 from pinyin_hanzi.data.corpus import merge_shards, prepare, prepare_shard, read_examples, read_split
 from pinyin_hanzi.data.prepare import export_train_tsv
 from pinyin_hanzi.data.store import TokenStore
 from pinyin_hanzi.errors import DataError
+from pinyin_hanzi.text.pinyin import is_hanzi, syllables
 
 from conftest import TINY_SENTENCES
 
@@ -62,6 +64,32 @@ def test_one_worker_two_workers_and_two_shards_write_the_same_bytes(tmp_path, co
     merged = merge_shards(sharded)
     assert _folder_bytes(one) == _folder_bytes(two) == _folder_bytes(merged)
     assert not (tmp_path / "prepared" / "sharded.parts").exists()  # parts go once merged
+
+
+def _plain_pypinyin_tokens(text):
+    """hanzi_to_tokens as it was: pypinyin's lazy_pinyin on every clause, every reading converted anew."""
+    from pypinyin import Style, lazy_pinyin
+
+    chars = "".join(text) if isinstance(text, list) else text
+    tokens = lazy_pinyin(text, style=Style.NORMAL, v_to_u=False, errors=lambda piece: list(piece))
+    if len(tokens) != len(chars):
+        return None
+    if any(is_hanzi(char) and (token == char or token not in syllables()) for char, token in zip(chars, tokens)):
+        return None
+    return tokens
+
+
+def test_the_store_is_the_one_plain_pypinyin_annotation_made(tmp_path, corpus, monkeypatch):
+    # Preparation annotates through a faster path (pypinyin's pipeline, with its segmentation by one regex and
+    # each word's readings remembered, in worker processes): the bytes are those the plain calls made in one.
+    (corpus / "d.txt").write_text("银行行长说，长大了要还钱。\n１２３Ａ你好 世界\t\u200b！\n行长行长，行行行。\n"
+                                  "重庆的重要会议在〇八年召开。\n", encoding="utf-8")
+    monkeypatch.setattr(annotate_module, "UNIT_LINES", 7)
+    monkeypatch.setattr("pinyin_hanzi.data.prepare.UNIT_CHARACTERS", 1)
+    fast = prepare(_config(tmp_path, {str(corpus): 1.5}, "fast"), workers=2)
+    monkeypatch.setattr(examples_module, "hanzi_to_tokens", _plain_pypinyin_tokens)
+    plain = prepare(_config(tmp_path, {str(corpus): 1.5}, "plain"), workers=1)
+    assert _folder_bytes(fast) == _folder_bytes(plain)
 
 
 def test_merge_names_a_missing_shard(tmp_path, corpus):

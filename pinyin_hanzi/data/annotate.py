@@ -84,27 +84,31 @@ def units(documents: Iterable[tuple[int, int, Document, float]], shard: tuple[in
 def annotate(unit: Unit, max_len: int, held_out) -> Annotated:
     """Annotate one unit (see :class:`Annotated`); ``held_out`` has valid_per_mille and test_per_mille."""
     skipped: Counter = Counter()
-    token_ids: dict[str, int] = {}
-    char_ids: dict[str, int] = {}
-    source_ids, target_ids = [], []
-    columns = {name: [] for name in _EXAMPLE_ARRAYS}
-    for line in unit.lines:
-        for example in line_examples(unit.kind, line, max_len, skipped):
-            digest = text_digest(example.hanzi)
-            split = unit.split or split_of(example.hanzi, held_out, digest)
-            source_ids += [token_ids.setdefault(token, len(token_ids)) for token in example.tokens]
-            target_ids += [char_ids.setdefault(char, len(char_ids)) for char in example.hanzi]
-            columns["lengths"].append(len(example.hanzi))
-            columns["splits"].append(SPLITS.index(split))
-            columns["keys"].append(int.from_bytes(digest[:8], "big"))
-            columns["copies"].append(copies(example.hanzi, unit.weight) if split == "train" else 1)
-            columns["hanzi"].append(sum(map(is_hanzi, example.hanzi)))
-            columns["sources"].append(unit.source)
-    arrays = {name: np.array(values, dtype) for (name, dtype), values in zip(_EXAMPLE_ARRAYS.items(),
-                                                                             columns.values())}
-    return Annotated(unit.document, unit.chunk, unit.source, list(token_ids), list(char_ids),
-                     np.array(source_ids, np.uint32), np.array(target_ids, np.uint32), arrays, len(unit.lines),
-                     skipped)
+    examples = [example for line in unit.lines for example in line_examples(unit.kind, line, max_len, skipped)]
+    texts = [example.hanzi for example in examples]
+    digests = [text_digest(text) for text in texts]
+    splits = [unit.split or split_of(text, held_out, digest) for text, digest in zip(texts, digests)]
+    # Ids by whole lists (dict.fromkeys keeps the first-seen order), not a dict lookup per token in a loop.
+    tokens = [token for example in examples for token in example.tokens]
+    characters = "".join(texts)
+    token_list, char_list = list(dict.fromkeys(tokens)), list(dict.fromkeys(characters))
+    arrays = {
+        "lengths": np.fromiter(map(len, texts), np.uint16, len(texts)),
+        "splits": np.array([SPLITS.index(split) for split in splits], np.uint8),
+        "keys": np.frombuffer(b"".join(digest[:8] for digest in digests), ">u8").astype(np.uint64),
+        "copies": np.array([copies(text, unit.weight) if split == "train" else 1
+                            for text, split in zip(texts, splits)], np.uint8),
+        "hanzi": np.array([sum(map(is_hanzi, text)) for text in texts], np.uint16),
+        "sources": np.full(len(texts), unit.source, np.uint16),
+    }
+    return Annotated(unit.document, unit.chunk, unit.source, token_list, char_list,
+                     _ids(tokens, token_list), _ids(characters, char_list), arrays, len(unit.lines), skipped)
+
+
+def _ids(items, distinct: list[str]) -> np.ndarray:
+    """Each of ``items`` as its index in ``distinct``."""
+    index = {item: number for number, item in enumerate(distinct)}
+    return np.fromiter(map(index.__getitem__, items), np.uint32, len(items))
 
 
 # ------------------------------------------------------------------------------------------ the workers

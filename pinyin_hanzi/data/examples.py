@@ -95,6 +95,8 @@ TRADITIONAL_ONLY = frozenset(
     "魯鳴麥黃黨塊壞夢孫寧嚴勞勢華參"
 )
 
+_TRADITIONAL = re.compile(f"[{''.join(sorted(TRADITIONAL_ONLY))}]")
+
 
 def line_problem(raw: str) -> str | None:
     """Why a raw corpus line is dropped, or None to keep it: broken (replacement or private-use
@@ -108,7 +110,7 @@ def line_problem(raw: str) -> str | None:
         return None
     if hanzi < len(_FOREIGN_WORD.findall(raw)):
         return "mostly non-Chinese line"
-    traditional = sum(char in TRADITIONAL_ONLY for char in raw)
+    traditional = len(_TRADITIONAL.findall(raw))
     if traditional >= 2 or traditional * 20 > hanzi:
         return "traditional-script line"
     return None

@@ -162,18 +162,33 @@ def _book_splits(names: list[str]) -> dict[str, str]:
             for index, name in enumerate(ordered)}
 
 
+_PHRASE_TABLE: dict[tuple, dict[str, list[list[str]]]] = {}  # the last one read, by its files' names, sizes, times
+
+
 def phrase_table(raw_dir: str | Path) -> dict[str, list[list[str]]]:
     """pypinyin-dict's ``large_pinyin`` table: phrase -> one list of (tone-marked) readings per character.
-    The package's Python files are parsed as data (``ast.literal_eval``), never imported or run."""
+    The package's Python files are parsed as data (``ast.literal_eval``), never imported or run. Parsing takes
+    seconds and a preparation with phrase readings and the phrases source needs the table twice: the last one
+    read is kept while its files stay as they were (a new dict each call; the readings are not to be changed)."""
+    paths = unpack("pypinyin-dict", raw_dir, lambda name: name.startswith(PHRASES_PREFIX))
+    key = tuple((str(path), path.stat().st_size, path.stat().st_mtime_ns) for path in paths)
+    if key not in _PHRASE_TABLE:
+        _PHRASE_TABLE.clear()
+        _PHRASE_TABLE[key] = _parsed_phrase_table(paths)
+    table = _PHRASE_TABLE[key]
+    if len(table) < 100_000:
+        raise DataError(f"pypinyin-dict's large_pinyin table has only {len(table)} phrases; delete "
+                        f"{Path(raw_dir) / 'pypinyin-dict'} and run again")
+    return dict(table)
+
+
+def _parsed_phrase_table(paths: list[Path]) -> dict[str, list[list[str]]]:
     table: dict[str, list[list[str]]] = {}
-    for path in unpack("pypinyin-dict", raw_dir, lambda name: name.startswith(PHRASES_PREFIX)):
+    for path in paths:
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for node in tree.body:
             if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "phrases_dict" for t in node.targets):
                 table.update(ast.literal_eval(node.value))
-    if len(table) < 100_000:
-        raise DataError(f"pypinyin-dict's large_pinyin table has only {len(table)} phrases; delete "
-                        f"{Path(raw_dir) / 'pypinyin-dict'} and run again")
     return table
 
 
