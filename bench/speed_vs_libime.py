@@ -19,7 +19,8 @@ Two rates each, sentences per second, as medians over ``--repeats`` runs taking 
   runs, each a fresh process.
 
 ``ratio_vs_libime`` is ours / libime in-process (above 1: we are faster), ``ratio_vs_libime_whole_process``
-the same for whole processes. CER of both engines on the lines is printed too, a check that both converted
+the same for whole processes; the ``_cpu`` figures are the same per CPU second (user + system), steadier on a
+shared machine, where other jobs stretch wall time (and with two threads, our threads wait on each other). CER of both engines on the lines is printed too, a check that both converted
 what they were given. The last line printed is a one-line JSON summary.
 """
 
@@ -40,7 +41,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from compare_libime import convert_libime, libime_startup, typed_lines  # noqa: E402
+from compare_libime import children_cpu_seconds, convert_libime, libime_startup, typed_lines  # noqa: E402
 
 from pinyin_hanzi.cli import check_bounds, max_threads  # noqa: E402
 from pinyin_hanzi.data.corpus import read_examples  # noqa: E402
@@ -50,17 +51,17 @@ ROOT = Path(__file__).resolve().parents[1]
 MIN_SENTENCES = 2000  # fewer, and a rate of one run is a handful of batches: too noisy to compare
 
 
-def ours_whole_process(lines_file: Path, checkpoint: str | None, threads: int) -> tuple[float, list[str]]:
-    """Wall seconds of ``translate.py --input lines_file`` (start-up included) and its output lines."""
+def ours_whole_process(lines_file: Path, checkpoint: str | None, threads: int) -> tuple[float, float, list[str]]:
+    """Wall and CPU seconds of ``translate.py --input lines_file`` (start-up included) and its output lines."""
     command = [sys.executable, str(ROOT / "translate.py"), "--input", str(lines_file), "--threads", str(threads)]
     if checkpoint:
         command += ["--checkpoint", checkpoint]
-    started = time.perf_counter()
+    cpu_started, started = children_cpu_seconds(), time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True, encoding="utf-8", check=False)
-    seconds = time.perf_counter() - started
+    seconds, cpu_seconds = time.perf_counter() - started, children_cpu_seconds() - cpu_started
     if done.returncode != 0:
         raise SystemExit(f"error: translate.py failed: {done.stderr.strip()[-300:]}")
-    return seconds, done.stdout.split("\n")[:-1]
+    return seconds, cpu_seconds, done.stdout.split("\n")[:-1]
 
 
 def main() -> int:
@@ -98,19 +99,24 @@ def main() -> int:
     startup = libime_startup(args.libime, args.repeats)
 
     ours_rates, libime_rates, ours_whole, libime_whole = [], [], [], []
+    ours_cpu_rates, libime_cpu_rates, ours_whole_cpu, libime_whole_cpu = [], [], [], []
     with tempfile.TemporaryDirectory() as folder:
         lines_file = Path(folder) / "lines.txt"
         lines_file.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
         for repeat in range(args.repeats):  # the engines take turns, so that a busy spell hits both alike
-            began = time.perf_counter()
+            began, cpu_began = time.perf_counter(), time.process_time()
             ours = [found[0].text for found in converter.convert_lines(lines)]
             ours_rates.append(len(lines) / (time.perf_counter() - began))
+            ours_cpu_rates.append(len(lines) / (time.process_time() - cpu_began))
             libime = convert_libime(args.libime, examples, unsegmented=args.unsegmented, startup=startup,
                                     split="all")
             libime_rates.append(len(lines) / libime.seconds)
+            libime_cpu_rates.append(len(lines) / libime.cpu_seconds)
             libime_whole.append(libime.seconds + startup[0])
-            seconds, whole_outputs = ours_whole_process(lines_file, args.checkpoint, args.threads)
+            libime_whole_cpu.append(libime.cpu_seconds + startup[1])
+            seconds, cpu_seconds, whole_outputs = ours_whole_process(lines_file, args.checkpoint, args.threads)
             ours_whole.append(seconds)
+            ours_whole_cpu.append(cpu_seconds)
             print(f"run {repeat + 1}: ours {ours_rates[-1]:,.0f} sentences/s in-process, {seconds:.2f} s whole; "
                   f"libime {libime_rates[-1]:,.0f} sentences/s, {libime_whole[-1]:.2f} s whole", file=sys.stderr)
 
@@ -119,6 +125,8 @@ def main() -> int:
     libime_cer = conversion_scores(libime.hypotheses, references)["cer"]
     in_process = statistics.median(ours_rates), statistics.median(libime_rates)
     whole = statistics.median(ours_whole), statistics.median(libime_whole)
+    per_cpu = statistics.median(ours_cpu_rates), statistics.median(libime_cpu_rates)
+    whole_cpu = statistics.median(ours_whole_cpu), statistics.median(libime_whole_cpu)
     print(f"{len(lines):,} sentences ({'unsegmented' if args.unsegmented else 'syllables separated'}); ours: "
           f"beam {settings.beam}, {args.threads} thread(s), precision {converter.decode.precision}, "
           f"checkpoint load {load_seconds:.2f} s; libime: one thread, start-up {startup[0]:.2f} s")
@@ -126,6 +134,9 @@ def main() -> int:
           f"ratio {in_process[0] / in_process[1]:.2f}x")
     print(f"whole process, start-up included: ours {whole[0]:.2f} s, libime {whole[1]:.2f} s, "
           f"ratio {whole[1] / whole[0]:.2f}x")
+    print(f"per CPU second (steadier on a shared machine): in-process ours {per_cpu[0]:,.0f}, libime "
+          f"{per_cpu[1]:,.0f} sentences, ratio {per_cpu[0] / per_cpu[1]:.2f}x; whole process ours {whole_cpu[0]:.2f}, "
+          f"libime {whole_cpu[1]:.2f} CPU s, ratio {whole_cpu[1] / whole_cpu[0]:.2f}x")
     print(f"CER: ours {ours_cer:.2%} (translate.py: {whole_cer:.2%}), libime {libime_cer:.2%}")
     print(json.dumps({
         "benchmark": "speed_vs_libime", "sentences": len(lines), "unsegmented": args.unsegmented,
@@ -135,7 +146,11 @@ def main() -> int:
         "ratio_vs_libime": round(in_process[0] / in_process[1], 3),
         "ours_whole_process_s": round(whole[0], 3), "libime_whole_process_s": round(whole[1], 3),
         "ratio_vs_libime_whole_process": round(whole[1] / whole[0], 3),
-        "ours_load_s": round(load_seconds, 3), "libime_startup_s": round(startup[0], 3),
+        "ours_sentences_per_cpu_s": round(per_cpu[0], 1), "libime_sentences_per_cpu_s": round(per_cpu[1], 1),
+        "ratio_vs_libime_per_cpu_s": round(per_cpu[0] / per_cpu[1], 3),
+        "ours_whole_process_cpu_s": round(whole_cpu[0], 3), "libime_whole_process_cpu_s": round(whole_cpu[1], 3),
+        "ratio_vs_libime_whole_process_cpu": round(whole_cpu[1] / whole_cpu[0], 3),
+        "load_average": round(os.getloadavg()[0], 2), "ours_load_s": round(load_seconds, 3), "libime_startup_s": round(startup[0], 3),
         "ours_cer": round(ours_cer, 5), "ours_translate_cer": round(whole_cer, 5), "libime_cer": round(libime_cer, 5),
     }, ensure_ascii=False))
     return 0
