@@ -16,6 +16,7 @@ beside the vocabularies (``pinyin_vocab.txt``, ``hanzi_vocab.txt``), human-reada
 from __future__ import annotations
 
 import json
+import mmap
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -132,9 +133,17 @@ class StoredSplit:
         ids, id_map = (self.source, self.source_map) if side == "source" else (self.target, self.target_map)
         for begin in range(0, len(self), block):
             end = min(begin + block, len(self))
-            offsets = np.asarray(self.offsets[begin : end + 1])
-            weights = np.ones(end - begin, np.int64) if self.copies is None else np.asarray(self.copies[begin:end])
-            yield _mapped(np.asarray(ids[offsets[0] : offsets[-1]]), id_map), np.diff(offsets), weights
+            offsets = _read(self.offsets, begin, end + 1)
+            weights = np.ones(end - begin, np.int64) if self.copies is None else _read(self.copies, begin, end)
+            yield _mapped(_read(ids, int(offsets[0]), int(offsets[-1])), id_map), np.diff(offsets), weights
+
+
+def _read(array: np.ndarray, start: int, stop: int) -> np.ndarray:
+    """``array[start:stop]``, read from the file where ``array`` maps one: a pass over a whole split (counting)
+    through the mapping would leave every page it read in the process's memory (RSS)."""
+    if isinstance(array, np.memmap) and isinstance(array.base, mmap.mmap) and stop > start:
+        return np.fromfile(array.filename, array.dtype, stop - start, offset=array.offset + start * array.itemsize)
+    return np.asarray(array[start:stop])
 
 
 def _mapped(ids: np.ndarray, id_map: np.ndarray | None) -> np.ndarray:

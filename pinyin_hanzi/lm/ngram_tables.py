@@ -53,9 +53,10 @@ def _added(first: Histogram, second: Histogram) -> Histogram:
 def context_groups(keys: np.ndarray, counts: np.ndarray, vocab_size: int) -> tuple[np.ndarray, ...]:
     """(context keys, total count, distinct next characters) of sorted n-gram keys: a context is key // v."""
     contexts = keys // vocab_size
-    starts = np.flatnonzero(np.concatenate(([True], contexts[1:] != contexts[:-1]))) if len(keys) else contexts
-    return contexts[starts], np.add.reduceat(counts, starts) if len(keys) else counts, np.diff(
-        np.append(starts, len(keys)))
+    if len(keys) == 0:
+        return contexts, counts, counts
+    starts = np.flatnonzero(np.concatenate(([True], contexts[1:] != contexts[:-1])))  # each context's first row
+    return contexts[starts], np.add.reduceat(counts, starts), np.diff(np.append(starts, len(keys)))
 
 
 @dataclass
