@@ -52,3 +52,10 @@ def test_a_line_over_the_limit_fails_after_the_lines_before_it(tmp_path):
     assert next(reader) == ["first", "second"]
     with pytest.raises(DataError, match=r"long.txt: line 3 is longer than 1,048,576 bytes"):
         next(reader)
+
+
+def test_a_batch_ends_at_its_line_count_or_once_it_holds_max_chars(tmp_path):
+    path = tmp_path / "lines.txt"
+    path.write_text("".join(f"{'x' * length}\n" for length in (3, 3, 3, 1, 1, 1, 1, 1)), encoding="utf-8")
+    assert [len(batch) for batch in line_batches(str(path), 5, max_chars=5)] == [2, 3, 3]
+    assert [len(batch) for batch in line_batches(str(path), 5)] == [5, 3]

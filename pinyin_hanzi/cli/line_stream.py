@@ -54,21 +54,22 @@ def _check_kind(mode: int, what: str) -> None:
             raise DataError(f"cannot read {what}: it is {kind}, not a file of text lines")
 
 
-def line_batches(name: str, batch_size: int) -> Iterator[list[str]]:
+def line_batches(name: str, batch_size: int, max_chars: int | None = None) -> Iterator[list[str]]:
     """Batches of the lines of ``name`` ('-': standard input), without their line ends, each batch as soon as
-    it has a line and the input has no more ready. DataError (one line) for an input :func:`check_input`
+    it has a line and the input has no more ready, of at most ``batch_size`` lines and (where given) about
+    ``max_chars`` characters (a batch that reaches it ends with the line that did). DataError (one line) for an input :func:`check_input`
     refuses or that cannot be read, a line that is not UTF-8 or longer than MAX_LINE_BYTES: raised once every
     line before that one has been given out, so that their output is not lost."""
     check_input(name)
     if name == "-":
-        yield from _LineReader(sys.stdin.fileno(), STDIN_NAME).batches(batch_size)
+        yield from _LineReader(sys.stdin.fileno(), STDIN_NAME).batches(batch_size, max_chars)
         return
     try:
         fd = os.open(name, os.O_RDONLY)
     except OSError as error:
         raise DataError(f"cannot read input file {name}: {error.strerror}") from None
     try:
-        yield from _LineReader(fd, name).batches(batch_size)
+        yield from _LineReader(fd, name).batches(batch_size, max_chars)
     finally:
         os.close(fd)
 
@@ -85,7 +86,7 @@ class _LineReader:
         self.failure: DataError | None = None  # what ended the input early, raised once the lines before it are out
         self.after_cr = False  # the last chunk ended in "\r": a "\n" starting the next one belongs to it
 
-    def batches(self, size: int) -> Iterator[list[str]]:
+    def batches(self, size: int, max_chars: int | None = None) -> Iterator[list[str]]:
         while True:
             while not self.lines and not self.ended:
                 self._read()
@@ -94,9 +95,11 @@ class _LineReader:
                     raise self.failure
                 return
             batch: list[str] = []
-            while len(batch) < size:
+            chars = 0
+            while len(batch) < size and (max_chars is None or chars < max_chars):
                 if self.lines:
                     batch.append(self.lines.popleft())
+                    chars += len(batch[-1])
                 elif self.ended or not self._ready():
                     break
                 else:
