@@ -108,3 +108,19 @@ def untrained_converter(seed=0, pinyin=UNTRAINED_PINYIN, hanzi=UNTRAINED_HANZI, 
     model = Transformer(config, source_vocab_size=len(pinyin_vocab), target_vocab_size=len(hanzi_vocab))
     # fp32: the tests over it hold the search to the model's exact scores (bf16 is tested apart, test_inference)
     return Converter(model, pinyin_vocab, hanzi_vocab, **{"precision": "fp32", **options})
+
+
+def plain_pypinyin_tokens(text):
+    """hanzi_to_tokens as it was: pypinyin's own lazy_pinyin on the text, every reading converted anew (the
+    reference the faster annotation must equal): None where a character gets no syllable, as hanzi_to_tokens."""
+    from pypinyin import Style, lazy_pinyin
+
+    from pinyin_hanzi.text.pinyin import is_hanzi, syllables
+
+    chars = "".join(text) if isinstance(text, list) else text
+    tokens = lazy_pinyin(text, style=Style.NORMAL, v_to_u=False, errors=lambda piece: list(piece))
+    if len(tokens) != len(chars):
+        return None
+    if any(is_hanzi(char) and (token == char or token not in syllables()) for char, token in zip(chars, tokens)):
+        return None
+    return tokens

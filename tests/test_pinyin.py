@@ -1,7 +1,6 @@
 import pypinyin
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pypinyin import Style, lazy_pinyin
 
 from pinyin_hanzi.text.pinyin import (
     hanzi_to_tokens,
@@ -12,6 +11,8 @@ from pinyin_hanzi.text.pinyin import (
     syllables,
     toned_syllable_table,
 )
+
+from conftest import plain_pypinyin_tokens
 
 
 def test_tokens_align_one_per_character_with_pass_through():
@@ -70,25 +71,14 @@ _PIECES = st.sampled_from(["银行", "长大", "行长", "长", "行", "了", "�
 _TEXTS = st.lists(_PIECES, max_size=12).map("".join)
 
 
-def _pypinyin_tokens(text):
-    """What hanzi_to_tokens gave when it called pypinyin's lazy_pinyin itself (the reference it must equal)."""
-    chars = "".join(text) if isinstance(text, list) else text
-    tokens = lazy_pinyin(text, style=Style.NORMAL, v_to_u=False, errors=lambda piece: list(piece))
-    if len(tokens) != len(chars):
-        return None
-    if any(is_hanzi(char) and (token == char or token not in syllables()) for char, token in zip(chars, tokens)):
-        return None
-    return tokens
-
-
 @settings(max_examples=300, deadline=None)
 @given(_TEXTS, st.lists(_TEXTS, max_size=4))
 def test_tokens_are_pypinyins_own_for_text_and_word_lists(text, words):
     # hanzi_to_tokens cuts text and remembers each word's readings (a corpus is prepared 3x faster): the tokens
     # stay exactly pypinyin's, repeated calls included.
     for _ in range(2):
-        assert hanzi_to_tokens(text) == _pypinyin_tokens(text)
-        assert hanzi_to_tokens(words) == _pypinyin_tokens(words)
+        assert hanzi_to_tokens(text) == plain_pypinyin_tokens(text)
+        assert hanzi_to_tokens(words) == plain_pypinyin_tokens(words)
 
 
 def test_remembered_readings_follow_the_phrase_tables_as_they_change():
@@ -98,12 +88,12 @@ def test_remembered_readings_follow_the_phrase_tables_as_they_change():
     assert hanzi_to_tokens("银行行长") == ["yin", "hang", "hang", "zhang"]
     with phrase_readings({}):  # restores pypinyin's tables afterwards: what is loaded below is undone
         pypinyin.load_phrases_dict({"银行": [["yín"], ["háng"]], "行长": [["xíng"], ["cháng"]]})  # behind our back
-        assert hanzi_to_tokens("银行行长") == ["yin", "hang", "xing", "chang"] == _pypinyin_tokens("银行行长")
+        assert hanzi_to_tokens("银行行长") == ["yin", "hang", "xing", "chang"] == plain_pypinyin_tokens("银行行长")
     assert hanzi_to_tokens("长") == ["zhang"]
     saved = pypinyin.constants.PINYIN_DICT[ord("长")]
     try:
         pypinyin.load_single_dict({ord("长"): "cháng"})
-        assert hanzi_to_tokens("长") == ["chang"] == _pypinyin_tokens("长")
+        assert hanzi_to_tokens("长") == ["chang"] == plain_pypinyin_tokens("长")
     finally:
         pypinyin.constants.PINYIN_DICT[ord("长")] = saved
     assert hanzi_to_tokens("长") == ["zhang"]

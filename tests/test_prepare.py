@@ -18,9 +18,8 @@ from pinyin_hanzi.data.corpus import merge_shards, prepare, prepare_shard, read_
 from pinyin_hanzi.data.prepare import export_train_tsv
 from pinyin_hanzi.data.store import TokenStore
 from pinyin_hanzi.errors import DataError
-from pinyin_hanzi.text.pinyin import is_hanzi, syllables
 
-from conftest import TINY_SENTENCES
+from conftest import TINY_SENTENCES, plain_pypinyin_tokens
 
 # Enough lines, of varied clauses, that a small unit size cuts them into many units over several documents.
 LINES = [f"{sentence[:-1]}，第{n}次{sentence[-1]}" for n in range(12) for sentence in TINY_SENTENCES]
@@ -66,19 +65,6 @@ def test_one_worker_two_workers_and_two_shards_write_the_same_bytes(tmp_path, co
     assert not (tmp_path / "prepared" / "sharded.parts").exists()  # parts go once merged
 
 
-def _plain_pypinyin_tokens(text):
-    """hanzi_to_tokens as it was: pypinyin's lazy_pinyin on every clause, every reading converted anew."""
-    from pypinyin import Style, lazy_pinyin
-
-    chars = "".join(text) if isinstance(text, list) else text
-    tokens = lazy_pinyin(text, style=Style.NORMAL, v_to_u=False, errors=lambda piece: list(piece))
-    if len(tokens) != len(chars):
-        return None
-    if any(is_hanzi(char) and (token == char or token not in syllables()) for char, token in zip(chars, tokens)):
-        return None
-    return tokens
-
-
 def test_the_store_is_the_one_plain_pypinyin_annotation_made(tmp_path, corpus, monkeypatch):
     # Preparation annotates through a faster path (pypinyin's pipeline, with its segmentation by one regex and
     # each word's readings remembered, in worker processes): the bytes are those the plain calls made in one.
@@ -87,7 +73,7 @@ def test_the_store_is_the_one_plain_pypinyin_annotation_made(tmp_path, corpus, m
     monkeypatch.setattr(annotate_module, "UNIT_LINES", 7)
     monkeypatch.setattr("pinyin_hanzi.data.prepare.UNIT_CHARACTERS", 1)
     fast = prepare(_config(tmp_path, {str(corpus): 1.5}, "fast"), workers=2)
-    monkeypatch.setattr(examples_module, "hanzi_to_tokens", _plain_pypinyin_tokens)
+    monkeypatch.setattr(examples_module, "hanzi_to_tokens", plain_pypinyin_tokens)
     plain = prepare(_config(tmp_path, {str(corpus): 1.5}, "plain"), workers=1)
     assert _folder_bytes(fast) == _folder_bytes(plain)
 
