@@ -73,7 +73,7 @@ def normalize_text(text: str) -> str:
     )
 
 
-@functools.lru_cache(maxsize=8192)  # a phrase table repeats some 1.5k readings a million times
+@functools.lru_cache(maxsize=8192)  # pypinyin's tables repeat some 1.6k readings hundreds of thousands of times
 def toneless(reading: str) -> str:
     """A tone-marked reading as a syllable: ``lǜ`` -> ``lv``."""
     return to_normal(reading, v_to_u=False).lower()
@@ -90,12 +90,10 @@ def syllable_table() -> dict[str, tuple[str, ...]]:
     """Toneless syllable -> every character with that reading (any tone), from pypinyin's per-character
     tables, basic-block characters first. Heteronyms count under each of their readings."""
     table: dict[str, list[str]] = {}
-    syllable_of: dict[str, str] = {}  # 1.5k distinct readings among 42k characters: each made toneless once
     for code, readings in pinyin_dict.items():
         char = chr(code)
         for reading in readings.split(","):
-            if (syllable := syllable_of.get(reading)) is None:
-                syllable = syllable_of[reading] = toneless(reading)
+            syllable = toneless(reading)
             if syllable.isascii() and syllable.isalpha():
                 table.setdefault(syllable, []).append(char)
     return {syllable: tuple(sorted(set(chars), key=_common_first)) for syllable, chars in table.items()}
@@ -125,19 +123,12 @@ def usual_readings() -> dict[str, frozenset[str]]:
     hanzi have one (the phrase table its data was read with knows a few more). From pypinyin's own
     tables as installed, never from the phrases :func:`phrase_readings` adds for a while."""
     heard: dict[str, set[str]] = {}
-    syllable_of: dict[str, str] = {}  # 190k readings, 1.6k distinct: each made toneless once (1 s of start-up)
-
-    def syllable(reading: str) -> str:
-        if (found := syllable_of.get(reading)) is None:
-            found = syllable_of[reading] = toneless(reading)
-        return found
-
     for code, listed in pinyin_dict.items():
-        heard.setdefault(chr(code), set()).add(syllable(listed.split(",")[0]))
+        heard.setdefault(chr(code), set()).add(toneless(listed.split(",")[0]))
     for phrase, per_character in phrases_dict.items():  # per character: its readings, the one used first
         if len(phrase) == len(per_character):
             for char, options in zip(phrase, per_character):
-                heard.setdefault(char, set()).add(syllable(options[0]))
+                heard.setdefault(char, set()).add(toneless(options[0]))
     return {char: frozenset(syllable for syllable in syllables_heard if syllable in syllables())
             for char, syllables_heard in heard.items()}
 
