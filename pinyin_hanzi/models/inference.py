@@ -51,19 +51,24 @@ class Projection(NamedTuple):
 
 
 class AttentionWeights(NamedTuple):
-    query: Projection
-    key_value: Projection
+    """Self-attention projects one input into queries, keys and values: one stacked (3d, d) product,
+    ``query_key_value``. Cross-attention projects the memory once and each step's input apart: ``query`` and
+    ``key_value``. Each keeps only the projections it runs (None for the others)."""
+
+    query: Projection | None
+    key_value: Projection | None
+    query_key_value: Projection | None
     out: Projection
     n_heads: int
-    # query and key_value stacked, (3d, d): self-attention projects one input into all three, in one product
-    query_key_value: Projection
 
     @classmethod
-    def of(cls, module: MultiHeadAttention, bf16: bool) -> AttentionWeights:
-        stacked = _projection(torch.cat([module.query.weight, module.key_value.weight]).detach(),
-                              torch.cat([module.query.bias, module.key_value.bias]).detach(), bf16)
-        return cls(_linear(module.query, bf16), _linear(module.key_value, bf16), _linear(module.out, bf16),
-                   module.n_heads, stacked)
+    def of(cls, module: MultiHeadAttention, bf16: bool, stacked: bool) -> AttentionWeights:
+        out = _linear(module.out, bf16)
+        if stacked:
+            query_key_value = _projection(torch.cat([module.query.weight, module.key_value.weight]).detach(),
+                                          torch.cat([module.query.bias, module.key_value.bias]).detach(), bf16)
+            return cls(None, None, query_key_value, out, module.n_heads)
+        return cls(_linear(module.query, bf16), _linear(module.key_value, bf16), None, out, module.n_heads)
 
 
 class DecoderLayerWeights(NamedTuple):
@@ -75,7 +80,8 @@ class DecoderLayerWeights(NamedTuple):
 
     @classmethod
     def of(cls, layer: DecoderLayer, bf16: bool) -> DecoderLayerWeights:
-        return cls(AttentionWeights.of(layer.self_attention, bf16), AttentionWeights.of(layer.cross_attention, bf16),
+        return cls(AttentionWeights.of(layer.self_attention, bf16, stacked=True),
+                   AttentionWeights.of(layer.cross_attention, bf16, stacked=False),
                    _linear(layer.feed_forward.expand, bf16), _linear(layer.feed_forward.contract, bf16),
                    tuple(_norm(sublayer.norm) for sublayer in layer.sublayers))
 
