@@ -20,8 +20,9 @@ Two rates each, sentences per second, as medians over ``--repeats`` runs taking 
 
 ``ratio_vs_libime`` is ours / libime in-process (above 1: we are faster), ``ratio_vs_libime_whole_process``
 the same for whole processes; the ``_cpu`` figures are the same per CPU second (user + system), steadier on a
-shared machine, where other jobs stretch wall time (and with two threads, our threads wait on each other). CER of both engines on the lines is printed too, a check that both converted
-what they were given. The last line printed is a one-line JSON summary.
+shared machine, where other jobs stretch wall time (and with two threads, our threads wait on each other).
+CER of both engines on the lines is printed too, a check that both converted what they were given. The last
+line printed is a one-line JSON summary.
 """
 
 from __future__ import annotations
@@ -150,8 +151,9 @@ def main() -> int:
         "ratio_vs_libime_per_cpu_s": round(per_cpu[0] / per_cpu[1], 3),
         "ours_whole_process_cpu_s": round(whole_cpu[0], 3), "libime_whole_process_cpu_s": round(whole_cpu[1], 3),
         "ratio_vs_libime_whole_process_cpu": round(whole_cpu[1] / whole_cpu[0], 3),
-        "load_average": round(os.getloadavg()[0], 2), "ours_load_s": round(load_seconds, 3), "libime_startup_s": round(startup[0], 3),
-        "ours_cer": round(ours_cer, 5), "ours_translate_cer": round(whole_cer, 5), "libime_cer": round(libime_cer, 5),
+        "load_average": round(os.getloadavg()[0], 2), "ours_load_s": round(load_seconds, 3),
+        "libime_startup_s": round(startup[0], 3), "ours_cer": round(ours_cer, 5),
+        "ours_translate_cer": round(whole_cer, 5), "libime_cer": round(libime_cer, 5),
     }, ensure_ascii=False))
     return 0
 

@@ -57,9 +57,10 @@ def _check_kind(mode: int, what: str) -> None:
 def line_batches(name: str, batch_size: int, max_chars: int | None = None) -> Iterator[list[str]]:
     """Batches of the lines of ``name`` ('-': standard input), without their line ends, each batch as soon as
     it has a line and the input has no more ready, of at most ``batch_size`` lines and (where given) about
-    ``max_chars`` characters (a batch that reaches it ends with the line that did). DataError (one line) for an input :func:`check_input`
-    refuses or that cannot be read, a line that is not UTF-8 or longer than MAX_LINE_BYTES: raised once every
-    line before that one has been given out, so that their output is not lost."""
+    ``max_chars`` characters (a batch that reaches it ends with the line that did). DataError (one line) for
+    an input :func:`check_input` refuses or that cannot be read, a line that is not UTF-8 or longer than
+    MAX_LINE_BYTES: raised once every line before that one has been given out, so that their output is not
+    lost."""
     check_input(name)
     if name == "-":
         yield from _LineReader(sys.stdin.fileno(), STDIN_NAME).batches(batch_size, max_chars)

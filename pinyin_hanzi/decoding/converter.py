@@ -167,13 +167,13 @@ class Converter:
         decode settings (decode.prefixes, decode.fuzzy and decode.shuangpin included; a checkpoint older
         than them reads full pinyin, with prefixes on only for a model trained with abbreviations), syllable
         model, character n-gram model and word model. ``lm_weight``, ``word_weight``, ``user_words`` (a user
-        dictionary's path, "" none), ``user_weight`` and ``precision`` ("auto", "fp32", "bf16") replace the checkpoint's decode.* keys of those names
-        (``config.decode`` then holds them too); ``log`` receives a note when such a weight is > 0 but the
-        checkpoint has no such model, and the user dictionary's note on what it left out. ``device``: cpu,
-        cuda, cuda:N, mps or auto. Raises CheckpointError (one line) for a missing or unreadable checkpoint
-        or a path that is no str or Path, ConfigError for a device that is no device or not available here,
-        or an argument of the wrong type, before the checkpoint is read; DataError for a user dictionary
-        that is missing, unreadable or has no usable word."""
+        dictionary's path, "" none), ``user_weight`` and ``precision`` ("auto", "fp32", "bf16") replace the
+        checkpoint's decode.* keys of those names (``config.decode`` then holds them too); ``log`` receives a
+        note when such a weight is > 0 but the checkpoint has no such model, and the user dictionary's note on
+        what it left out. ``device``: cpu, cuda, cuda:N, mps or auto. Raises CheckpointError (one line) for a
+        missing or unreadable checkpoint or a path that is no str or Path, ConfigError for a device that is no
+        device or not available here, or an argument of the wrong type, before the checkpoint is read;
+        DataError for a user dictionary that is missing, unreadable or has no usable word."""
         arguments.loading_options("from_checkpoint", path=path, log=log)
         weights = arguments.decode_changes("from_checkpoint", {"lm_weight": lm_weight, "word_weight": word_weight,
                                                                "user_words": user_words, "user_weight": user_weight,
