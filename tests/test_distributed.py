@@ -26,19 +26,18 @@ from pinyin_hanzi.training import distributed
 from pinyin_hanzi.training.loop import train_step
 from pinyin_hanzi.training.recipe import train
 
-from conftest import ROOT, tiny_config_dict, write_config
+from conftest import FRESH_ENV, ROOT, tiny_config_dict, write_config
 
 SETTINGS = {"max_steps": 8, "eval_every": 4, "log_every": 1, "batch_tokens": 64, "grad_accum_steps": 2}
 TOLERANCE = 1e-4  # relative; on this CPU the two agree exactly, but summation order may differ elsewhere
 
 
-ENV = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
 
 
 def _torchrun(config, *extra):
     return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
                            str(ROOT / "train.py"), "--config", str(config), *extra],
-                          capture_output=True, text=True, check=False, timeout=300, env=ENV)
+                          capture_output=True, text=True, check=False, timeout=300, env=FRESH_ENV)
 
 
 def _losses(run_dir):
@@ -120,7 +119,7 @@ def test_a_stop_signal_to_one_process_stops_all_after_the_same_step(tmp_path, ti
     config = write_config(tmp_path / "c.yaml", tiny_config_dict(tmp_path, tiny_corpus, **settings))
     launcher = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
                                  "2", str(ROOT / "train.py"), "--config", str(config)], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, env=ENV)
+                                stderr=subprocess.PIPE, text=True, env=FRESH_ENV)
     try:
         deadline = time.time() + 120
         while time.time() < deadline and launcher.poll() is None and not (
@@ -139,7 +138,7 @@ def test_a_stop_signal_to_one_process_stops_all_after_the_same_step(tmp_path, ti
     assert load_checkpoint(folder / "last.pt")["step"] == step == _losses(tmp_path / "runs" / "tiny")[-1]["step"]
     # One process with the same accumulation goes on from there.
     resumed = subprocess.run([sys.executable, str(ROOT / "train.py"), "--config", str(config), "--resume",
-                              f"train.max_steps={step + 1}"], capture_output=True, text=True, env=ENV, timeout=300)
+                              f"train.max_steps={step + 1}"], capture_output=True, text=True, env=FRESH_ENV, timeout=300)
     assert resumed.returncode == 0 and f"at step {step}" in resumed.stderr, resumed.stderr
     assert load_checkpoint(folder / "last.pt")["step"] == step + 1
 
@@ -164,6 +163,13 @@ def test_environment_of_a_single_process_and_of_torchrun(monkeypatch):
     monkeypatch.setenv("RANK", "4")
     with pytest.raises(ConfigError, match="RANK=4, WORLD_SIZE=4"):
         distributed.from_environment()
+
+
+def test_more_cuda_processes_than_gpus_is_a_one_line_error(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(ConfigError, match=r"LOCAL_RANK=1, but this machine has 1 CUDA device\(s\).*--nproc_per_node 1"):
+        distributed.start(distributed.Process(1, 2, 1), torch.device("cuda"))
+    assert not torch.distributed.is_initialized()
 
 
 def test_accumulating_two_batches_equals_one_batch_of_both(tiny_corpus, tmp_path):

@@ -55,6 +55,10 @@ def start(process: Process, device: torch.device) -> torch.device:
     if device.type == "mps":
         raise ConfigError("multi-process training needs CUDA (nccl) or the CPU (gloo), not MPS")
     if device.type == "cuda":
+        # One GPU per process: a LOCAL_RANK past the last GPU would fail deep inside CUDA, with a traceback.
+        if process.local_rank >= (count := torch.cuda.device_count()):
+            raise ConfigError(f"LOCAL_RANK={process.local_rank}, but this machine has {count} CUDA device(s): "
+                              f"start at most {count} process(es) per machine (torchrun --nproc_per_node {count})")
         device = torch.device("cuda", process.local_rank)
         torch.cuda.set_device(device)
     if not dist.is_initialized():
