@@ -118,8 +118,9 @@ elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
 hanzi = sum(is_hanzi(c) for line in lines for c in line)
 print(hanzi / elapsed, hanzi / cpu)
 """
+    import_path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+                            env={**os.environ, "PYTHONPATH": import_path})
     wall, cpu = map(float, result.stdout.split())
     return wall, cpu
 

@@ -285,7 +285,8 @@ CHILD_TASKS = {"write": child_write, "open": child_open, "random": child_random,
 
 def in_child(task: dict) -> dict:
     """Run one measurement in a process of its own; its result (the child's last stdout line)."""
-    environment = {**os.environ, "PYTHONPATH": str(ROOT), "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1",
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+                   "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1",
                    "HF_DATASETS_CACHE": task.get("cache", ""), "OMP_NUM_THREADS": "1"}
     result = subprocess.run([sys.executable, __file__, "--child", json.dumps(task)], capture_output=True,
                             text=True, cwd=ROOT, env=environment, check=False)

@@ -3,6 +3,7 @@ per test session (a few seconds on a CPU). Nothing here touches the network or f
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,10 @@ import torch
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+# The environment a child process of a test starts with: what a fresh shell would give, plus the repository on
+# the import path, keeping any PYTHONPATH of the caller's (packages installed with pip --target live there).
+FRESH_ENV = {"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1",
+             "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
 
 TINY_SENTENCES = [
     "你好，世界！",

@@ -25,10 +25,9 @@ import torch
 
 from pinyin_hanzi.files import locked
 
-from conftest import ROOT, tiny_config_dict, write_config
+from conftest import FRESH_ENV, ROOT, tiny_config_dict, write_config
 from forkrun import run_all
 
-ENV = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}  # what every run sees
 LONG_LINE = " ".join(["ni hao"] * 5000)  # 10,000 syllables
 EXPORT = "pinyin_hanzi/cli/export.py"  # python -m pinyin_hanzi.cli.export, run as a script like the others
 
@@ -456,7 +455,7 @@ def _run(script: str, argv: list[str], stdin: bytes | None, cwd: Path, stdout_to
         return subprocess.run([sys.executable, str(ROOT / script), *argv], **streams, stdout=stdout,
                               stderr=subprocess.PIPE, cwd=cwd, timeout=300, check=False,
                               preexec_fn=(lambda: [os.close(fd) for fd in closed]) if closed else None,
-                              env=ENV)
+                              env=FRESH_ENV)
 
 
 @pytest.fixture(scope="module")
@@ -493,7 +492,7 @@ def results(trained, tiny_corpus, tmp_path_factory) -> dict[str, tuple[int, str,
     with busy, concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
         futures = {name: pool.submit(_run, script, argv, stdin, workdir, stdout_to, stdin_from)
                    for name, (script, argv, stdin, stdout_to, stdin_from) in jobs.items() if name not in forked}
-        done = run_all(forked, ENV, tmp / "forkrun", parallel=3)
+        done = run_all(forked, FRESH_ENV, tmp / "forkrun", parallel=3)
         done.update({name: future.result() for name, future in futures.items()})
 
     out = {}

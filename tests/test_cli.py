@@ -12,9 +12,8 @@ import torch
 from pinyin_hanzi.lm.char_ngram import CharNgramLM
 
 import forkrun
-from conftest import ROOT, tiny_config_dict, write_config
+from conftest import FRESH_ENV, ROOT, tiny_config_dict, write_config
 
-ENV = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
 _server = None
 
 
@@ -23,7 +22,7 @@ def run(*args, stdin=None, cwd=ROOT, env=None):
     (see forkrun): the many short runs of this file need not each pay the interpreter's start-up."""
     global _server
     if _server is None:
-        _server = forkrun.Server(ENV, Path(tempfile.mkdtemp(prefix="forkrun-")))
+        _server = forkrun.Server(FRESH_ENV, Path(tempfile.mkdtemp(prefix="forkrun-")))
         atexit.register(_server.close)
     return _server.run(list(args), stdin=stdin, cwd=cwd, env=env)
 
@@ -243,7 +242,7 @@ def test_translate_interactive_prompt_on_a_terminal(trained):
     controller, terminal = pty.openpty()
     process = subprocess.Popen([sys.executable, str(ROOT / "translate.py"), "--checkpoint", str(best)],
                                stdin=terminal, stdout=terminal, stderr=terminal, cwd=ROOT,
-                               env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"})
+                               env=FRESH_ENV)
     os.close(terminal)
     output = b""
     try:
@@ -272,7 +271,7 @@ def _on_a_terminal(args, stream: str) -> tuple[int, str, str]:
     controller, terminal = pty.openpty()
     fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))  # tqdm draws nothing on 0 columns
     streams = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, stream: terminal}
-    process = subprocess.Popen([sys.executable, *map(str, args)], stdin=subprocess.DEVNULL, cwd=ROOT, env=ENV,
+    process = subprocess.Popen([sys.executable, *map(str, args)], stdin=subprocess.DEVNULL, cwd=ROOT, env=FRESH_ENV,
                                **streams)
     os.close(terminal)
     other = process.stderr if stream == "stdout" else process.stdout
@@ -360,7 +359,7 @@ def test_translate_streams_lines_from_a_fifo_and_a_pipe_as_they_arrive(trained, 
         extra = ["--input", str(fifo)] if source == "fifo" else []
         process = subprocess.Popen([sys.executable, str(ROOT / "translate.py"), "--checkpoint", str(best), *extra],
                                    stdin=subprocess.PIPE if source == "pipe" else subprocess.DEVNULL,
-                                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=ENV)
+                                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=FRESH_ENV)
         # O_RDWR: a FIFO opened so never waits for its reader (a translate.py that failed would leave it waiting)
         writer = open(fifo, "r+b", buffering=0) if source == "fifo" else process.stdin
         try:
@@ -383,7 +382,7 @@ def test_a_forkrun_server_leaves_no_pipe_to_the_garbage_collector(tmp_path):
     import gc
     import warnings
 
-    server = forkrun.Server(ENV, tmp_path)
+    server = forkrun.Server(FRESH_ENV, tmp_path)
     assert server.run([ROOT / "translate.py", "--help"]).returncode == 0
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -434,7 +433,7 @@ def test_kill_9_then_resume_reproduces_the_uninterrupted_losses(tmp_path, tiny_c
     killed_dir, straight_dir = tmp_path / "killed", tmp_path / "straight"
     killed = write_config(tmp_path / "killed.yaml", tiny_config_dict(killed_dir, tiny_corpus, **settings))
     straight = write_config(tmp_path / "straight.yaml", tiny_config_dict(straight_dir, tiny_corpus, **settings))
-    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    env = FRESH_ENV
     reference = subprocess.Popen([sys.executable, str(ROOT / "train.py"), "--config", str(straight)], env=env,
                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     victim = subprocess.Popen([sys.executable, str(ROOT / "train.py"), "--config", str(killed)], env=env,
@@ -582,7 +581,7 @@ def test_preparing_data_another_process_prepares_waits_for_it(tmp_path, tiny_cor
     with locked(tmp_path / "prepared" / ".tiny.lock"):
         process = subprocess.Popen([sys.executable, str(ROOT / "train.py"), "--config", str(config), "--prepare-only"],
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                   env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"})
+                                   env=FRESH_ENV)
         waiting = process.stderr.readline()
         assert waiting.startswith(f"waiting for process {os.getpid()}, which is preparing "), waiting
         assert process.poll() is None and not (tmp_path / "prepared" / "tiny").exists()
@@ -599,7 +598,7 @@ def test_ctrl_c_is_one_line_on_stderr_with_what_was_kept_and_the_resume_command(
     config = write_config(tmp_path / "c.yaml", tiny_config_dict(tmp_path, tiny_corpus, **settings))
     process = subprocess.Popen([sys.executable, str(ROOT / "train.py"), "--config", str(config), "train.seed=8"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"},
+                               env=FRESH_ENV,
                                # A suite started in the background (`pytest &`) ignores SIGINT, and children
                                # inherit that: Python then installs no KeyboardInterrupt handler.
                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))

@@ -24,9 +24,8 @@ import torch
 from pinyin_hanzi.checkpoint import load_checkpoint
 
 import forkrun
-from conftest import ROOT, tiny_config_dict, write_config
+from conftest import FRESH_ENV, ROOT, tiny_config_dict, write_config
 
-ENV = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
 _server = None
 
 
@@ -34,7 +33,7 @@ def run(*args, cwd=ROOT):
     """``python ARGS`` to its end, forked from a process that has imported torch (see forkrun)."""
     global _server
     if _server is None:
-        _server = forkrun.Server(ENV, Path(tempfile.mkdtemp(prefix="forkrun-")))
+        _server = forkrun.Server(FRESH_ENV, Path(tempfile.mkdtemp(prefix="forkrun-")))
         atexit.register(_server.close)
     return _server.run(list(args), cwd=cwd)
 
@@ -159,7 +158,7 @@ def _wait_for_step(process, run_dir: Path, step: int, timeout: float = 120) -> N
 
 def _start_training(config: Path, *overrides: str, sigint: bool = False) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, str(ROOT / "train.py"), "--config", str(config), *overrides],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=FRESH_ENV,
                             # A suite started in the background (`pytest &`) ignores SIGINT, and children
                             # inherit that: Python then installs no KeyboardInterrupt handler.
                             preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)) if sigint else None)
@@ -317,7 +316,7 @@ def test_the_progress_bar_counts_to_the_step_the_time_cap_reaches(tmp_path, tiny
     controller, terminal = pty.openpty()
     fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 160, 0, 0))  # a terminal 160 columns wide
     process = subprocess.Popen([sys.executable, str(ROOT / "train.py"), "--config", str(config),
-                                "train.max_minutes=0.1"], stdout=subprocess.DEVNULL, stderr=terminal, env=ENV)
+                                "train.max_minutes=0.1"], stdout=subprocess.DEVNULL, stderr=terminal, env=FRESH_ENV)
     os.close(terminal)
     written = b""
     with contextlib.suppress(OSError):  # EIO once the process has closed the terminal

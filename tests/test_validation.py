@@ -16,7 +16,7 @@ from pinyin_hanzi.text.lexicon import Lexicon
 from pinyin_hanzi.training.loss import model_loss
 from pinyin_hanzi.training.validation import greedy_conversions, validate
 
-from conftest import ROOT, tiny_config_dict, write_config
+from conftest import FRESH_ENV, ROOT, tiny_config_dict, write_config
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +75,7 @@ def test_training_builds_no_converter(tmp_path, tiny_corpus):
               f"train(load_config({str(write_config(tmp_path / 'c.yaml', config))!r}), log=lambda message: None)\n"
               f"print(json.dumps(sorted(name for name in sys.modules if name.startswith('pinyin_hanzi.'))))")
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=300,
-                            env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"})
+                            env=FRESH_ENV)
     assert result.returncode == 0, result.stderr
     imported = json.loads(result.stdout.splitlines()[-1])
     assert "pinyin_hanzi.training.validation" in imported and (tmp_path / "checkpoints" / "tiny" / "last.pt").is_file()

@@ -5,6 +5,7 @@ import sys
 import pytest
 import torch
 from PIL import Image
+from conftest import FRESH_ENV
 from test_cli import ROOT, run
 
 from pinyin_hanzi import visualize
@@ -65,7 +66,7 @@ _CACHED_FONT_NAMES = "from matplotlib import font_manager; print(sorted({f.name 
 def test_a_cjk_font_installed_after_matplotlib_cached_its_font_list_is_found(tmp_path):
     """matplotlib caches its font list on first use: a font installed later used to stay unseen, with the
     hint to install one shown for good. Now the system's fonts are scanned again, and the cache rewritten."""
-    environment = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "HOME": str(tmp_path / "home"),
+    environment = {**FRESH_ENV, "HOME": str(tmp_path / "home"),
                    "MPLCONFIGDIR": str(tmp_path / "matplotlib")}
 
     def python(code):
