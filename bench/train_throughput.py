@@ -20,9 +20,9 @@ instead (prepared as train.py does, downloading its sources once).
     python bench/train_throughput.py --threads 1                # fix the thread count (0: one per core)
     python bench/train_throughput.py data.abbreviate=0.5        # half the examples typed with prefix tokens
 
-Ours trains in train.precision as train.py does (auto: bf16 autocast on CUDA and on CPUs with native bf16
-matrix units). The reference trains in fp32 unless --reference-precision says otherwise: the stock way to
-train nn.Transformer on a CPU; on CUDA, compare with ``--reference-precision bf16``.
+Ours trains in train.precision as train.py does (auto: bf16 autocast on CPUs with native bf16 matrix
+units, fp32 elsewhere, GPUs included). The reference trains in fp32 unless --reference-precision says
+otherwise; ``--reference-precision fp32,bf16`` measures both beside ours.
 
 With train.loss=candidates our FLOPs count the candidates' logits only, not the full output layer.
 

@@ -89,8 +89,8 @@ class TrainConfig:
     checkpoint_dir: str = "checkpoints"  # last.pt and best.pt go to <checkpoint_dir>/<name>/
     runs_dir: str = "runs"  # TensorBoard events, config.yaml and the JSONL logs go to <runs_dir>/<name>/
     compile: bool = False  # torch.compile the model
-    precision: str = "auto"  # "fp32", "bf16" (autocast; weights and optimizer stay fp32) or "auto": bf16 on CUDA
-    # and on CPUs with native bf16 matrix units (AVX512-BF16 or AMX), fp32 elsewhere
+    precision: str = "auto"  # "fp32", "bf16" (autocast; weights and optimizer stay fp32) or "auto": bf16 on CPUs
+    # with native bf16 matrix units (AVX512-BF16 or AMX), fp32 elsewhere (GPUs too: faster there at these sizes)
     language_models: list[str] = field(default_factory=list)  # the n-gram models counted from the training split
     # into every checkpoint, for beam search to fuse: "char" (the character n-gram model of decode.lm_order,
     # lm_min_count, lm_phrases; decoding weighs it by decode.lm_weight) and/or "word" (the word model of

@@ -6,13 +6,14 @@ from pinyin_hanzi.errors import ConfigError
 from pinyin_hanzi.runtime import autocast_for, resolve_precision, select_device, set_threads
 
 
-def test_precision_auto_is_bf16_on_cuda_and_on_cpus_with_native_bf16(monkeypatch):
+def test_precision_auto_is_bf16_on_cpus_with_native_bf16_only(monkeypatch):
     cpu, cuda, mps = torch.device("cpu"), torch.device("cuda"), torch.device("mps")
     monkeypatch.setattr(runtime, "cpu_has_native_bf16", lambda: True)
-    assert [resolve_precision("auto", d) for d in (cpu, cuda, mps)] == ["bf16", "bf16", "fp32"]
+    assert [resolve_precision("auto", d) for d in (cpu, cuda, mps)] == ["bf16", "fp32", "fp32"]
     monkeypatch.setattr(runtime, "cpu_has_native_bf16", lambda: False)
-    assert [resolve_precision("auto", d) for d in (cpu, cuda, mps)] == ["fp32", "bf16", "fp32"]
-    assert resolve_precision("fp32", cuda) == "fp32" and resolve_precision("bf16", cpu) == "bf16"
+    assert [resolve_precision("auto", d) for d in (cpu, cuda, mps)] == ["fp32", "fp32", "fp32"]
+    assert resolve_precision("bf16", cuda) == "bf16" and resolve_precision("bf16", cpu) == "bf16"
+    assert resolve_precision("fp32", cpu) == "fp32"
 
 
 def test_autocast_multiplies_in_bf16_only_when_asked():
