@@ -92,6 +92,17 @@ def test_an_epoch_trains_on_each_example_as_often_as_its_copies_say():
     assert all(lengths[example] * len(batch) <= 40 for batch in batches for example in stream.example_of(batch))
 
 
+def test_a_split_whose_examples_all_count_once_batches_as_one_without_copies():
+    # A single source of weight 1 writes copies of 1 for every example: the stream keeps no per-example
+    # array for them (at 100M hanzi, 12M examples), and its batches are those of a split without copies.
+    lengths = [1 + (i * 5) % 9 for i in range(200)]
+    examples = [type("E", (), {"source": [5] * n, "target": [6] * n}) for n in lengths]
+    once, plain = BatchStream(_split(examples, [1] * 200), 40, seed=3), BatchStream(_split(examples), 40, seed=3)
+    assert once.copies is None and once._ends is None
+    assert [once.next_indices()[1].tolist() for _ in range(30)] == [plain.next_indices()[1].tolist() for _ in range(30)]
+    assert BatchStream(_split(examples, [2] * 200), 40, seed=3).copies.tolist() == [2] * 200
+
+
 def test_collate_pads_right_and_batch_stream_restores_its_position():
     examples = encode_examples([_example(t) for t in ["你好", "世界和平", "好"] * 10],
                                *build_vocabs([_example("你好世界和平")]))

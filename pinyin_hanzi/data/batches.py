@@ -70,9 +70,12 @@ def token_budget_batches(lengths: np.ndarray, copies: np.ndarray | None, batch_t
     each (None: once); a position p stands for one of those times, counted over the examples in order
     (:meth:`BatchStream.example_of`). The examples of each length are shuffled and cut into batches of as
     many rows as fit, and the batches shuffled: a different order every epoch, the same for the same
-    (seed, epoch). Memory: four bytes per position, so that an epoch over a corpus of any size fits."""
+    (seed, epoch). Memory: four bytes per position (and, while one length's positions are drawn, eight per
+    example of that length), so that an epoch over a corpus of any size fits."""
     generator = np.random.default_rng([seed, epoch])
-    ends = np.cumsum(copies, dtype=np.int64) if copies is not None else None
+    ends = copy_ends(copies) if copies is not None else None
+    epoch_positions = len(lengths) if ends is None else int(ends[-1]) if len(ends) else 0
+    dtype = np.int32 if epoch_positions < 2**31 else np.int64
     pieces, bounds, total = [], [], 0
     for length in np.unique(lengths):
         examples = np.flatnonzero(lengths == length)
@@ -81,7 +84,8 @@ def token_budget_batches(lengths: np.ndarray, copies: np.ndarray | None, batch_t
             starts = np.repeat(ends[examples] - times, times)
             within = np.arange(len(starts)) - np.repeat(np.cumsum(times) - times, times)
             examples = starts + within
-        positions = generator.permutation(examples).astype(np.int32 if len(lengths) < 2**31 else np.int64)
+        positions = examples.astype(dtype)
+        generator.shuffle(positions)  # in place: the order generator.permutation(examples) gives, without a copy
         rows = max(1, batch_tokens // max(int(length), 1))
         starts = np.arange(0, len(positions), rows)
         bounds.append(np.stack([starts, np.minimum(starts + rows, len(positions))], axis=1) + total)
@@ -91,6 +95,13 @@ def token_budget_batches(lengths: np.ndarray, copies: np.ndarray | None, batch_t
         return np.zeros(0, np.int32), np.zeros((0, 2), np.int64)
     bounds = np.concatenate(bounds)
     return np.concatenate(pieces), bounds[generator.permutation(len(bounds))]
+
+
+def copy_ends(copies: np.ndarray) -> np.ndarray:
+    """(examples,) cumulative copies: the position after each example's last time in an epoch, in int32 where the
+    epoch's positions fit (four bytes an example, not eight)."""
+    total = int(copies.sum(dtype=np.int64))
+    return np.cumsum(copies, dtype=np.int32 if total < 2**31 else np.int64)
 
 
 def prefix_ids(pinyin_vocab: Vocab) -> torch.Tensor:
@@ -142,11 +153,12 @@ class BatchStream:
         if abbreviate > 0 and (prefix_of is None or hanzi_target is None):
             raise ValueError("abbreviating needs prefix_of and hanzi_target (prefix_ids, hanzi_ids)")
         self.split = split
-        lengths = split.lengths
-        self.lengths = lengths.astype(np.uint8 if lengths.size == 0 or lengths.max() < 256 else np.uint16)
-        self.copies = None if split.copies is None else np.asarray(split.copies)
+        self.lengths = split.lengths  # int32, replaced by its narrowest copy (the int32 one is freed at once)
+        self.lengths = self.lengths.astype(np.uint8 if self.lengths.size == 0 or self.lengths.max() < 256
+                                           else np.uint16)
+        self.copies = split.read_copies()
         # position -> example: the example whose times trained on end after it
-        self._ends = None if self.copies is None else np.cumsum(self.copies, dtype=np.int64)
+        self._ends = None if self.copies is None else copy_ends(self.copies)
         self.batch_tokens, self.seed = batch_tokens, seed
         self.abbreviate, self.prefix_of, self.hanzi_target = abbreviate, prefix_of, hanzi_target
         self.epoch, self.position = 0, 0

@@ -105,6 +105,14 @@ class StoredSplit:
                 previous = chunk[-1:]
         return lengths
 
+    def read_copies(self) -> np.ndarray | None:
+        """(examples,) uint8: how often an epoch trains on each example, read from the file (not through the
+        mapping); None where there are none or every example counts once (no array to keep then)."""
+        if self.copies is None:
+            return None
+        copies = _read(self.copies, 0, len(self.copies))
+        return None if copies.size and copies.min() == copies.max() == 1 else copies
+
     @classmethod
     def from_examples(cls, sources: list, targets: list, copies: list | None = None) -> StoredSplit:
         """A split held in memory, from lists of id lists (tests, small evaluations)."""
