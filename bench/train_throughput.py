@@ -48,10 +48,9 @@ sys.path.insert(0, str(ROOT))
 from pinyin_hanzi.checkpoint import HANZI_VOCAB_KEY, PINYIN_VOCAB_KEY, load_checkpoint
 from pinyin_hanzi.cli import check_bounds, max_threads
 from pinyin_hanzi.config import DataConfig, load_config
-from pinyin_hanzi.data.batches import BatchStream, encode_examples, hanzi_ids, prefix_ids
+from pinyin_hanzi.data.batches import BatchStream, encode_split, hanzi_ids, prefix_ids
 from pinyin_hanzi.data.corpus import prepare, read_split
 from pinyin_hanzi.data.examples import Example, chunk
-from pinyin_hanzi.data.store import StoredSplit
 from pinyin_hanzi.data.vocab import PAD_ID, Vocab, grown, load_vocab
 from pinyin_hanzi.decoding.converter import SHIPPED_MODEL
 from pinyin_hanzi.errors import PinyinHanziError
@@ -193,9 +192,8 @@ def benchmark(args) -> int:
     abbreviate = config.data.abbreviate  # data.abbreviate=0.5: batches typed abbreviated, as train.py makes them
     if abbreviate > 0:
         pinyin_vocab = grown(pinyin_vocab, sorted(PREFIX_TOKENS))
-    encoded = encode_examples(examples, pinyin_vocab, hanzi_vocab)
     candidates = tuple(part.to(device) for part in Lexicon(hanzi_vocab).for_vocab(pinyin_vocab))
-    split = StoredSplit.from_examples([e.source for e in encoded], [e.target for e in encoded])
+    split = encode_split(examples, pinyin_vocab, hanzi_vocab)
     stream = iter(BatchStream(split, config.train.batch_tokens, seed=0, abbreviate=abbreviate,
                               prefix_of=prefix_ids(pinyin_vocab) if abbreviate > 0 else None,
                               hanzi_target=hanzi_ids(hanzi_vocab) if abbreviate > 0 else None))

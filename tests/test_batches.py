@@ -3,10 +3,10 @@ import pytest
 
 from pinyin_hanzi.data.batches import (
     BatchStream,
-    collate,
-    encode_examples,
+    encode_split,
     hanzi_ids,
     prefix_ids,
+    split_batch,
     token_budget_batches,
     training_abbreviations,
 )
@@ -25,8 +25,11 @@ from pinyin_hanzi.data.vocab import (
 )
 
 
-def _split(encoded, copies=None) -> StoredSplit:
-    return StoredSplit.from_examples([e.source for e in encoded], [e.target for e in encoded], copies)
+def _split(lengths, copies=None) -> StoredSplit:
+    """A split of examples of these lengths (their ids do not matter here)."""
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    return StoredSplit(np.full(offsets[-1], 5), np.full(offsets[-1], 6), offsets,
+                       None if copies is None else np.array(copies, np.uint8))
 
 
 def _example(text):
@@ -51,8 +54,8 @@ def test_vocabularies_come_from_the_training_split_only():
     pinyin_vocab, hanzi_vocab = build_vocabs(train)
     assert "你" in hanzi_vocab and "界" in hanzi_vocab
     assert "银" not in hanzi_vocab and "yin" not in pinyin_vocab
-    encoded = encode_examples([test_only], pinyin_vocab, hanzi_vocab)[0]
-    assert encoded.target == [UNK_ID, UNK_ID] and encoded.source == [UNK_ID, UNK_ID]
+    source, target = encode_split([test_only], pinyin_vocab, hanzi_vocab).example(0)
+    assert target.tolist() == [UNK_ID, UNK_ID] and source.tolist() == [UNK_ID, UNK_ID]
 
 
 def test_min_char_count_drops_rare_characters():
@@ -85,8 +88,7 @@ def test_an_epoch_trains_on_each_example_as_often_as_its_copies_say():
     batches = _epoch(lengths, copies, budget=40)
     positions = sorted(p for batch in batches for p in batch)
     assert positions == list(range(sum(copies)))  # every time an example is trained on, once
-    stream = BatchStream(_split([type("E", (), {"source": [5] * n, "target": [6] * n}) for n in lengths], copies),
-                         batch_tokens=40, seed=3)
+    stream = BatchStream(_split(lengths, copies), batch_tokens=40, seed=3)
     examples = stream.example_of(positions)
     assert np.bincount(examples, minlength=200).tolist() == copies
     assert all(lengths[example] * len(batch) <= 40 for batch in batches for example in stream.example_of(batch))
@@ -96,26 +98,26 @@ def test_a_split_whose_examples_all_count_once_batches_as_one_without_copies():
     # A single source of weight 1 writes copies of 1 for every example: the stream keeps no per-example
     # array for them (at 100M hanzi, 12M examples), and its batches are those of a split without copies.
     lengths = [1 + (i * 5) % 9 for i in range(200)]
-    examples = [type("E", (), {"source": [5] * n, "target": [6] * n}) for n in lengths]
-    once, plain = BatchStream(_split(examples, [1] * 200), 40, seed=3), BatchStream(_split(examples), 40, seed=3)
+    once, plain = BatchStream(_split(lengths, [1] * 200), 40, seed=3), BatchStream(_split(lengths), 40, seed=3)
     assert once.copies is None and once._ends is None
     assert [once.next_indices()[1].tolist() for _ in range(30)] == [plain.next_indices()[1].tolist() for _ in range(30)]
-    assert BatchStream(_split(examples, [2] * 200), 40, seed=3).copies.tolist() == [2] * 200
+    assert BatchStream(_split(lengths, [2] * 200), 40, seed=3).copies.tolist() == [2] * 200
 
 
-def test_collate_pads_right_and_batch_stream_restores_its_position():
-    examples = encode_examples([_example(t) for t in ["你好", "世界和平", "好"] * 10],
-                               *build_vocabs([_example("你好世界和平")]))
-    batch = collate(examples[:2])
+def test_split_batches_pad_right_and_batch_stream_restores_its_position():
+    examples = encode_split([_example(t) for t in ["你好", "世界和平", "好"] * 10],
+                            *build_vocabs([_example("你好世界和平")]))
+    assert examples.offsets[:4].tolist() == [0, 2, 6, 7] and examples.source.dtype == np.int32
+    batch = split_batch(examples, [0, 1])
     assert batch.source.shape == batch.target.shape == (2, 4)
     assert batch.target[0, 2:].tolist() == [PAD_ID, PAD_ID] and batch.n_target_tokens == 6
-    stream = BatchStream(_split(examples), batch_tokens=12, seed=1)
+    stream = BatchStream(examples, batch_tokens=12, seed=1)
     iterator = iter(stream)
     for _ in range(7):  # past the end of the first epoch
         next(iterator)
     state = stream.state_dict()
     expected = [next(iterator).target.tolist() for _ in range(5)]
-    restored = BatchStream(_split(examples), batch_tokens=12, seed=1)
+    restored = BatchStream(examples, batch_tokens=12, seed=1)
     restored.load_state_dict(state)
     assert [b.target.tolist() for _, b in zip(range(5), iter(restored))] == expected
 
@@ -145,8 +147,8 @@ def _abbreviating_stream(abbreviate, seed=5):
     texts = ["我想去北京。", "中国人民很勤劳！", "2024年我们学习Python。", "你好"] * 50
     examples = [_example(text) for text in texts]
     pinyin_vocab, hanzi_vocab = build_vocabs(examples, extra_pinyin=PREFIX_TOKENS)
-    encoded = encode_examples(examples, pinyin_vocab, hanzi_vocab)
-    stream = BatchStream(_split(encoded), batch_tokens=64, seed=seed, abbreviate=abbreviate,
+    encoded = encode_split(examples, pinyin_vocab, hanzi_vocab)
+    stream = BatchStream(encoded, batch_tokens=64, seed=seed, abbreviate=abbreviate,
                          prefix_of=prefix_ids(pinyin_vocab),
                          hanzi_target=hanzi_ids(hanzi_vocab))
     return stream, encoded, pinyin_vocab, hanzi_vocab
@@ -162,15 +164,16 @@ def test_abbreviation_replaces_only_syllables_by_their_prefix_tokens():
         epoch, positions = stream.next_indices()
         batch = stream.batch(epoch, positions)
         for row, index in enumerate(stream.example_of(positions)):
-            original = pinyin_vocab.decode(encoded[index].source)
+            source, target = (ids.tolist() for ids in encoded.example(index))
+            original = pinyin_vocab.decode(source)
             typed = pinyin_vocab.decode(batch.source[row, : len(original)].tolist())
-            for before, after, char in zip(original, typed, hanzi_vocab.decode(encoded[index].target)):
+            for before, after, char in zip(original, typed, hanzi_vocab.decode(target)):
                 assert after == before or (before in syllables() and after == prefix_token(before))
                 changed += after != before
                 if char in "on":  # Python's letters: tokens that are syllables too, never abbreviated
                     assert after == before
                     latin += 1
-            assert batch.target[row, : len(original)].tolist() == encoded[index].target  # targets untouched
+            assert batch.target[row, : len(original)].tolist() == target  # targets untouched
     assert changed > 100 and latin > 10
     assert pinyin_vocab.ids["zh*"] == prefix_ids(pinyin_vocab)[pinyin_vocab.ids["zhong"]]
     assert all(prefix_ids(pinyin_vocab)[pinyin_vocab.ids[token]] == pinyin_vocab.ids[token] for token in "。！2P")

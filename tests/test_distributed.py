@@ -175,7 +175,7 @@ def test_more_cuda_processes_than_gpus_is_a_one_line_error(monkeypatch):
 def test_accumulating_two_batches_equals_one_batch_of_both(tiny_corpus, tmp_path):
     """Loss normalised by the global batch's tokens: two accumulated batches give the gradient of their
     union as one batch (an average of per-batch averages would not)."""
-    from pinyin_hanzi.data.batches import collate, encode_examples
+    from pinyin_hanzi.data.batches import encode_split, split_batch
     from pinyin_hanzi.data.corpus import prepare, read_split
     from pinyin_hanzi.data.vocab import load_vocab
     from pinyin_hanzi.models.transformer import Transformer
@@ -184,11 +184,11 @@ def test_accumulating_two_batches_equals_one_batch_of_both(tiny_corpus, tmp_path
     config = load_config(write_config(tmp_path / "c.yaml", tiny_config_dict(tmp_path, tiny_corpus)))
     data_dir = prepare(config.data)
     pinyin_vocab, hanzi_vocab = load_vocab(data_dir / "pinyin_vocab.txt"), load_vocab(data_dir / "hanzi_vocab.txt")
-    encoded = encode_examples(read_split(data_dir, "train"), pinyin_vocab, hanzi_vocab)
-    first, second = encoded[:2], encoded[2:7]  # different sizes, so the two normalisations differ
-    assert sum(len(e.target) for e in first) != sum(len(e.target) for e in second)
+    encoded = encode_split(read_split(data_dir, "train"), pinyin_vocab, hanzi_vocab)
+    first, second = range(2), range(2, 7)  # different sizes, so the two normalisations differ
+    assert encoded.offsets[2] - encoded.offsets[0] != encoded.offsets[7] - encoded.offsets[2]
     gradients = []
-    for batches in ([collate(first), collate(second)], [collate(first + second)]):
+    for batches in ([split_batch(encoded, first), split_batch(encoded, second)], [split_batch(encoded, range(7))]):
         model = Transformer(config.model, source_vocab_size=len(pinyin_vocab), target_vocab_size=len(hanzi_vocab))
         model.load_state_dict(torch.load(tmp_path / "init.pt", weights_only=True)) if gradients else \
             torch.save(model.state_dict(), tmp_path / "init.pt")

@@ -277,7 +277,7 @@ def test_init_from_grows_the_vocabularies_and_keeps_the_known_rows(tmp_path, tin
     data_dir = prepare(config.data)
 
     messages = []
-    splits = Splits.read(data_dir)
+    splits = Splits.read(data_dir, sample=4)
     model, pinyin_vocab, hanzi_vocab = training._setup_model(config, splits, None, best, str(best), messages.append)
     assert pinyin_vocab.tokens[: len(old["pinyin_vocab"])] == old["pinyin_vocab"]
     assert hanzi_vocab.tokens[: len(old["hanzi_vocab"])] == old["hanzi_vocab"]
@@ -319,7 +319,7 @@ def test_init_from_an_untied_model_grows_its_output_projection_too(tmp_path, tin
     second["model"]["tie_output"] = False
     second["data"]["abbreviate"] = 1.0
     config = load_config(write_config(tmp_path / "b.yaml", second))
-    splits = Splits.read(prepare(config.data))
+    splits = Splits.read(prepare(config.data), sample=4)
     model, pinyin_vocab, hanzi_vocab = training._setup_model(config, splits, None, best, str(best), lambda message: None)
     known = old["output.weight"].shape[0]
     assert len(hanzi_vocab) > known and len(pinyin_vocab) >= old["source_embedding.tokens.weight"].shape[0] + 26
@@ -338,7 +338,7 @@ def test_init_from_a_deeper_config_grows_identity_layers_on_top(tmp_path, tiny_c
     settings = dict(max_steps=3, eval_every=3, batch_tokens=64)
     config = load_config(write_config(tmp_path / "c.yaml", tiny_config_dict(tmp_path, tiny_corpus, **settings)),
                          ["model.n_encoder_layers=3", "model.n_decoder_layers=4", "train.name=deeper"])
-    splits = Splits.read(prepare(config.data))
+    splits = Splits.read(prepare(config.data), sample=4)
     messages = []
     model, _, _ = training._setup_model(config, splits, None, None, str(best), messages.append)
     assert (len(model.encoder_layers), len(model.decoder_layers)) == (3, 4)

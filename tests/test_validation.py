@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from pinyin_hanzi.config import config_from_dict
-from pinyin_hanzi.data.batches import collate, encode_examples
+from pinyin_hanzi.data.batches import encode_split, split_batch
 from pinyin_hanzi.data.corpus import read_examples
 from pinyin_hanzi.evaluation.metrics import conversion_scores
 from pinyin_hanzi.text.lexicon import Lexicon
@@ -31,13 +31,13 @@ def test_validation_loss_is_the_unsmoothed_loss_per_token_and_accuracy_is_of_the
                                                                                                   tmp_path):
     tmp, _, _ = trained
     examples = read_examples(tmp / "prepared" / "tiny" / "train.tsv")
-    encoded = encode_examples(examples, converter.pinyin_vocab, converter.hanzi_vocab)
+    encoded = encode_split(examples, converter.pinyin_vocab, converter.hanzi_vocab)
     raw = tiny_config_dict(tmp_path, tmp_path / "unused.txt", eval_sentences=4, label_smoothing=0.3)
     config = config_from_dict(raw)
     result = validate(converter.model, encoded, examples, Lexicon(converter.hanzi_vocab), config, torch.device("cpu"))
 
-    with torch.no_grad():
-        losses = [model_loss(converter.model, collate([e]), 0.0) for e in encoded]  # one example at a time
+    with torch.no_grad():  # one example at a time
+        losses = [model_loss(converter.model, split_batch(encoded, [index]), 0.0) for index in range(len(examples))]
     expected = sum(float(value) * n for value, n in losses) / sum(n for _, n in losses)
     assert result["loss"] == pytest.approx(expected, rel=1e-5)  # smoothing is for training only
     outputs = converter.convert_tokens([e.tokens for e in examples[:4]])

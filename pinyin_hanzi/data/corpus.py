@@ -143,6 +143,15 @@ def _fingerprint(config: DataConfig) -> dict:
     return {"format_version": DATA_FORMAT_VERSION, **fields}
 
 
+def prepared_examples(path: str | Path) -> Iterator[Example]:
+    """The examples of a split that :func:`prepare` wrote (and already checked), one at a time, without
+    re-checking every reading."""
+    for line in read_text_lines(Path(path), "file"):
+        if line:
+            tokens, hanzi = line.split("\t")
+            yield Example(tuple(tokens.split(" ")), hanzi)
+
+
 def read_examples(path: str | Path, trusted: bool = False, skipped: Counter | None = None) -> list[Example]:
     """Examples of a ``tokens<TAB>hanzi`` file: a user's TSV, every line checked; or, ``trusted``, a split
     that :func:`prepare` wrote and already checked (read without re-checking every reading).
@@ -150,8 +159,7 @@ def read_examples(path: str | Path, trusted: bool = False, skipped: Counter | No
     Lines that do not fit are left out and counted by reason into ``skipped``. Raises DataError if the file
     is missing, unreadable, not UTF-8, or has no usable line at all."""
     if trusted:
-        rows = (line.split("\t") for line in read_text_lines(Path(path), "file") if line)
-        return [Example(tuple(tokens.split(" ")), hanzi) for tokens, hanzi in rows]
+        return list(prepared_examples(path))
     examples = []
     skipped = Counter() if skipped is None else skipped
     for line in read_text_lines(Path(path), "file", pipes=True):  # read once: a pipe will do

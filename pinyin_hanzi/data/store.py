@@ -113,14 +113,6 @@ class StoredSplit:
         copies = _read(self.copies, 0, len(self.copies))
         return None if copies.size and copies.min() == copies.max() == 1 else copies
 
-    @classmethod
-    def from_examples(cls, sources: list, targets: list, copies: list | None = None) -> StoredSplit:
-        """A split held in memory, from lists of id lists (tests, small evaluations)."""
-        lengths = np.array([len(ids) for ids in sources], np.int64)
-        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-        flat = lambda lists: np.array([i for ids in lists for i in ids], np.int64)  # noqa: E731
-        return cls(flat(sources), flat(targets), offsets, None if copies is None else np.array(copies, np.uint8))
-
     def example(self, index: int) -> tuple[np.ndarray, np.ndarray]:
         """(source ids, target ids) of example ``index``: views into the mapped files (copies where mapped)."""
         start, end = int(self.offsets[index]), int(self.offsets[index + 1])

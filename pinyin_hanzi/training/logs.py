@@ -17,7 +17,7 @@ from tqdm import tqdm
 from pinyin_hanzi import visualize
 from pinyin_hanzi.config import save_config
 from pinyin_hanzi.runtime import resolve_precision
-from pinyin_hanzi.training.run import Parts, Run, Splits
+from pinyin_hanzi.training.run import Parts, Run
 
 
 class Logs:
@@ -89,7 +89,7 @@ class Logs:
         writer.add_scalar("valid/loss", result["loss"], step)
         writer.add_scalar("valid/char_accuracy", result["char_accuracy"], step)
         writer.add_text("valid/samples", "\n\n".join(result["samples"]), step)
-        log_pictures(writer, parts.model, parts.valid_examples[: self.run.config.train.attention_sentences],
+        log_pictures(writer, parts.model, parts.valid_sample[: self.run.config.train.attention_sentences],
                      parts.pinyin_vocab, parts.hanzi_vocab, step)
 
     def append_evaluation_record(self, result: dict, elapsed: float) -> None:
@@ -127,13 +127,13 @@ def setup_logging(run: Run, resume: bool) -> Logs:
     return Logs(run, writer, train_log)
 
 
-def log_setup(run: Run, parts: Parts, splits: Splits, logs: Logs) -> None:
+def log_setup(run: Run, parts: Parts, logs: Logs) -> None:
     """What this run trains, on what, where: for the user, and the positional encoding for TensorBoard."""
     config, model, t = run.config, parts.model, run.config.train
     run.log(f"device {run.device}, {torch.get_num_threads()} threads, {resolve_precision(t.precision, run.device)} | "
             f"{count_parameters(model) / 1e6:.2f}M parameters | "
             f"vocab {len(parts.pinyin_vocab)} pinyin, {len(parts.hanzi_vocab)} hanzi | "
-            f"{len(parts.stream.split)} train, {len(splits.valid_examples)} valid examples")
+            f"{len(parts.stream.split)} train, {len(parts.valid)} valid examples")
     if run.process.world_size > 1:
         run.log(f"{run.process.world_size} processes, {t.grad_accum_steps // run.process.world_size} batch(es) "
                 f"each per step: global batch {t.grad_accum_steps} x {t.batch_tokens} tokens")

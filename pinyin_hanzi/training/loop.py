@@ -141,7 +141,7 @@ def evaluate_and_save(run: Run, parts: Parts, logs: Logs) -> None:
     """Validate (see :func:`pinyin_hanzi.training.validation.validate`), record the result, and save the checkpoints.
     TrainingError, writing nothing, if the weights or the validation loss are no longer finite."""
     model = parts.model
-    result = validate(model, parts.valid_encoded, parts.valid_examples, parts.lexicon, run.config, run.device,
+    result = validate(model, parts.valid, parts.valid_sample, parts.lexicon, run.config, run.device,
                       parts.candidates)
     if not (math.isfinite(result["loss"]) and all(torch.isfinite(p).all() for p in model.parameters())):
         # Finite weights give a finite loss; these weights are broken and must not replace a checkpoint.

@@ -38,14 +38,9 @@ import torch
 
 from pinyin_hanzi import checkpoint
 from pinyin_hanzi.config import Config, TrainConfig
-from pinyin_hanzi.data.batches import (
-    BatchStream,
-    EncodedExample,
-    encode_examples,
-    hanzi_ids,
-    prefix_ids,
-)
+from pinyin_hanzi.data.batches import BatchStream, encode_split, hanzi_ids, prefix_ids
 from pinyin_hanzi.data.corpus import prepared_data
+from pinyin_hanzi.data.store import StoredSplit
 from pinyin_hanzi.data.vocab import Vocab
 from pinyin_hanzi.errors import CheckpointError, ConfigError, Interrupted
 from pinyin_hanzi.models import growing
@@ -136,7 +131,7 @@ def _train(run: Run, *, resume: bool, workers: int | None = None) -> Path:
     model.to(run.device)
     syllable_lm, char_lm_state, word_lm_state = setup_language_models(config, splits.store, splits.fingerprint,
                                                                       hanzi_vocab, log)
-    stream, valid_encoded = _setup_batches(config, splits, pinyin_vocab, hanzi_vocab)
+    stream, valid = _setup_batches(config, splits, pinyin_vocab, hanzi_vocab)
     optimizer, scheduler = _setup_optimizer(model, t)
     if saved is not None:
         restore(run, saved, optimizer, scheduler, stream)
@@ -150,8 +145,8 @@ def _train(run: Run, *, resume: bool, workers: int | None = None) -> Path:
     if t.loss == "candidates":
         candidates = tuple(part.to(run.device) for part in lexicon.for_vocab(pinyin_vocab))
     parts = Parts(model, _wrap_for_training(model, run), pinyin_vocab, hanzi_vocab, optimizer, scheduler, stream,
-                  syllable_lm, char_lm_state, word_lm_state, lexicon, candidates, splits.valid_examples, valid_encoded)
-    log_setup(run, parts, splits, logs)
+                  syllable_lm, char_lm_state, word_lm_state, lexicon, candidates, valid, splits.valid_sample)
+    log_setup(run, parts, logs)
     train_loop(run, parts, logs)
     log(f"best valid char accuracy {run.best_accuracy:.2%}; checkpoints in {run.checkpoint_dir}")
     return run.best_path
@@ -184,7 +179,8 @@ def _setup_data(run: Run, workers: int | None = None) -> Splits:
     if not process.is_main:
         distributed.barrier()
     with prepared_data(run.config.data, log=run.log, workers=workers) as data_dir:
-        splits = Splits.read(data_dir)
+        t = run.config.train
+        splits = Splits.read(data_dir, sample=max(t.eval_sentences, t.attention_sentences))
         run.data_fingerprint = splits.fingerprint
     if process.is_main:
         distributed.barrier()
@@ -192,16 +188,17 @@ def _setup_data(run: Run, workers: int | None = None) -> Splits:
 
 
 def _setup_batches(config: Config, splits: Splits, pinyin_vocab: Vocab, hanzi_vocab: Vocab
-                   ) -> tuple[BatchStream, list[EncodedExample]]:
+                   ) -> tuple[BatchStream, StoredSplit]:
     """The stream of training batches (the same on every process: each takes its share of a global batch),
-    read memory-mapped from the token store, and the encoded validation split, in the model's vocabularies."""
+    read memory-mapped from the token store, and the encoded validation split, in the model's vocabularies
+    (encoded from its text, in which a character too rare for the data's vocabulary may be one the model knows)."""
     train = splits.store.split("train", pinyin_vocab=pinyin_vocab, hanzi_vocab=hanzi_vocab)
-    valid_encoded = encode_examples(splits.valid_examples, pinyin_vocab, hanzi_vocab)
+    valid = encode_split(splits.valid_examples(), pinyin_vocab, hanzi_vocab)
     abbreviate = config.data.abbreviate  # training batches only: validation measures full pinyin
     stream = BatchStream(train, config.train.batch_tokens, config.train.seed, abbreviate=abbreviate,
                          prefix_of=prefix_ids(pinyin_vocab) if abbreviate > 0 else None,
                          hanzi_target=hanzi_ids(hanzi_vocab) if abbreviate > 0 else None)
-    return stream, valid_encoded
+    return stream, valid
 
 
 def _setup_model(config: Config, splits: Splits, saved: dict | None, saved_path: Path | None,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import itertools
 import shlex
 import shutil
 import signal
@@ -14,16 +15,16 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import torch
 
 from pinyin_hanzi import checkpoint
 from pinyin_hanzi.config import Config
-from pinyin_hanzi.data.batches import BatchStream, EncodedExample
-from pinyin_hanzi.data.corpus import data_fingerprint, read_split
+from pinyin_hanzi.data.batches import BatchStream
+from pinyin_hanzi.data.corpus import data_fingerprint, prepared_examples
 from pinyin_hanzi.data.examples import Example
-from pinyin_hanzi.data.store import TokenStore
+from pinyin_hanzi.data.store import StoredSplit, TokenStore
 from pinyin_hanzi.data.vocab import Vocab
 from pinyin_hanzi.errors import CheckpointError, Interrupted, TrainingError
 from pinyin_hanzi.files import check_writable, locked, os_error_reason
@@ -138,13 +139,13 @@ class Run:
 
 @dataclass
 class Splits:
-    """The prepared data a run reads: the training split memory-mapped from the token store, the (small)
-    validation split as text."""
+    """The prepared data a run reads: the training split memory-mapped from the token store, and the first
+    examples of the validation split as text (the ones validation converts and TensorBoard pictures)."""
 
     data_dir: Path
     store: TokenStore
     fingerprint: str  # the prepared data's (data_fingerprint): checkpoints record it, --resume compares it
-    valid_examples: list[Example]
+    valid_sample: list[Example]
 
     @property
     def pinyin_vocab(self) -> Vocab:  # the prepared data's vocabularies (a new run's; --init-from grows its own)
@@ -154,10 +155,17 @@ class Splits:
     def hanzi_vocab(self) -> Vocab:
         return self.store.hanzi_vocab
 
+    def valid_examples(self) -> Iterator[Example]:
+        """The whole validation split as text, one example at a time (its file, as preparation wrote it)."""
+        return prepared_examples(self.data_dir / "valid.tsv")
+
     @classmethod
-    def read(cls, data_dir: Path) -> Splits:
-        """The splits and vocabularies of prepared data (see data/corpus.py: prepare)."""
-        return cls(data_dir, TokenStore(data_dir), data_fingerprint(data_dir), read_split(data_dir, "valid"))
+    def read(cls, data_dir: Path, *, sample: int) -> Splits:
+        """The splits and vocabularies of prepared data (see data/corpus.py: prepare), with the first ``sample``
+        validation examples as text."""
+        splits = cls(data_dir, TokenStore(data_dir), data_fingerprint(data_dir), [])
+        splits.valid_sample = list(itertools.islice(splits.valid_examples(), sample))
+        return splits
 
 
 @dataclass
@@ -177,8 +185,8 @@ class Parts:
     word_lm_state: dict | None  # the checkpoint's word_lm entry, likewise
     lexicon: Lexicon  # the hanzi each syllable may become: validation's constraint, the candidate loss's lists
     candidates: tuple[torch.Tensor, torch.Tensor] | None  # train.loss=candidates: Lexicon.for_vocab
-    valid_examples: list[Example]
-    valid_encoded: list[EncodedExample]
+    valid: StoredSplit  # the validation split in the model's vocabularies (batches.encode_split), for the loss
+    valid_sample: list[Example]  # its first examples as text, for the conversions and pictures
 
 
 @contextlib.contextmanager

@@ -1,5 +1,5 @@
 """Validation during training: the teacher-forced loss on the whole valid split, and the greedy conversions
-of a fixed sample of it, scored.
+of its first examples, scored.
 
 The conversions come from the search itself (:func:`pinyin_hanzi.decoding.search.beam_search` with the
 lexicon's :class:`~pinyin_hanzi.decoding.search.Constraint`), not from the inference ``Converter``: training
@@ -15,8 +15,9 @@ from typing import Sequence
 import torch
 
 from pinyin_hanzi.config import Config
-from pinyin_hanzi.data.batches import EncodedExample, collate, pad
+from pinyin_hanzi.data.batches import pad, split_batch
 from pinyin_hanzi.data.corpus import Example
+from pinyin_hanzi.data.store import StoredSplit
 from pinyin_hanzi.decoding.search import Constraint, beam_search
 from pinyin_hanzi.evaluation.metrics import conversion_scores
 from pinyin_hanzi.models.transformer import Transformer
@@ -28,30 +29,32 @@ LOSS_BATCH = 256  # valid examples per teacher-forced batch
 
 
 @torch.no_grad()
-def validate(model: Transformer, valid_encoded: Sequence[EncodedExample], valid_examples: Sequence[Example],
-             lexicon: Lexicon, config: Config, device: torch.device,
-             candidates: tuple[torch.Tensor, torch.Tensor] | None = None) -> dict:
+def validate(model: Transformer, valid: StoredSplit, valid_sample: Sequence[Example], lexicon: Lexicon,
+             config: Config, device: torch.device, candidates: tuple[torch.Tensor, torch.Tensor] | None = None
+             ) -> dict:
     """Teacher-forced validation loss on the whole valid split (the training loss without smoothing), and
     greedy character accuracy (constrained as decode.constrained says) on its first ``eval_sentences``
     examples (a fixed sample, so numbers are comparable across steps). On CUDA in the training's precision;
     on a CPU in fp32, as translate.py runs there, so that fp32 and bf16 runs are measured alike.
 
-    ``valid_encoded`` and ``valid_examples`` are the same split, encoded and as text; ``lexicon`` is over the
-    model's hanzi vocabulary; ``candidates`` as in :func:`pinyin_hanzi.training.loss.model_loss`. Returns
+    ``valid`` is the split encoded in the model's vocabularies (:func:`pinyin_hanzi.data.batches.encode_split`)
+    and ``valid_sample`` its first examples as text, at least ``eval_sentences`` of them where the split has
+    as many; ``lexicon`` is over the model's hanzi vocabulary; ``candidates`` as in
+    :func:`pinyin_hanzi.training.loss.model_loss`. Returns
     {"loss": mean per target token (nats), the scores of
     :func:`pinyin_hanzi.evaluation.metrics.conversion_scores` (char_accuracy, cer, exact, sentences,
     characters), "samples": the first five conversions as readable lines}."""
     model.eval()
     precision = resolve_precision(config.train.precision, device) if device.type == "cuda" else "fp32"
     total_loss, total_tokens = 0.0, 0
-    for begin in range(0, len(valid_encoded), LOSS_BATCH):
-        batch = collate(valid_encoded[begin : begin + LOSS_BATCH]).to(device)
+    for begin in range(0, len(valid), LOSS_BATCH):
+        batch = split_batch(valid, range(begin, min(begin + LOSS_BATCH, len(valid)))).to(device)
         with autocast_for(device, precision):
             loss, n_tokens = model_loss(model, batch, 0.0, candidates)
         total_loss, total_tokens = total_loss + float(loss) * n_tokens, total_tokens + n_tokens
-    sample = valid_examples[: config.train.eval_sentences]
+    sample = valid_sample[: config.train.eval_sentences]
     with autocast_for(device, precision):
-        hypotheses = greedy_conversions(model, [e.source for e in valid_encoded[: len(sample)]],
+        hypotheses = greedy_conversions(model, [valid.example(index)[0] for index in range(len(sample))],
                                         [e.tokens for e in sample], lexicon, constrained=config.decode.constrained,
                                         batch_size=config.decode.batch_sentences)
     scores = conversion_scores(hypotheses, [e.hanzi for e in sample])
