@@ -132,3 +132,17 @@ def test_the_store_reads_back_what_was_prepared(tmp_path, corpus):
     assert len(exported) == int(train.copies.sum())  # every example as often as an epoch trains on it
     stats = json.loads((out / "stats.json").read_text(encoding="utf-8"))
     assert stats["examples"]["train"] == len(exported)
+
+
+def test_stored_lengths_come_in_the_narrowest_type_that_holds_them(tmp_path):
+    from pinyin_hanzi.data.store import SplitWriter, StoredSplit
+
+    for lengths, dtype in (([3, 0, 255, 7], np.uint8), ([3, 256, 1], np.uint16), ([70_000, 2], np.uint32)):
+        writer = SplitWriter(tmp_path, "valid", np.dtype(np.uint16), np.dtype(np.uint16))
+        ids = np.full(sum(lengths), 9)
+        writer.append(ids, ids, np.array(lengths))
+        writer.close()
+        offsets = np.fromfile(tmp_path / "valid.offsets.bin", np.int64)
+        split = StoredSplit(ids, ids, offsets, offsets_path=tmp_path / "valid.offsets.bin")  # read from the file
+        assert split.lengths.dtype == dtype and split.lengths.tolist() == lengths
+        assert StoredSplit(ids, ids, offsets).lengths.tolist() == lengths  # and from offsets in memory

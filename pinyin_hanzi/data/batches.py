@@ -159,9 +159,7 @@ class BatchStream:
         if abbreviate > 0 and (prefix_of is None or hanzi_target is None):
             raise ValueError("abbreviating needs prefix_of and hanzi_target (prefix_ids, hanzi_ids)")
         self.split = split
-        self.lengths = split.lengths  # int32, replaced by its narrowest copy (the int32 one is freed at once)
-        self.lengths = self.lengths.astype(np.uint8 if self.lengths.size == 0 or self.lengths.max() < 256
-                                           else np.uint16)
+        self.lengths = split.lengths  # uint8 for examples up to 255 tokens: one byte an example
         self.copies = split.read_copies()
         # position -> example: the example whose times trained on end after it
         self._ends = None if self.copies is None else copy_ends(self.copies)

@@ -92,16 +92,20 @@ class StoredSplit:
 
     @property
     def lengths(self) -> np.ndarray:
-        """(examples,) int32: tokens of each example (a new array each call). From the offsets' file read a
-        block at a time, not through the mapping: pages of a mapped file stay in the process's memory."""
+        """(examples,) tokens of each example (a new array each call), in the narrowest unsigned type that holds
+        them (uint8 for examples of data.max_len: one byte an example). From the offsets' file read a block at
+        a time, not through the mapping: pages of a mapped file stay in the process's memory."""
         if self.offsets_path is None:
-            return np.diff(np.asarray(self.offsets)).astype(np.int32)
-        lengths, block = np.zeros(len(self), np.int32), 1 << 20
+            return _narrowest(np.diff(np.asarray(self.offsets)))
+        lengths, block = np.zeros(len(self), np.uint8), 1 << 20
         with open(self.offsets_path, "rb") as handle:
             previous = np.fromfile(handle, np.int64, 1)
             for start in range(0, len(self), block):
                 chunk = np.fromfile(handle, np.int64, min(block, len(self) - start))
-                lengths[start : start + len(chunk)] = np.diff(np.concatenate([previous, chunk]))
+                piece = _narrowest(np.diff(np.concatenate([previous, chunk])))
+                if piece.dtype.itemsize > lengths.dtype.itemsize:
+                    lengths = lengths.astype(piece.dtype)
+                lengths[start : start + len(chunk)] = piece
                 previous = chunk[-1:]
         return lengths
 
@@ -144,6 +148,13 @@ def _read(array: np.ndarray, start: int, stop: int) -> np.ndarray:
     if isinstance(array, np.memmap) and isinstance(array.base, mmap.mmap) and stop > start:
         return np.fromfile(array.filename, array.dtype, stop - start, offset=array.offset + start * array.itemsize)
     return np.asarray(array[start:stop])
+
+
+def _narrowest(lengths: np.ndarray) -> np.ndarray:
+    """Non-negative lengths in the narrowest of uint8, uint16, uint32 and int64 that holds them."""
+    largest = int(lengths.max()) if lengths.size else 0
+    dtype = next((t for t in (np.uint8, np.uint16, np.uint32) if largest <= np.iinfo(t).max), np.int64)
+    return lengths.astype(dtype)
 
 
 def _mapped(ids: np.ndarray, id_map: np.ndarray | None) -> np.ndarray:
