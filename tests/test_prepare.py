@@ -134,6 +134,30 @@ def test_the_store_reads_back_what_was_prepared(tmp_path, corpus):
     assert stats["examples"]["train"] == len(exported)
 
 
+@pytest.mark.skipif(not Path("/proc/self/smaps").is_file(), reason="reads Linux's /proc/self/smaps")
+def test_training_batches_leave_no_page_of_the_store_in_memory(tmp_path, corpus):
+    """Examples are read with positioned reads, not through the mapping: a mapped page read stays in the
+    process's memory (RSS), and at random places each read maps a large part of the file around it."""
+    from pinyin_hanzi.data.batches import BatchStream
+
+    out = prepare(_config(tmp_path, {str(corpus): 1.0}, "pages"), workers=1)
+    train = TokenStore(out).split("train")
+    stream = BatchStream(train, batch_tokens=32, seed=0)
+    batches = [stream.batch(*stream.next_indices()) for _ in range(50)]
+    assert sum(batch.n_target_tokens for batch in batches) > len(train.target)  # the whole split, more than once
+
+    def resident_kb(name: str) -> int:  # of the mappings of prepared file ``name``
+        kb, current = 0, None
+        for fields in map(str.split, Path("/proc/self/smaps").read_text().splitlines()):
+            if not fields[0].endswith(":"):  # a mapping's first line: addresses, ..., the file mapped
+                current = " ".join(fields[5:])
+            elif fields[0] == "Rss:" and current == str(out / name):
+                kb += int(fields[1])
+        return kb
+
+    assert resident_kb("train.source.bin") == resident_kb("train.target.bin") == 0
+
+
 def test_stored_lengths_come_in_the_narrowest_type_that_holds_them(tmp_path):
     from pinyin_hanzi.data.store import SplitWriter, StoredSplit
 

@@ -63,7 +63,7 @@ def pad(sequences: Sequence[Sequence[int]]) -> torch.Tensor:
 
 def split_batch(split: StoredSplit, indices: Iterable[int]) -> Batch:
     """The examples ``indices`` of a split (stored or :func:`encode_split`), padded into one batch."""
-    pairs = [split.example(int(index)) for index in indices]
+    pairs = split.examples(int(index) for index in indices)
     return Batch(pad([source for source, _ in pairs]), pad([target for _, target in pairs]))
 
 

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import json
 import mmap
-from collections.abc import Iterator
+import os
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -118,9 +119,26 @@ class StoredSplit:
         return None if copies.size and copies.min() == copies.max() == 1 else copies
 
     def example(self, index: int) -> tuple[np.ndarray, np.ndarray]:
-        """(source ids, target ids) of example ``index``: views into the mapped files (copies where mapped)."""
-        start, end = int(self.offsets[index]), int(self.offsets[index + 1])
-        return _mapped(self.source[start:end], self.source_map), _mapped(self.target[start:end], self.target_map)
+        """(source ids, target ids) of example ``index`` (see :meth:`examples`)."""
+        return self.examples([index])[0]
+
+    def examples(self, indices: Iterable[int]) -> list[tuple[np.ndarray, np.ndarray]]:
+        """(source ids, target ids) of each example, copied out. A split on disk is read with positioned reads,
+        not through its mapping: a mapped page read stays in the process's memory, and at random places (a
+        batch's examples) every read maps a large part of the file around it, so the memory would grow
+        towards the store's size as training goes on."""
+        if not isinstance(self.source, np.memmap):
+            pairs = []
+            for index in indices:
+                start, end = int(self.offsets[index]), int(self.offsets[index + 1])
+                pairs.append((self.source[start:end], self.target[start:end]))
+        else:
+            with _Reader(self.offsets) as offsets, _Reader(self.source) as source, _Reader(self.target) as target:
+                pairs = []
+                for index in indices:
+                    start, end = offsets.read(index, index + 2)
+                    pairs.append((source.read(start, end), target.read(start, end)))
+        return [(_mapped(source, self.source_map), _mapped(target, self.target_map)) for source, target in pairs]
 
     def in_vocabs(self, store_vocabs: tuple[Vocab, Vocab], vocabs: tuple[Vocab, Vocab]) -> StoredSplit:
         """This split read in ``vocabs`` (pinyin, hanzi) instead of the store's ``store_vocabs``: a token the
@@ -148,6 +166,26 @@ def _read(array: np.ndarray, start: int, stop: int) -> np.ndarray:
     if isinstance(array, np.memmap) and isinstance(array.base, mmap.mmap) and stop > start:
         return np.fromfile(array.filename, array.dtype, stop - start, offset=array.offset + start * array.itemsize)
     return np.asarray(array[start:stop])
+
+
+class _Reader:
+    """Positioned reads of the file a memory-mapped array maps, as arrays of its type: ``read(start, stop)`` is
+    ``array[start:stop]`` without touching the mapping."""
+
+    def __init__(self, array: np.memmap):
+        self.dtype, self.offset, self.path = array.dtype, array.offset, array.filename
+
+    def __enter__(self) -> _Reader:
+        self.descriptor = os.open(self.path, os.O_RDONLY)
+        return self
+
+    def __exit__(self, *exception) -> None:
+        os.close(self.descriptor)
+
+    def read(self, start: int, stop: int) -> np.ndarray:
+        size = self.dtype.itemsize
+        data = os.pread(self.descriptor, (stop - start) * size, self.offset + start * size)
+        return np.frombuffer(data, self.dtype).copy()
 
 
 def _narrowest(lengths: np.ndarray) -> np.ndarray:
