@@ -1,8 +1,9 @@
-"""The token store: prepared splits as flat arrays of token ids, read memory-mapped.
+"""The token store: prepared splits as flat arrays of token ids, opened memory-mapped.
 
 As nanoGPT's ``train.bin`` and fairseq's memory-mapped indexed datasets do, each split is one data file per
-side plus an offsets index, so that training reads examples straight from disk (the operating system pages
-them in and out) and its memory does not grow with the corpus:
+side plus an offsets index, so that training reads examples straight from disk and its memory does not grow
+with the corpus. Passes over a whole split and a batch's examples are read from the files, not through the
+mapping (see :meth:`StoredSplit.examples`): a mapped page once read stays in the process's memory.
 
     <split>.source.bin   pinyin token ids of every example, one after another (uint16, or uint32 if needed)
     <split>.target.bin   hanzi ids, one per pinyin token, in the same places
