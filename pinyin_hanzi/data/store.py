@@ -124,10 +124,10 @@ class StoredSplit:
         return self.examples([index])[0]
 
     def examples(self, indices: Iterable[int]) -> list[tuple[np.ndarray, np.ndarray]]:
-        """(source ids, target ids) of each example, copied out. A split on disk is read with positioned reads,
-        not through its mapping: a mapped page read stays in the process's memory, and at random places (a
-        batch's examples) every read maps a large part of the file around it, so the memory would grow
-        towards the store's size as training goes on."""
+        """(source ids, target ids) of each example. A split on disk is read with positioned reads, not through
+        its mapping: a mapped page read stays in the process's memory, and at random places (a batch's
+        examples) every read maps a large part of the file around it, so the memory would grow towards the
+        store's size as training goes on."""
         if not isinstance(self.source, np.memmap):
             pairs = []
             for index in indices:
@@ -165,7 +165,8 @@ def _read(array: np.ndarray, start: int, stop: int) -> np.ndarray:
     """``array[start:stop]``, read from the file where ``array`` maps one: a pass over a whole split (counting)
     through the mapping would leave every page it read in the process's memory (RSS)."""
     if isinstance(array, np.memmap) and isinstance(array.base, mmap.mmap) and stop > start:
-        return np.fromfile(array.filename, array.dtype, stop - start, offset=array.offset + start * array.itemsize)
+        with _Reader(array) as reader:
+            return reader.read(start, stop)
     return np.asarray(array[start:stop])
 
 

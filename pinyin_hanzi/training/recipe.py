@@ -190,7 +190,7 @@ def _setup_data(run: Run, workers: int | None = None) -> Splits:
 def _setup_batches(config: Config, splits: Splits, pinyin_vocab: Vocab, hanzi_vocab: Vocab
                    ) -> tuple[BatchStream, StoredSplit]:
     """The stream of training batches (the same on every process: each takes its share of a global batch),
-    read memory-mapped from the token store, and the encoded validation split, in the model's vocabularies
+    read from the token store's files, and the encoded validation split, in the model's vocabularies
     (encoded from its text, in which a character too rare for the data's vocabulary may be one the model knows)."""
     train = splits.store.split("train", pinyin_vocab=pinyin_vocab, hanzi_vocab=hanzi_vocab)
     valid = encode_split(splits.valid_examples(), pinyin_vocab, hanzi_vocab)
