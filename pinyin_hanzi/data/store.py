@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import mmap
-import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -178,16 +177,16 @@ class _Reader:
         self.dtype, self.offset, self.path = array.dtype, array.offset, array.filename
 
     def __enter__(self) -> _Reader:
-        self.descriptor = os.open(self.path, os.O_RDONLY)
+        self.file = open(self.path, "rb", buffering=0)  # noqa: SIM115 (closed by __exit__)
         return self
 
     def __exit__(self, *exception) -> None:
-        os.close(self.descriptor)
+        self.file.close()
 
     def read(self, start: int, stop: int) -> np.ndarray:
         size = self.dtype.itemsize
-        data = os.pread(self.descriptor, (stop - start) * size, self.offset + start * size)
-        return np.frombuffer(data, self.dtype).copy()
+        self.file.seek(self.offset + start * size)  # seek and read, not os.pread: Windows has none
+        return np.frombuffer(self.file.read((stop - start) * size), self.dtype).copy()
 
 
 def _narrowest(lengths: np.ndarray) -> np.ndarray:
