@@ -38,6 +38,7 @@ from pinyin_hanzi.data.vocab import BOS_ID
 from pinyin_hanzi.lm.ngram_tables import (
     SPILL_KEYS,
     choose_min_counts,
+    context_groups,
     count_orders,
     histogram,
     kept_tables,
@@ -304,13 +305,10 @@ class CharNgramLM:
             grams[k] = torch.unique(distinct_longer % vocab_size**k, return_counts=True)  # drop the oldest id
         unigrams = _unigram_log_probs(grams[1][0], grams[1][1], vocab_size)
         contexts = {}
-        for k in range(2, order + 1):
-            gram_keys, gram_counts = grams[k]
-            context_keys, inverse = torch.unique(gram_keys // vocab_size, return_inverse=True)
-            totals = torch.zeros(len(context_keys), dtype=torch.long).index_add_(0, inverse, gram_counts)
-            distinct = torch.zeros(len(context_keys), dtype=torch.long).index_add_(0, inverse,
-                                                                                torch.ones_like(gram_counts))
-            contexts[k] = (context_keys, totals.int(), distinct.int())
+        for k in range(2, order + 1):  # each order's keys are sorted: a context is a run of them
+            context_keys, totals, distinct = context_groups(grams[k][0].numpy(), grams[k][1].numpy(), vocab_size)
+            contexts[k] = (torch.from_numpy(context_keys), torch.from_numpy(totals).int(),
+                           torch.from_numpy(distinct).int())
         histograms = {k: histogram(grams[k][1].numpy()) for k in range(2, order + 1)}
         min_counts = choose_min_counts(histograms, max_ngrams, min_count)
         for k, minimum in min_counts.items():
