@@ -23,6 +23,7 @@ from pypinyin import load_phrases_dict
 
 from pinyin_hanzi.data.examples import SPLITS, copies, line_examples, split_of, text_digest
 from pinyin_hanzi.data.sources import Document
+from pinyin_hanzi.data.store import FileReader
 from pinyin_hanzi.text.pinyin import is_hanzi, phrase_readings
 
 UNIT_CHARACTERS = 200_000  # a unit of work: lines of one document up to about this much text
@@ -224,9 +225,8 @@ class FileArray:
         start, stop, step = where.indices(self._length)
         if step != 1:
             raise IndexError("a FileArray is read by contiguous slices")
-        count = max(stop - start, 0)
-        return np.fromfile(self.path, self.dtype, count, offset=start * self.dtype.itemsize) if count else np.zeros(
-            0, self.dtype)
+        with FileReader(self.path, self.dtype) as reader:
+            return reader.read(start, max(stop, start))
 
 
 def annotate_into(part: Part, work: Iterable[Unit], *, workers: int, max_len: int, held_out,

@@ -123,8 +123,8 @@ class StoredSplit:
         return self.examples([index])[0]
 
     def examples(self, indices: Iterable[int]) -> list[tuple[np.ndarray, np.ndarray]]:
-        """(source ids, target ids) of each example. A split on disk is read with positioned reads, not through
-        its mapping: a mapped page read stays in the process's memory, and at random places (a batch's
+        """(source ids, target ids) of each example. A split on disk is read from its files (:class:`FileReader`),
+        not through its mapping: a mapped page read stays in the process's memory, and at random places (a batch's
         examples) every read maps a large part of the file around it, so the memory would grow towards the
         store's size as training goes on."""
         if not isinstance(self.source, np.memmap):
@@ -133,7 +133,8 @@ class StoredSplit:
                 start, end = int(self.offsets[index]), int(self.offsets[index + 1])
                 pairs.append((self.source[start:end], self.target[start:end]))
         else:
-            with _Reader(self.offsets) as offsets, _Reader(self.source) as source, _Reader(self.target) as target:
+            with (FileReader.of(self.offsets) as offsets, FileReader.of(self.source) as source,
+                  FileReader.of(self.target) as target):
                 pairs = []
                 for index in indices:
                     start, end = offsets.read(index, index + 2)
@@ -164,19 +165,25 @@ def _read(array: np.ndarray, start: int, stop: int) -> np.ndarray:
     """``array[start:stop]``, read from the file where ``array`` maps one: a pass over a whole split (counting)
     through the mapping would leave every page it read in the process's memory (RSS)."""
     if isinstance(array, np.memmap) and isinstance(array.base, mmap.mmap) and stop > start:
-        with _Reader(array) as reader:
+        with FileReader.of(array) as reader:
             return reader.read(start, stop)
     return np.asarray(array[start:stop])
 
 
-class _Reader:
-    """Positioned reads of the file a memory-mapped array maps, as arrays of its type: ``read(start, stop)`` is
-    ``array[start:stop]`` without touching the mapping."""
+class FileReader:
+    """Ranges of an array stored in a file (``dtype`` items from byte ``offset``) read with a seek and a read,
+    not through a mapping: ``read(start, stop)`` is ``array[start:stop]``, a new array. (A seek and a read
+    rather than ``os.pread``, which Windows lacks.)"""
 
-    def __init__(self, array: np.memmap):
-        self.dtype, self.offset, self.path = array.dtype, array.offset, array.filename
+    def __init__(self, path: str | Path, dtype, offset: int = 0):
+        self.path, self.dtype, self.offset = path, np.dtype(dtype), offset
 
-    def __enter__(self) -> _Reader:
+    @classmethod
+    def of(cls, array: np.memmap) -> FileReader:
+        """A reader of the file a memory-mapped array maps."""
+        return cls(array.filename, array.dtype, array.offset)
+
+    def __enter__(self) -> FileReader:
         self.file = open(self.path, "rb", buffering=0)  # noqa: SIM115 (closed by __exit__)
         return self
 
@@ -184,9 +191,10 @@ class _Reader:
         self.file.close()
 
     def read(self, start: int, stop: int) -> np.ndarray:
-        size = self.dtype.itemsize
-        self.file.seek(self.offset + start * size)  # seek and read, not os.pread: Windows has none
-        return np.frombuffer(self.file.read((stop - start) * size), self.dtype).copy()
+        self.file.seek(self.offset + start * self.dtype.itemsize)
+        array = np.empty(stop - start, self.dtype)
+        read = self.file.readinto(memoryview(array).cast("B"))  # short only at the file's end
+        return array[: read // self.dtype.itemsize]
 
 
 def _narrowest(lengths: np.ndarray) -> np.ndarray:
