@@ -57,10 +57,9 @@ def resolve_precision(precision: str, device: torch.device) -> str:
 
 def inference_bf16(precision: str, device: torch.device) -> bool:
     """Whether conversion runs its products in bf16 for decode.precision ("auto", "fp32", "bf16") on
-    ``device``: "auto" on CPUs with native bf16 only. On a GPU, fp32 (bf16 conversion there is unmeasured)."""
-    if device.type != "cpu":
-        return False
-    return precision == "bf16" or (precision == "auto" and cpu_has_native_bf16())
+    ``device``: on a CPU as :func:`resolve_precision` chooses ("auto": where the CPU has native bf16). On a
+    GPU, fp32 (bf16 conversion there is unmeasured)."""
+    return device.type == "cpu" and resolve_precision(precision, device) == "bf16"
 
 
 def autocast_for(device: torch.device, precision: str = "fp32"):
