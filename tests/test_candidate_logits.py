@@ -48,10 +48,13 @@ def test_few_positions_with_long_lists_take_the_full_product(monkeypatch):
 
 
 @pytest.mark.parametrize("dense_rows", [float("inf"), 0])
-def test_candidate_lists_shared_by_consecutive_rows_give_each_row_its_lists_logits(monkeypatch, dense_rows):
+@pytest.mark.parametrize("inputs_per_chunk", [32, 1])
+def test_candidate_lists_shared_by_consecutive_rows_give_each_row_its_lists_logits(monkeypatch, dense_rows,
+                                                                                     inputs_per_chunk):
     # A beam search passes one list per input for its beams (rows 3i..3i+2 share list i): the same logits as
-    # the list repeated for every row, gathered once or by the full product.
+    # the list repeated for every row, gathered once or by the full product, all inputs at once or one by one.
     monkeypatch.setattr(module, "DENSE_ROWS", dense_rows)
+    monkeypatch.setattr(module, "INPUTS_PER_CHUNK", inputs_per_chunk)
     weight = _weight()
     hidden = torch.randn(2 * 3, 1, D, generator=torch.Generator().manual_seed(5))  # (g n, t, d), g = 3
     shared = torch.tensor([[[5, 9, 7, PAD_ID]], [[11, 4, 30, 6]]])  # (n, t, c)
@@ -61,3 +64,19 @@ def test_candidate_lists_shared_by_consecutive_rows_give_each_row_its_lists_logi
     assert torch.allclose(logits[4, 0], (hidden[4, 0] @ weight.T)[[11, 4, 30, 6]], atol=1e-5)
     with pytest.raises(ValueError, match="cannot be shared"):
         candidate_logits(hidden[:5], weight, shared)
+
+
+def test_shared_lists_take_the_full_product_only_when_longer_than_their_rows_make_it_pay(monkeypatch):
+    # The full product's cost grows with the rows sharing a list, gathering's does not: lists of 20 of a
+    # 40-character vocabulary take it for one row per list, not for three (DENSE_ROWS / POSITIONS_PER_CHUNK
+    # = 1/4 here: lists longer than 10 characters per row sharing them).
+    monkeypatch.setattr(module, "POSITIONS_PER_CHUNK", 16)
+    products = []
+    real_linear = module.F.linear
+    monkeypatch.setattr(module.F, "linear", lambda *a: products.append(a[0].shape) or real_linear(*a))
+    weight, lists = _weight(), torch.arange(4, 24).view(1, 1, 20)
+    for rows in (1, 3):
+        hidden = torch.randn(rows, 1, D, generator=torch.Generator().manual_seed(rows))
+        logits = module.shared_candidate_logits(hidden, weight, lists)
+        assert torch.allclose(logits, (hidden @ weight.T)[..., 4:24], atol=1e-5)
+    assert products == [(1, 1, D)]

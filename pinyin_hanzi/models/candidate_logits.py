@@ -24,6 +24,11 @@ POSITIONS_PER_CHUNK = 256
 # prefix tokens' lists, and ji's), and a prefix token's chunk would otherwise hold hundreds of MB of gathered
 # rows. inf: always gather.
 DENSE_ROWS = 4.0
+# Decoding's inputs whose candidate logits are computed together (shared_candidate_logits). A step of 256
+# inputs with ~190 candidates at the widest would gather 50 MB of rows in fp32: a block the allocator maps
+# afresh and the kernel faults in page by page at every step (20-30 ms on the development CPU), where 32
+# inputs' rows stay in the cache (1.4-1.9 ms for all 256 in bf16).
+INPUTS_PER_CHUNK = 32
 
 
 def candidate_logits(hidden: torch.Tensor, weight: torch.Tensor, candidates: torch.Tensor) -> torch.Tensor:
@@ -37,7 +42,7 @@ def candidate_logits(hidden: torch.Tensor, weight: torch.Tensor, candidates: tor
     Candidates (n, t, c) for hidden (g n, t, d) are shared by each g consecutive rows, as a beam search's
     hypotheses of one input share their syllable's list: each list's output rows are gathered once and
     multiplied with its g rows in one small matrix product. ValueError if g n rows cannot share n lists."""
-    if candidates.shape[0] != hidden.shape[0]:
+    if candidates.shape[0] != hidden.shape[0]:  # rows sharing lists: decoding's case
         return shared_candidate_logits(hidden, weight, candidates)
     if candidates.shape[:-1].numel() <= POSITIONS_PER_CHUNK:  # a few positions (decoding): all at once
         return _gathered_logits(hidden, weight, candidates)
@@ -53,17 +58,28 @@ def candidate_logits(hidden: torch.Tensor, weight: torch.Tensor, candidates: tor
 
 
 def shared_candidate_logits(hidden: torch.Tensor, weight: torch.Tensor, candidates: torch.Tensor) -> torch.Tensor:
-    """hidden (g n, t, d), candidates (n, t, c), each list shared by g consecutive rows -> (g n, t, c)."""
+    """hidden (g n, t, d), candidates (n, t, c), each list shared by g consecutive rows (g = 1: a list per row)
+    -> (g n, t, c). Decoding's: a list is gathered once for its g rows, and it takes the full product only
+    where its list is longer than g x v / 64 (DENSE_ROWS over POSITIONS_PER_CHUNK, as a training chunk's rule
+    for g = 1): the product's cost grows with g, the gathering's does not. Inputs go INPUTS_PER_CHUNK at a
+    time. ValueError if g n rows cannot share n lists."""
     n, t, c = candidates.shape
     group = hidden.shape[0] // n
     if group * n != hidden.shape[0]:
         raise ValueError(f"{n} candidate lists cannot be shared by {hidden.shape[0]} rows")
-    if candidates.numel() > DENSE_ROWS * weight.shape[0]:  # long lists: the full product (see DENSE_ROWS)
-        return _gathered_logits(hidden, weight, candidates.repeat_interleave(group, dim=0))
-    rows = F.embedding(candidates, weight)  # (n, t, c, d): each list's output rows, once
-    grouped = hidden.view(n, group, t, -1).transpose(1, 2)  # (n, t, g, d)
-    logits = grouped @ rows.transpose(-2, -1)  # (n, t, g, d) @ (n, t, d, c) -> (n, t, g, c)
-    return logits.transpose(1, 2).reshape(n * group, t, c)
+    dense = c * POSITIONS_PER_CHUNK > DENSE_ROWS * group * weight.shape[0]
+    pieces = []
+    for begin in range(0, n, INPUTS_PER_CHUNK):
+        ids = candidates[begin : begin + INPUTS_PER_CHUNK]  # (m, t, c)
+        rows = hidden[begin * group : (begin + len(ids)) * group]  # (g m, t, d)
+        if dense:
+            pieces.append(F.linear(rows, weight).gather(-1, ids.repeat_interleave(group, dim=0)))
+            continue
+        gathered = F.embedding(ids, weight)  # (m, t, c, d): each list's output rows, once
+        grouped = rows.view(len(ids), group, t, -1).transpose(1, 2)  # (m, t, g, d)
+        logits = grouped @ gathered.transpose(-2, -1)  # (m, t, g, d) @ (m, t, d, c) -> (m, t, g, c)
+        pieces.append(logits.transpose(1, 2).reshape(len(ids) * group, t, c))
+    return torch.cat(pieces) if len(pieces) != 1 else pieces[0]
 
 
 def _gathered_logits(hidden: torch.Tensor, weight: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from pinyin_hanzi.models.candidate_logits import candidate_logits
+from pinyin_hanzi.models.candidate_logits import shared_candidate_logits
 from pinyin_hanzi.models.kv_cache import DecoderCache, KVCache
 from pinyin_hanzi.models.transformer import DecoderLayer, MultiHeadAttention, Transformer
 
@@ -106,6 +106,7 @@ class InferenceDecoder:
         self.layers = [DecoderLayerWeights.of(layer, bf16) for layer in model.decoder_layers]
         self.final_norm = _norm(model.decoder_norm) if self.pre_norm else None  # post-norm: nn.Identity
         self.output = model.output.weight  # (v, d)
+        self.output_low = self.output.detach().bfloat16() if bf16 else None  # candidate logits of batches
 
     def encode(self, source: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """:meth:`Transformer.encode`: source (b, s) -> memory (b, s, d), padding mask (b, 1, 1, s); under bf16
@@ -138,7 +139,9 @@ class InferenceDecoder:
         hidden = x if self.final_norm is None else F.layer_norm(x, *self.final_norm)  # (b, 1, d)
         if candidates is None:
             return F.linear(hidden, self.output)  # (b, 1, v)
-        return candidate_logits(hidden, self.output, candidates)  # (b, 1, c)
+        if self.output_low is not None and hidden.numel() * candidates.shape[-1] >= BF16_MIN_MACS:  # a batch's
+            return shared_candidate_logits(hidden.to(torch.bfloat16), self.output_low, candidates).float()
+        return shared_candidate_logits(hidden, self.output, candidates)  # (b, 1, c)
 
     def _layer_step(self, x: torch.Tensor, layer: DecoderLayerWeights, memory: torch.Tensor,
                     cross_mask: torch.Tensor | None, cache: KVCache) -> torch.Tensor:
