@@ -4,6 +4,7 @@ import torch
 
 from pinyin_hanzi.data.vocab import PAD_ID
 from pinyin_hanzi.decoding.search import Constraint, NgramFusion, beam_search
+from pinyin_hanzi.lm.char_ngram import CharNgramLM
 from pinyin_hanzi.models.inference import InferenceDecoder
 from pinyin_hanzi.text.lexicon import token_key
 
@@ -99,8 +100,6 @@ def test_a_forced_last_character_skips_its_decoder_step_and_changes_nothing(monk
 
 
 def _lm_preferring(converter, sentences: list[str], order: int = 2):
-    from pinyin_hanzi.lm.char_ngram import CharNgramLM
-
     return CharNgramLM.count([converter.hanzi_vocab.encode(s) for s in sentences], len(converter.hanzi_vocab), order)
 
 
@@ -172,3 +171,22 @@ def test_fusion_sums_the_weighted_scores_of_its_models():
     assert fusion.history == 5  # a model of weight 0 takes no part
     ids = torch.tensor([[5, 6, PAD_ID]])
     assert fusion.scores(fusion.start(1), ids).tolist() == [[-1.0, -1.0, 0.0]]
+
+
+def test_fusion_of_mostly_padded_lists_scores_their_real_entries_as_unpadded_lists_would():
+    # A batch's lists are padded to the longest at each position, most entries <pad>: they are scored entry by
+    # entry with their row's context (the packed path), to the same values as the whole lists.
+    generator = torch.Generator().manual_seed(3)
+    sentences = torch.randint(4, 30, (200, 8), generator=generator).tolist()
+    lm = CharNgramLM.count(sentences, vocab_size=30, order=3)
+    fusion = NgramFusion([(lm, 0.5)])
+    context = torch.randint(4, 30, (6, 2), generator=generator)
+    ids = torch.randint(4, 30, (6, 10), generator=generator)
+    lengths = torch.tensor([1, 3, 2, 10, 1, 2])  # 19 of 60 entries real: the packed path
+    ids = ids.masked_fill(torch.arange(10) >= lengths[:, None], PAD_ID)
+    packed = fusion.scores(context, ids)
+    for row in range(6):
+        alone = fusion.scores(context[row : row + 1], ids[row : row + 1, : lengths[row]])  # no padding
+        assert torch.allclose(packed[row, : lengths[row]], alone[0], atol=1e-6)
+        assert (packed[row, lengths[row] :] == 0).all()
+    assert packed[3].abs().sum() > 0 and packed[3].unique().numel() > 1  # real, varied scores

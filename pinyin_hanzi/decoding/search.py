@@ -88,8 +88,16 @@ class NgramFusion:
     def scores(self, context: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
         """sum of weight x log P(ids (n, c) | context (n, m)) -> (n, c). <pad> (past the end of a shorter input in
         the batch) scores 0, or inputs would pay for their neighbours' length."""
-        total = sum(weight * model.log_prob(context, ids) for model, weight in self.models)
-        return total.masked_fill(ids == PAD_ID, 0.0)
+        real = ids != PAD_ID
+        if 2 * int(real.sum()) >= real.numel():
+            total = sum(weight * model.log_prob(context, ids) for model, weight in self.models)
+            return total.masked_fill(~real, 0.0)
+        # Mostly <pad>, as a batch's lists are, padded to the longest at each position (~45 real entries of
+        # ~190 for 256 held-out clauses): each real entry is asked with its row's context, the lookups of the
+        # context repeated per entry costing less than those of the pads they replace.
+        rows, columns = real.nonzero(as_tuple=True)
+        packed = sum(weight * model.log_prob(context[rows], ids[rows, columns, None]) for model, weight in self.models)
+        return torch.zeros(ids.shape).index_put_((rows, columns), packed[:, 0])
 
     @staticmethod
     def advance(context: torch.Tensor, order: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
