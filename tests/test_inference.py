@@ -3,6 +3,7 @@ import torch
 
 from pinyin_hanzi.config import ModelConfig
 from pinyin_hanzi.data.vocab import BOS_ID, PAD_ID
+from pinyin_hanzi.models import inference
 from pinyin_hanzi.models.inference import BF16_MIN_TOKENS, InferenceDecoder
 from pinyin_hanzi.models.transformer import Transformer, shift_right
 
@@ -23,7 +24,10 @@ def _ids(shape, vocab, seed):
 
 @pytest.mark.parametrize("overrides", MODELS)
 @pytest.mark.parametrize("padded", [True, False])
-def test_fast_cached_steps_give_the_book_models_uncached_logits_and_candidate_logits(overrides, padded):
+@pytest.mark.parametrize("matmul_rows", [64, 0])  # small steps' fused attention kernel; a batch's matmuls
+def test_fast_cached_steps_give_the_book_models_uncached_logits_and_candidate_logits(overrides, padded, matmul_rows,
+                                                                                      monkeypatch):
+    monkeypatch.setattr(inference, "MATMUL_ATTENTION_ROWS", matmul_rows)
     model = _model(**overrides)
     source, decoder_input = _ids((3, 6), SOURCE_VOCAB, 1), shift_right(_ids((3, 6), TARGET_VOCAB, 2))
     if padded:
@@ -40,7 +44,8 @@ def test_fast_cached_steps_give_the_book_models_uncached_logits_and_candidate_lo
             logits = fast.decode(step_input, memory, mask, cache=plain_cache)  # (b, 1, v)
             assert torch.allclose(logits, full[:, position : position + 1], atol=1e-5)
             # the book's own cached path runs the same operations in the same order: the same bits
-            assert torch.equal(logits, model.decode(step_input, memory, mask, cache=book_cache))
+            book = model.decode(step_input, memory, mask, cache=book_cache)
+            assert torch.equal(logits, book) if matmul_rows else torch.allclose(logits, book, atol=1e-5)
             listed = candidates[:, position : position + 1]  # (b, 1, c)
             restricted = fast.decode(step_input, memory, mask, cache=candidate_cache, candidates=listed)
             assert torch.allclose(restricted, full[:, position : position + 1].gather(-1, listed), atol=1e-5)
@@ -49,30 +54,35 @@ def test_fast_cached_steps_give_the_book_models_uncached_logits_and_candidate_lo
 
 
 @pytest.mark.parametrize("overrides", MODELS)
-def test_fast_steps_follow_a_beam_search_from_one_row_to_reordered_beams_sharing_a_list(overrides):
+@pytest.mark.parametrize("matmul_rows", [64, 0])
+def test_fast_steps_follow_a_beam_search_from_one_row_to_reordered_beams_sharing_a_list(overrides, matmul_rows,
+                                                                                        monkeypatch):
+    monkeypatch.setattr(inference, "MATMUL_ATTENTION_ROWS", matmul_rows)
     # A beam search decodes <s> once per input, widens the cache to k rows, reorders it after every step, and
-    # passes one candidate list per input for its k rows.
+    # passes one candidate list per input for its k rows; the k rows of an input attend to its one row of
+    # memory (the second input is padded: its mask is shared too).
     model = _model(**overrides)
-    source = _ids((1, 5), SOURCE_VOCAB, 1)
-    prefixes = torch.cat([torch.full((3, 1), BOS_ID), _ids((3, 3), TARGET_VOCAB, 4)], dim=1)  # (k, t)
-    shared = _ids((1, 1, 6), TARGET_VOCAB, 5)  # (inputs, 1, c)
+    source = _ids((2, 5), SOURCE_VOCAB, 1)
+    source[1, 3:] = PAD_ID
+    prefixes = torch.cat([torch.full((6, 1), BOS_ID), _ids((6, 3), TARGET_VOCAB, 4)], dim=1)  # (n k, t), k = 3
+    shared = _ids((2, 1, 6), TARGET_VOCAB, 5)  # (inputs, 1, c)
     fast = InferenceDecoder(model)
     with torch.no_grad():
-        memory, _ = model.encode(source)
-        beams = memory.repeat_interleave(3, dim=0)  # (k, s, d)
-        full = model.decode(prefixes, beams, None)  # (k, t, v): row r continues prefix r
+        memory, mask = model.encode(source)
+        full = model.decode(prefixes, memory.repeat_interleave(3, dim=0), mask.repeat_interleave(3, dim=0))
         cache = fast.new_cache()
-        first = fast.decode(prefixes[:1, :1], memory, None, cache=cache)  # (1, 1, v): <s> once
-        assert torch.allclose(first[0], full[0, :1], atol=1e-5)
-        cache.reorder(torch.tensor([0, 0, 0]))  # one row -> three
+        first = fast.decode(prefixes[::3, :1], memory, mask, cache=cache)  # (2, 1, v): <s> once per input
+        assert torch.allclose(first, full[::3, :1], atol=1e-5)
+        cache.reorder(torch.tensor([0, 0, 0, 1, 1, 1]))  # one row per input -> three
         for position in (1, 2):
-            fast.decode(prefixes[:, position : position + 1], beams, None, cache=cache)
-        order = torch.tensor([2, 0, 2])
+            fast.decode(prefixes[:, position : position + 1], memory, mask, cache=cache)
+        order = torch.tensor([2, 0, 2, 4, 3, 3])
         cache.reorder(order)
-        step = fast.decode(prefixes[order, 3:4], beams, None, cache=cache, candidates=shared)  # (k, 1, c)
-    expected = full[order, 3:4].gather(-1, shared.expand(3, -1, -1))
+        step = fast.decode(prefixes[order, 3:4], memory, mask, cache=cache, candidates=shared)  # (n k, 1, c)
+    assert cache.layers[0].memory_keys.shape[0] == 2  # the memory's keys were not copied per row
+    expected = full[order, 3:4].gather(-1, shared.repeat_interleave(3, dim=0))
     assert torch.allclose(step, expected, atol=1e-5)
-    assert not torch.allclose(step, full[:, 3:4].gather(-1, shared.expand(3, -1, -1)), atol=1e-3)  # reordered
+    assert not torch.allclose(step, full[:, 3:4].gather(-1, shared.repeat_interleave(3, dim=0)), atol=1e-3)
 
 
 def test_fast_steps_refuse_several_positions_and_positions_past_max_positions():

@@ -162,10 +162,7 @@ def beam_search(model: Transformer | InferenceDecoder, source: torch.Tensor, con
         if beam > 1:
             history = history.gather(1, parent[..., None].expand_as(history))
             cache.reorder(order.to(source.device))  # from one row per input to k after the first step
-            if rows == 1:
-                memory = memory.repeat_interleave(beam, dim=0)  # (b k, s, d)
-                cross_mask = None if cross_mask is None else cross_mask.repeat_interleave(beam, dim=0)
-                rows = beam
+            rows = beam  # an input's k rows share its memory (InferenceDecoder.decode): it is not repeated
         history[:, :, position] = token
         previous = token.view(batch * beam, 1).to(source.device)
     lengths = (source != PAD_ID).sum(dim=1).tolist()

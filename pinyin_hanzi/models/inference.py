@@ -32,6 +32,10 @@ Norm = tuple[tuple[int, ...], torch.Tensor, torch.Tensor, float]  # F.layer_norm
 # in bf16 at every size). So a single sentence's narrow products stay fp32 and beams' and batches' go bf16.
 BF16_MIN_MACS = 1 << 20
 BF16_MIN_TOKENS = 256  # the encoder runs under bf16 autocast from this many input tokens
+# A step's attention of one query row per hypothesis: PyTorch's fused CPU kernel is the faster below about 80
+# rows and slower above, 2x for self-attention at 1,280 rows (a batch's beams: 1.47 vs 0.72 ms, two threads)
+# and 5x where g rows share their keys (cross-attention, 256 inputs x 5 beams: 2.4 vs 0.43 ms).
+MATMUL_ATTENTION_ROWS = 64
 
 
 class Projection(NamedTuple):
@@ -119,14 +123,18 @@ class InferenceDecoder:
         return self.model.encode(source)
 
     def new_cache(self) -> DecoderCache:
-        return DecoderCache(len(self.layers))
+        """A cache whose memory keys/values stay one row per input (see :meth:`decode`)."""
+        return DecoderCache(len(self.layers), shared_memory=True)
 
     def decode(self, target_input: torch.Tensor, memory: torch.Tensor, padding_mask: torch.Tensor | None, *,
                cache: DecoderCache, candidates: torch.Tensor | None = None) -> torch.Tensor:
         """:meth:`Transformer.decode` of one position with a cache: target_input (b, 1) at ``cache.length``,
         memory (b, s, d), padding_mask (b, 1, 1, s) or None -> logits (b, 1, v), or (b, 1, c) of
-        ``candidates`` (b, 1, c), or of (b / g, 1, c) shared by g consecutive rows. ValueError past
-        max_positions, or for several positions."""
+        ``candidates`` (b, 1, c), or of (b / g, 1, c) shared by g consecutive rows. The memory is projected at
+        the first step and kept one row per input: where the cache holds g rows per input after it (a beam
+        search's reorder), each input's g rows attend to its memory together, as g queries, without copies of
+        it (the memory passed after the first step is not read). ValueError past max_positions, or for several
+        positions."""
         if target_input.shape[1] != 1:
             raise ValueError(f"a cached decoder step takes one position, not {target_input.shape[1]}")
         start = cache.length
@@ -186,10 +194,18 @@ def _keys_values(source: torch.Tensor, attention: AttentionWeights) -> tuple[tor
 
 def _attend(query: torch.Tensor, attention: AttentionWeights, keys: torch.Tensor, values: torch.Tensor,
             mask: torch.Tensor | None) -> torch.Tensor:
-    """query (b, 1, d) over keys/values (b, h, s, k) -> (b, 1, d)."""
-    query = _split_heads(query, attention.n_heads)  # (b, h, 1, k)
-    attended = F.scaled_dot_product_attention(query, keys, values, attn_mask=mask)  # (b, h, 1, k)
-    return attention.out(attended.transpose(1, 2).flatten(2))  # (b, 1, h k) -> (b, 1, d)
+    """query (g n, 1, d) over keys/values (n, h, s, k), each shared by g consecutive query rows (g = 1 for
+    self-attention; a beam's hypotheses of one input in cross-attention) -> (g n, 1, d)."""
+    rows, n = query.shape[0], keys.shape[0]
+    query = query.view(n, rows // n, attention.n_heads, -1).transpose(1, 2)  # (n, h, g, k): g queries each
+    if rows < MATMUL_ATTENTION_ROWS:
+        attended = F.scaled_dot_product_attention(query, keys, values, attn_mask=mask)  # (n, h, g, k)
+    else:  # the book's attention, spelt out: softmax(q k^T / sqrt(k)) v
+        scores = query @ keys.transpose(-2, -1) * query.shape[-1] ** -0.5  # (n, h, g, s)
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        attended = scores.softmax(dim=-1) @ values  # (n, h, g, k)
+    return attention.out(attended.transpose(1, 2).reshape(rows, 1, -1))  # (n, g, h k) -> (g n, 1, d)
 
 
 def _self_attention(x: torch.Tensor, attention: AttentionWeights, cache: KVCache) -> torch.Tensor:

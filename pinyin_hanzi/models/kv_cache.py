@@ -12,9 +12,13 @@ import torch
 
 class KVCache:
     """One decoder layer's keys and values: self-attention over the positions decoded so far, (n, h, t, k),
-    and cross-attention over the memory, (n, h, s, k), projected at the first step and reused after it."""
+    and cross-attention over the memory, (n, h, s, k), projected at the first step and reused after it.
+    ``shared_memory``: the memory's keys/values stay one row per input whatever the rows decoded, shared by
+    each input's consecutive rows (a beam's hypotheses: the InferenceDecoder's cache); else they follow the
+    rows (the book's cache)."""
 
-    def __init__(self):
+    def __init__(self, shared_memory: bool = False):
+        self.shared_memory = shared_memory
         self.keys: torch.Tensor | None = None
         self.values: torch.Tensor | None = None
         self.memory_keys: torch.Tensor | None = None
@@ -31,11 +35,11 @@ class KVCache:
         """Keep the self-attention rows ``order`` (n,), in that order. The memory's keys/values stay where the
         number of rows does not change: a beam search reorders among the hypotheses of one input, which share
         their memory (as fairseq does). Where it does (a beam search's first step, from one row per input to
-        several), the memory's rows follow ``order`` too."""
+        several), the memory's rows follow ``order`` too, unless the memory is shared."""
         if self.keys is not None:
             rows = self.keys.shape[0]
             self.keys, self.values = self.keys.index_select(0, order), self.values.index_select(0, order)
-            if self.memory_keys is not None and len(order) != rows:
+            if self.memory_keys is not None and len(order) != rows and not self.shared_memory:
                 self.memory_keys = self.memory_keys.index_select(0, order)
                 self.memory_values = self.memory_values.index_select(0, order)
 
@@ -44,8 +48,8 @@ class DecoderCache:
     """The whole decoder's state: a :class:`KVCache` per layer and the number of positions decoded so far
     (the position of the next one)."""
 
-    def __init__(self, n_layers: int):
-        self.layers = [KVCache() for _ in range(n_layers)]
+    def __init__(self, n_layers: int, shared_memory: bool = False):
+        self.layers = [KVCache(shared_memory) for _ in range(n_layers)]
         self.length = 0
 
     def reorder(self, order: torch.Tensor) -> None:
