@@ -48,9 +48,12 @@ class Projection(NamedTuple):
     low: tuple[torch.Tensor, torch.Tensor | None] | None = None  # bf16 weight and bias, or None: always fp32
     bf16_rows: int = 0  # rows from which ``low`` is used: BF16_MIN_MACS / (out x in), at least 2
 
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+    def __call__(self, x: torch.Tensor, keep_bf16: bool = False) -> torch.Tensor:
+        """x @ weight.T + bias, in x's dtype; ``keep_bf16``: a bf16 product's output stays bf16 (for a
+        next product that would cast it back)."""
         if self.low is not None and x.shape[:-1].numel() >= self.bf16_rows:
-            return F.linear(x.to(torch.bfloat16), *self.low).to(x.dtype)
+            product = F.linear(x.to(torch.bfloat16), *self.low)
+            return product if keep_bf16 else product.to(x.dtype)
         return F.linear(x, self.weight, self.bias)
 
 
@@ -224,5 +227,6 @@ def _cross_attention(x: torch.Tensor, attention: AttentionWeights, memory: torch
 
 
 def _feed_forward(x: torch.Tensor, expand: Projection, contract: Projection) -> torch.Tensor:
-    """(b, 1, d) -> (b, 1, f) -> (b, 1, d)."""
-    return contract(F.relu(expand(x)))
+    """(b, 1, d) -> (b, 1, f) -> (b, 1, d). A batch's (b, f) stays bf16 between its products (they have one
+    size, so both or neither are bf16): the same values as casting it to fp32 and back, without the copies."""
+    return contract(F.relu(expand(x, keep_bf16=True))).to(x.dtype)
