@@ -315,3 +315,16 @@ def test_counting_shows_a_progress_bar_on_a_terminal_and_none_elsewhere(capfd):
     assert "3-gram tables" in text and "2-gram tables" in text and "n-grams/s" in text
     _count_random_blocks()  # stderr a pipe (pytest's): no bar
     assert capfd.readouterr().err == ""
+
+
+def test_entries_score_as_their_rows_lists_do():
+    generator = torch.Generator().manual_seed(7)
+    sentences = torch.randint(4, 25, (300, 9), generator=generator).tolist()
+    for order in (1, 2, 3, 4):
+        lm = CharNgramLM.count(sentences, vocab_size=25, order=order)
+        context = torch.randint(2, 25, (5, max(order - 1, 1)), generator=generator)
+        candidates = torch.randint(4, 25, (5, 7), generator=generator)
+        rows = torch.tensor([0, 0, 3, 4, 4, 4, 1])
+        columns = torch.tensor([0, 6, 2, 1, 3, 5, 4])
+        entries = lm.log_prob_entries(context, rows, candidates[rows, columns])
+        assert torch.equal(entries, lm.log_prob(context, candidates)[rows, columns])

@@ -175,11 +175,20 @@ def test_fusion_sums_the_weighted_scores_of_its_models():
 
 def test_fusion_of_mostly_padded_lists_scores_their_real_entries_as_unpadded_lists_would():
     # A batch's lists are padded to the longest at each position, most entries <pad>: they are scored entry by
-    # entry with their row's context (the packed path), to the same values as the whole lists.
+    # entry with their row's context (the packed path) by models that can (log_prob_entries), over whole
+    # lists by the others, to the same sums as unpadded lists.
+    class ListsOnly:  # a model with log_prob alone, as the word model
+        def __init__(self, lm):
+            self.lm, self.order = lm, lm.order
+
+        def log_prob(self, context, candidates):
+            return self.lm.log_prob(context, candidates)
+
     generator = torch.Generator().manual_seed(3)
     sentences = torch.randint(4, 30, (200, 8), generator=generator).tolist()
     lm = CharNgramLM.count(sentences, vocab_size=30, order=3)
-    fusion = NgramFusion([(lm, 0.5)])
+    other = ListsOnly(CharNgramLM.count(sentences[:50], vocab_size=30, order=2))
+    fusion = NgramFusion([(lm, 0.5), (other, 0.3), (CharNgramLM.count(sentences[100:], vocab_size=30), 0.2)])
     context = torch.randint(4, 30, (6, 2), generator=generator)
     ids = torch.randint(4, 30, (6, 10), generator=generator)
     lengths = torch.tensor([1, 3, 2, 10, 1, 2])  # 19 of 60 entries real: the packed path

@@ -70,6 +70,10 @@ class LanguageModel(Protocol):
 
     def log_prob(self, context: torch.Tensor, candidates: torch.Tensor) -> torch.Tensor: ...
 
+    # Optionally (CharNgramLM): log_prob_entries(context (n, m), rows (R,), candidates (R,)) -> (R,), the
+    # log-probability of each candidate after the context of its row, which NgramFusion then asks for a
+    # batch's mostly padded lists instead of log_prob over every pad.
+
 
 class NgramFusion:
     """Shallow fusion: each character's score gets the sum of ``weight`` x log P(character | the characters
@@ -89,15 +93,17 @@ class NgramFusion:
         """sum of weight x log P(ids (n, c) | context (n, m)) -> (n, c). <pad> (past the end of a shorter input in
         the batch) scores 0, or inputs would pay for their neighbours' length."""
         real = ids != PAD_ID
-        if 2 * int(real.sum()) >= real.numel():
-            total = sum(weight * model.log_prob(context, ids) for model, weight in self.models)
-            return total.masked_fill(~real, 0.0)
-        # Mostly <pad>, as a batch's lists are, padded to the longest at each position (~45 real entries of
-        # ~190 for 256 held-out clauses): each real entry is asked with its row's context, the lookups of the
-        # context repeated per entry costing less than those of the pads they replace.
-        rows, columns = real.nonzero(as_tuple=True)
-        packed = sum(weight * model.log_prob(context[rows], ids[rows, columns, None]) for model, weight in self.models)
-        return torch.zeros(ids.shape).index_put_((rows, columns), packed[:, 0])
+        packed = 2 * int(real.sum()) < real.numel()
+        if packed:  # mostly <pad>, as a batch's lists are, padded to the longest at each position
+            rows, columns = real.nonzero(as_tuple=True)
+        total = torch.zeros(ids.shape)
+        for model, weight in self.models:
+            if packed and hasattr(model, "log_prob_entries"):  # each real entry alone, each context looked up once
+                entries = model.log_prob_entries(context, rows, ids[rows, columns])  # (R,)
+                total.index_put_((rows, columns), weight * entries, accumulate=True)
+            else:
+                total += weight * model.log_prob(context, ids)
+        return total.masked_fill(~real, 0.0)
 
     @staticmethod
     def advance(context: torch.Tensor, order: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:

@@ -331,11 +331,25 @@ class CharNgramLM:
         In backoff form: the log-probability of the longest stored n-gram (context suffix + candidate), plus
         the log backoff weights of the longer contexts that were seen without this candidate after them. In
         numpy: a search step calls this with a few rows, where torch's per-operator cost made it 10x slower."""
+        candidates = np.minimum(candidates.numpy(), self.vocab_size - 1)  # (ids past the counted vocabulary: none)
+        if self.order == 1:
+            return torch.from_numpy(self._unigrams[candidates])
+        return torch.from_numpy(self._scores(*self._contexts(context), candidates))
+
+    def log_prob_entries(self, context: torch.Tensor, rows: torch.Tensor, candidates: torch.Tensor) -> torch.Tensor:
+        """:meth:`log_prob` of single entries: candidate i (R,) after the context of row ``rows[i]`` (R,) of
+        ``context`` (n, m) -> (R,). Each context is looked up once, however many entries it has (a search step's
+        padded lists: see search.NgramFusion)."""
+        candidates = np.minimum(candidates.numpy(), self.vocab_size - 1)[:, None]  # (R, 1)
+        if self.order == 1:
+            return torch.from_numpy(self._unigrams[candidates[:, 0]])
+        rows = rows.numpy()
+        return torch.from_numpy(self._scores(*(part[rows] for part in self._contexts(context)), candidates)[:, 0])
+
+    def _contexts(self, context: torch.Tensor) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per row of context (n, m): its suffixes' ids as base-v digits (column j: the context of order j + 2),
+        their log backoff weights (0 where unseen) and the sum of those of the longer ones, each (n, m)."""
         v, m = self.vocab_size, self.order - 1
-        candidates = np.minimum(candidates.numpy(), v - 1)  # (ids past the counted vocabulary: none)
-        unigram = self._unigrams[candidates]  # (n, c)
-        if m == 0:
-            return torch.from_numpy(unigram)
         tables = self._lookup_tables()
         offsets = np.arange(2, self.order + 1, dtype=np.int64) * self._offset  # order j + 2's keys: + (j + 2) v^n
         recent = context.numpy()[:, ::-1][:, :m]  # (n, m): the last id first
@@ -343,15 +357,22 @@ class CharNgramLM:
         index = np.searchsorted(tables.context_keys, histories + offsets)  # (n, m)
         seen = tables.context_keys[index] == histories + offsets
         log_backoffs = np.where(seen, tables.context_log_backoffs[index], np.float32(0))  # (n, m)
-        queries = histories[:, :, None] * v + candidates[:, None, :] + offsets[:, None]  # (n, m, c)
-        found = np.searchsorted(tables.gram_keys, queries)
-        stored = tables.gram_keys[found] == queries  # (n, m, c)
         # backoff weights of the contexts above each order: above[:, j] = sum of log_backoffs[:, j + 1:]
         above = np.cumsum(log_backoffs[:, ::-1], axis=1)[:, ::-1] - log_backoffs  # (n, m)
-        result = unigram + above[:, :1] + log_backoffs[:, :1]
-        for j in range(m):  # each longer order replaces the one below where its n-gram is stored
+        return histories, log_backoffs, above
+
+    def _scores(self, histories: np.ndarray, log_backoffs: np.ndarray, above: np.ndarray,
+                candidates: np.ndarray) -> np.ndarray:
+        """log P of candidates (n, c) after contexts given as :meth:`_contexts` gives them -> (n, c)."""
+        tables = self._lookup_tables()
+        offsets = np.arange(2, self.order + 1, dtype=np.int64) * self._offset
+        queries = histories[:, :, None] * self.vocab_size + candidates[:, None, :] + offsets[:, None]  # (n, m, c)
+        found = np.searchsorted(tables.gram_keys, queries)  # (n, m, c)
+        stored = tables.gram_keys[found] == queries
+        result = self._unigrams[candidates] + above[:, :1] + log_backoffs[:, :1]
+        for j in range(self.order - 1):  # each longer order replaces the one below where its n-gram is stored
             result = np.where(stored[:, j], tables.gram_log_probs[found[:, j]] + above[:, j : j + 1], result)
-        return torch.from_numpy(result)
+        return result
 
     def sentence_log_prob(self, ids: Sequence[int]) -> float:
         """log P of a whole sentence of hanzi ids, character by character."""
