@@ -489,3 +489,19 @@ def test_callers_import_all_of_typed_input_from_one_module():
     assert [name for name in typed_input.__all__ if not hasattr(typed_input, name)] == []
     assert typed_input.LONGEST_ABBREVIATION == 32 and typed_input.parse_pinyin("wxqbj", prefixes=True) == [
         "w*", "x*", "q*", "b*", "j*"]
+
+
+def test_a_memo_of_letter_runs_reads_text_as_without_it_and_stays_bounded(monkeypatch):
+    from pinyin_hanzi.text import typed_input
+
+    texts = ["ni hao", "nǐ hǎo ma", "xian", "xi'an", "wxqbj", "Python ni3hao", "zhongguo renmin", "a e o n",
+             "bei j", "ni hao", "xian", "nihaonihaonihao"]
+    monkeypatch.setattr(typed_input, "MEMO_RUNS", 5)  # cleared when full: bounded whatever is typed
+    memo = {}
+    for prefixes in (False, True):
+        for limit in (1, 4):
+            for text in texts:
+                expected = parse_pieces(text, limit, prefixes=prefixes)
+                assert parse_pieces(text, limit, prefixes=prefixes, memo=memo) == expected
+                assert len(memo) <= 5
+    assert memo  # it was used

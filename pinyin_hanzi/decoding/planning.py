@@ -97,6 +97,7 @@ class Planner:
         self.window, self.clause_end, self.syllable_lm = window, clause_end, syllable_lm
         self.split_penalty, self.reading_margin = split_penalty, reading_margin
         self.abbreviation_penalty = abbreviation_penalty
+        self.runs: dict = {}  # letter runs' segmentations under this planner's syllable model (parse_pieces' memo)
 
     def plan(self, lines: Sequence[str], alternatives_limit: int, fused: bool, options: TypingOptions) -> Plan:
         """Each line's layout: its chunks, with their readings and priors, and the text copied around them
@@ -113,7 +114,7 @@ class Planner:
                 if number:
                     layout.append("\n")
                 pieces = parse_pieces(text, alternatives_limit, score, prefixes=options.prefixes,
-                                      fuzzy=options.fuzzy, shuangpin=options.shuangpin)
+                                      fuzzy=options.fuzzy, shuangpin=options.shuangpin, memo=self.runs)
                 for span in _spans(pieces, LITERAL_CONTEXT):
                     if isinstance(span, str):
                         layout.append(span)

@@ -246,7 +246,8 @@ def split_lines(text: str) -> list[str]:
 
 
 def parse_pieces(text: str, limit: int = 4, score=fewest_syllables, *, prefixes: bool = False,
-                 fuzzy: Iterable[str] | str | None = frozenset(), shuangpin: str | None = None) -> list[Piece]:
+                 fuzzy: Iterable[str] | str | None = frozenset(), shuangpin: str | None = None,
+                 memo: dict | None = None) -> list[Piece]:
     """What a user typed, as pieces: syllables separated by spaces or apostrophes (``ni hao``, ``xi'an``) or
     run together (``nihao``), optional tone digits (``ni3``) or tone marks (``nǐ``), ``v``/``ü``/``u:`` for
     ü, any case, full-width letters. A letter run that is no pinyin (``Python``), punctuation, digits,
@@ -274,13 +275,17 @@ def parse_pieces(text: str, limit: int = 4, score=fewest_syllables, *, prefixes:
       layout has a final on it) are read as key pairs of that layout instead of as pinyin, an odd trailing
       initial key is a prefix piece (with ``prefixes``, else it passes through), and a pair that spells no
       syllable passes through as typed. Tone marks are no keys and pass through; a tone digit after a run
-      tones its last syllable. Raises :class:`DataError` for an unknown layout."""
+      tones its last syllable. Raises :class:`DataError` for an unknown layout.
+    - ``memo``: a dict, kept between calls by a caller that always passes the same ``score`` (the
+      Converter's planner), in which short letter runs' segmentations are kept: a text's runs are mostly
+      the same few hundred syllables, each segmented alike every time."""
     fuzzy = fuzzy_pairs(fuzzy)
     pattern = _piece_pattern(shuangpin)
     text = re.sub(r"(?<=[nlNL])[uU]:", "v", ascii_letters_digits(clean_typed(text)))
     # A capital means Shift+letter (typed for a word, as in IMEs) only in text that also has lower case: with
     # Caps Lock on (WO XIANG Q B J) case says nothing.
-    reader = _Reader(limit, score, prefixes, fuzzy, shuangpin, shifted=any(char.islower() for char in text))
+    reader = _Reader(limit, score, prefixes, fuzzy, shuangpin, shifted=any(char.islower() for char in text),
+                     memo=memo)
     for chunk in _SEPARATORS.split(text):
         reader.read_chunk(chunk, pattern)
     pieces = reader.pieces
@@ -313,6 +318,7 @@ class _Reader:
     fuzzy: frozenset[str]
     shuangpin: str | None
     shifted: bool  # the text has lower case too, so that a capital was typed for a word
+    memo: dict | None = None  # short runs' segmentations (see parse_pieces)
     pieces: list[Piece] = field(default_factory=list)
     # (piece index, letter, whether it marks a spelled word: a capital, or a letter that begins no syllable)
     single_letters: list[tuple[int, str, bool]] = field(default_factory=list)
@@ -347,8 +353,7 @@ class _Reader:
             self.single_letters.append((len(self.pieces), run, capital or run.lower() not in _beginnings()))
         # A run of marks alone (no letter) is no pinyin; a capital is typed for a word, not an
         # abbreviation, so only full syllables read such a run.
-        options, scores = (_split_run(letters, tones, self.limit, self.score, self.prefixes and not capital)
-                           if letters else ([], []))
+        options, scores = self._split(letters, tones, self.prefixes and not capital) if letters else ([], [])
         if digit and options:
             options = [_with_tone(option, digit) for option in options]
         if self.fuzzy:
@@ -356,6 +361,23 @@ class _Reader:
         if options:
             self.pieces.append(Piece(tuple(options), tuple(scores), run + digit))
         return bool(options)
+
+
+    def _split(self, letters: str, tones: list[int | None], prefixes: bool) -> tuple[list[Option], list[float]]:
+        """:func:`_split_run` of a run, from the memo where it holds the run (runs of up to MEMO_LETTERS letters
+        are kept, MEMO_RUNS of them at most)."""
+        if self.memo is None or len(letters) > MEMO_LETTERS:
+            return _split_run(letters, tones, self.limit, self.score, prefixes)
+        key = (letters, tuple(tones), self.limit, prefixes)
+        found = self.memo.get(key)
+        if found is None:
+            if len(self.memo) >= MEMO_RUNS:
+                self.memo.clear()
+            found = self.memo[key] = _split_run(letters, tones, self.limit, self.score, prefixes)
+        return found
+
+
+MEMO_LETTERS, MEMO_RUNS = 12, 20_000  # a few MB at most
 
 
 def _letters_and_tones(run: str) -> tuple[str, list[int | None]]:
