@@ -296,7 +296,7 @@ def test_skipping_readings_that_cannot_win_keeps_the_n_best():
 
 def _recording(converter, seen):
     decode = converter._decode
-    converter._decode = lambda readings, *args: seen.extend(readings) or decode(readings, *args)
+    converter._decode = lambda readings, *args, **options: seen.extend(readings) or decode(readings, *args, **options)
     return converter
 
 
@@ -561,3 +561,14 @@ def test_bf16_and_fp32_conversion_agree_and_an_unknown_precision_is_refused(ship
         [found[0].text for found in shipped.convert_lines(lines)]
     with pytest.raises(ConfigError, match="precision='fp16' is invalid: expected 'auto', 'fp32' or 'bf16'"):
         Converter.from_pretrained(precision="fp16")
+
+
+def test_the_best_conversion_is_the_n_best_lists_first_whatever_n():
+    # With nbest 1 only each reading's best hypothesis is turned into text: the same best as a longer list's.
+    converter = untrained_converter(4)
+    lines = ["xian", "wo men qu bei jing ba", "ni hao, shi jie!", "nihaoma", "zhong guo ren min", "a e o"]
+    for options in ({"beam": 4}, {"beam": 4, "prefixes": True}, {"beam": 6}):  # n-best lists widen beams below n
+        best = converter.convert_lines(lines, **options)
+        listed = converter.convert_lines(lines, nbest=4, **options)
+        for (one,), (first, *_) in zip(best, listed):
+            assert (one.text, one.score, one.read_as) == (first.text, first.score, first.read_as)

@@ -345,9 +345,10 @@ class Converter:
                            fusion=settings.fusion)
 
     def _decode(self, readings: list[tuple[list[str], list[str]]], settings: SearchSettings,
-                batch_size: int) -> list[list[Candidate]]:
+                batch_size: int, keep: int | None = None) -> list[list[Candidate]]:
         """Candidates (best first) of each (tokens, keys) reading, decoded in batches of similar length, each
-        reading at its width (:meth:`SearchSettings.width`: wider with abbreviations)."""
+        reading at its width (:meth:`SearchSettings.width`: wider with abbreviations); ``keep``: only the
+        first that many of each (None: all)."""
         results: list[list[Candidate]] = [[] for _ in readings]
         beam_of = [settings.width(keys) for _, keys in readings]
         order = sorted(range(len(readings)), key=lambda i: (beam_of[i], len(readings[i][0])))
@@ -363,7 +364,7 @@ class Converter:
             found = self._search([readings[i][0] for i in indices], [readings[i][1] for i in indices],
                                  beam_of[indices[0]], settings)
             for i, hypotheses in zip(indices, found):
-                for ids, score in hypotheses:
+                for ids, score in hypotheses[:keep]:
                     chars, notes = self._text(ids, readings[i][1], settings.constrained)
                     read_as = [self.lexicon.syllable_of(char, key) for char, key in zip(chars, readings[i][1])]
                     results[i].append(Candidate("".join(chars), score, list(readings[i][0]), notes, read_as))
@@ -396,7 +397,9 @@ class Converter:
         found: list[list[Candidate] | None] = [None] * len(plan.readings)
 
         def decode(indices: list[int]) -> None:
-            searched = self._decode([plan.readings[i] for i in indices], settings, batch_size)
+            # the best conversion is some reading's best hypothesis: with nbest 1 the others need no text
+            searched = self._decode([plan.readings[i] for i in indices], settings, batch_size,
+                                    keep=1 if nbest == 1 else None)
             for i, candidates in zip(indices, searched):
                 for candidate in candidates:
                     candidate.score += plan.priors[i]
