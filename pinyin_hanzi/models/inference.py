@@ -207,15 +207,16 @@ def _attend(query: torch.Tensor, attention: AttentionWeights, keys: torch.Tensor
         scores = query @ keys.transpose(-2, -1) * query.shape[-1] ** -0.5  # (n, h, g, s)
         if mask is not None:
             scores = scores.masked_fill(~mask, float("-inf"))
-        attended = scores.softmax(dim=-1) @ values  # (n, h, g, k)
+        attended = scores.float().softmax(dim=-1).to(values.dtype) @ values  # (n, h, g, k)
     return attention.out(attended.transpose(1, 2).reshape(rows, 1, -1))  # (n, g, h k) -> (g n, 1, d)
 
 
 def _self_attention(x: torch.Tensor, attention: AttentionWeights, cache: KVCache) -> torch.Tensor:
     """The newest position attends to itself and the cached earlier ones (all of which it may see)."""
-    query, keys, values = attention.query_key_value(x).chunk(3, dim=-1)  # (b, 1, 3d) -> three (b, 1, d)
+    low = x.shape[0] >= MATMUL_ATTENTION_ROWS if cache.keys is None else cache.keys.dtype == torch.bfloat16
+    query, keys, values = attention.query_key_value(x, keep_bf16=low).chunk(3, dim=-1)  # three (b, 1, d)
     keys, values = cache.append(_split_heads(keys, attention.n_heads), _split_heads(values, attention.n_heads))
-    return _attend(query, attention, keys, values, None)  # keys, values: (b, h, t, k)
+    return _attend(query, attention, keys, values, None).to(x.dtype)  # keys, values: (b, h, t, k)
 
 
 def _cross_attention(x: torch.Tensor, attention: AttentionWeights, memory: torch.Tensor,
