@@ -128,3 +128,29 @@ def test_bf16_encoder_runs_for_batches_only_and_gives_fp32_memory_close_to_fp32(
         assert memory.dtype == torch.float32 and torch.equal(mask, low_mask)
         assert torch.allclose(memory, reference, atol=0.05)
         assert torch.equal(memory, reference) != bf16_used
+
+
+def test_a_batchs_self_attention_cache_is_bf16_and_a_search_keeps_its_first_steps_dtype():
+    model = _model()
+    exact, low = InferenceDecoder(model), InferenceDecoder(model, bf16=True)
+    layer = low.layers[0]
+    enough = max(projection.bf16_rows for projection in (
+        layer.self_attention.query_key_value, layer.self_attention.out, layer.cross_attention.query,
+        layer.cross_attention.out, layer.expand, layer.contract))
+    source, steps = _ids((enough, 6), SOURCE_VOCAB, 1), _ids((enough, 4), TARGET_VOCAB, 2)
+    with torch.no_grad():
+        memory, _ = exact.encode(source)
+        exact_cache, low_cache = exact.new_cache(), low.new_cache()
+        for position in range(4):
+            reference = exact.decode(steps[:, position : position + 1], memory, None, cache=exact_cache)
+            logits = low.decode(steps[:, position : position + 1], memory, None, cache=low_cache)
+            assert logits.dtype == torch.float32
+            assert torch.allclose(logits, reference, atol=0.1, rtol=0.05)
+        assert low_cache.layers[0].keys.dtype == torch.bfloat16 and low_cache.layers[0].keys.shape[2] == 4
+        assert exact_cache.layers[0].keys.dtype == torch.float32
+        # a search of few inputs starts below MATMUL_ATTENTION_ROWS: its cache stays fp32 when its beams widen it
+        small = low.new_cache()
+        low.decode(steps[:2, :1], memory[:2], None, cache=small)
+        small.reorder(torch.arange(2).repeat_interleave(enough // 2))
+        low.decode(steps[: 2 * (enough // 2), 1:2], memory[:2], None, cache=small)
+        assert small.layers[0].keys.dtype == torch.float32
