@@ -154,3 +154,23 @@ def test_a_batchs_self_attention_cache_is_bf16_and_a_search_keeps_its_first_step
         small.reorder(torch.arange(2).repeat_interleave(enough // 2))
         low.decode(steps[: 2 * (enough // 2), 1:2], memory[:2], None, cache=small)
         assert small.layers[0].keys.dtype == torch.float32
+
+
+def test_a_bf16_cache_feeds_an_output_projection_that_stays_fp32_at_its_rows():
+    # Products switch to bf16 at rows set by their size: here self-attention's stacked projection (3d x d) goes
+    # bf16 at a third of the rows its output projection (d x d) does; between the two, the attention over the
+    # bf16 cache meets an fp32 product.
+    model = _model()
+    exact, low = InferenceDecoder(model), InferenceDecoder(model, bf16=True)
+    attention = low.layers[0].self_attention
+    rows = attention.query_key_value.bf16_rows + 1
+    assert max(rows, inference.MATMUL_ATTENTION_ROWS) < attention.out.bf16_rows
+    source, steps = _ids((rows, 6), SOURCE_VOCAB, 1), _ids((rows, 2), TARGET_VOCAB, 2)
+    with torch.no_grad():
+        memory, _ = exact.encode(source)
+        exact_cache, low_cache = exact.new_cache(), low.new_cache()
+        for position in range(2):
+            reference = exact.decode(steps[:, position : position + 1], memory, None, cache=exact_cache)
+            logits = low.decode(steps[:, position : position + 1], memory, None, cache=low_cache)
+            assert torch.allclose(logits, reference, atol=0.1, rtol=0.05)
+    assert low_cache.layers[0].keys.dtype == torch.bfloat16

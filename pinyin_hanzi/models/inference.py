@@ -54,6 +54,8 @@ class Projection(NamedTuple):
         if self.low is not None and x.shape[:-1].numel() >= self.bf16_rows:
             product = F.linear(x.to(torch.bfloat16), *self.low)
             return product if keep_bf16 else product.to(x.dtype)
+        if x.dtype != self.weight.dtype:  # a bf16 input (attention over a bf16 cache) below bf16_rows
+            x = x.to(self.weight.dtype)
         return F.linear(x, self.weight, self.bias)
 
 
