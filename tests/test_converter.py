@@ -366,13 +366,13 @@ def test_prefixes_are_off_for_a_model_trained_without_abbreviations_and_on_for_o
 def test_a_reading_with_abbreviations_is_searched_with_the_wider_prefix_beam():
     converter = untrained_converter(pinyin=UNTRAINED_PINYIN + ["b*", "j*"], prefix_beam=7)
     searched = []
-    search = converter._search
+    search = converter._search_rows
 
-    def recording(token_lists, key_lists, beam, settings):
+    def recording(token_lists, rows, beam, settings):
         searched.append((beam, [" ".join(tokens) for tokens in token_lists]))
-        return search(token_lists, key_lists, beam, settings)
+        return search(token_lists, rows, beam, settings)
 
-    converter._search = recording
+    converter._search_rows = recording
     converter.convert_lines(["b j", "ni hao", "wo men"], beam=3)
     assert sorted(searched) == [(3, ["ni hao 。", "wo men 。"]), (7, ["b* j* 。"])]  # one search per beam size
     for beam, expected in ((1, {1}), (12, {12})):  # greedy stays greedy; a wider beam is never narrowed
@@ -481,13 +481,13 @@ def test_the_checkpoints_decode_settings_choose_the_typing_options(shipped, tmp_
 def _counting_search(converter, monkeypatch):
     """Record the token lists the model is asked to decode."""
     seen = []
-    search = converter._search
+    search = converter._search_rows
 
     def counted(token_lists, *args, **kwargs):
         seen.extend(list(tokens) for tokens in token_lists)
         return search(token_lists, *args, **kwargs)
 
-    monkeypatch.setattr(converter, "_search", counted)
+    monkeypatch.setattr(converter, "_search_rows", counted)
     return seen
 
 
@@ -572,3 +572,34 @@ def test_the_best_conversion_is_the_n_best_lists_first_whatever_n():
         listed = converter.convert_lines(lines, nbest=4, **options)
         for (one,), (first, *_) in zip(best, listed):
             assert (one.text, one.score, one.read_as) == (first.text, first.score, first.read_as)
+
+
+def test_several_batches_are_searched_side_by_side_with_the_results_of_one_thread(monkeypatch):
+    import threading
+
+    converter = untrained_converter(seed=5)
+    lines = ["ni hao", "wo men qu bei jing ba", "xian", "zhong guo", "ni", "ta men lai le ma", "hao de"]
+    search, seen = converter._search_rows, []
+
+    def recording(*args):
+        seen.append((threading.get_ident(), torch.get_num_threads()))
+        return search(*args)
+
+    monkeypatch.setattr(converter, "_search_rows", recording)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        alone = converter.convert_lines(lines, batch_size=2, nbest=2)
+        assert len({ident for ident, _ in seen}) == 1
+        seen.clear()
+        torch.set_num_threads(2)
+        side_by_side = converter.convert_lines(lines, batch_size=2, nbest=2)
+        assert torch.get_num_threads() == 2  # the caller's count is its own
+    finally:
+        torch.set_num_threads(threads)
+    assert side_by_side == alone
+    # the first pass's 4 batches on 2 threads of one torch thread each; a pass of one batch (the alternative
+    # reading of xian) runs in the caller's thread, on its 2
+    workers = {ident for ident, count in seen if count == 1}
+    assert len(workers) == 2 and sum(count == 1 for _, count in seen) == 4
+    assert all(count == 2 and ident not in workers for ident, count in seen if count != 1)
