@@ -79,6 +79,12 @@ def toneless(reading: str) -> str:
     return to_normal(reading, v_to_u=False).lower()
 
 
+@functools.lru_cache(maxsize=8192)  # as toneless: each distinct reading converted once
+def _toned(reading: str) -> str:
+    """A tone-marked reading as a toned syllable, neutral tone 5: ``lǜ`` -> ``lv4``."""
+    return to_tone3(reading, v_to_u=False, neutral_tone_with_five=True).lower()
+
+
 def _common_first(char: str) -> tuple[bool, int]:
     """Sort key: characters of the basic CJK block (U+4E00-9FFF, where everyday characters live) before
     the extensions, then by code point. The tables carry no frequencies; this puts 中 before 㐺."""
@@ -240,7 +246,7 @@ def toned_syllable_table() -> dict[str, tuple[str, ...]]:
     table: dict[str, list[str]] = {}
     for code, readings_text in pinyin_dict.items():
         for reading in readings_text.split(","):
-            key = to_tone3(reading, v_to_u=False, neutral_tone_with_five=True).lower()
+            key = _toned(reading)
             if key[:-1].isascii() and key[:-1].isalpha():
                 table.setdefault(key, []).append(chr(code))
     return {key: tuple(sorted(set(chars), key=_common_first)) for key, chars in table.items()}
