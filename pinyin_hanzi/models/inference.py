@@ -41,21 +41,30 @@ MATMUL_ATTENTION_ROWS = 64
 class Projection(NamedTuple):
     """A linear layer's weights, and optionally their bf16 copies: inputs of at least ``bf16_rows`` rows
     are then multiplied in bf16 (fp32 accumulation inside the kernel), while everything around the products
-    (residual stream, LayerNorm, softmax, scores) stays fp32."""
+    (residual stream, LayerNorm, softmax, scores) stays fp32. ``packed`` and ``low_packed``: the same
+    weights in oneDNN's blocked layout (:func:`_prepacked`), or None where this build of PyTorch has none."""
 
     weight: torch.Tensor  # (out, in)
     bias: torch.Tensor | None  # (out,)
     low: tuple[torch.Tensor, torch.Tensor | None] | None = None  # bf16 weight and bias, or None: always fp32
     bf16_rows: int = 0  # rows from which ``low`` is used: BF16_MIN_MACS / (out x in), at least 2
+    packed: torch.Tensor | None = None
+    low_packed: torch.Tensor | None = None
 
     def __call__(self, x: torch.Tensor, keep_bf16: bool = False) -> torch.Tensor:
         """x @ weight.T + bias, in x's dtype; ``keep_bf16``: a bf16 product's output stays bf16 (for a
         next product that would cast it back)."""
-        if self.low is not None and x.shape[:-1].numel() >= self.bf16_rows:
-            product = F.linear(x.to(torch.bfloat16), *self.low)
+        rows = x.shape[:-1].numel()
+        if self.low is not None and rows >= self.bf16_rows:
+            if self.low_packed is not None:
+                product = _packed_linear(x.to(torch.bfloat16), self.low_packed, self.low[1])
+            else:
+                product = F.linear(x.to(torch.bfloat16), *self.low)
             return product if keep_bf16 else product.to(x.dtype)
         if x.dtype != self.weight.dtype:  # a bf16 input (attention over a bf16 cache) below bf16_rows
             x = x.to(self.weight.dtype)
+        if self.packed is not None and rows >= PACKED_MIN_ROWS:
+            return _packed_linear(x, self.packed, self.bias)
         return F.linear(x, self.weight, self.bias)
 
 
@@ -176,10 +185,37 @@ def _linear(layer: nn.Linear, bf16: bool) -> Projection:
 
 
 def _projection(weight: torch.Tensor, bias: torch.Tensor | None, bf16: bool) -> Projection:
+    weight, bias = weight.detach(), None if bias is None else bias.detach()
     if not bf16:
-        return Projection(weight, bias)
-    low = weight.detach().bfloat16(), None if bias is None else bias.detach().bfloat16()
-    return Projection(weight, bias, low, max(2, -(-BF16_MIN_MACS // weight.numel())))
+        return Projection(weight, bias, packed=_prepacked(weight, bias))
+    low = weight.bfloat16(), None if bias is None else bias.bfloat16()
+    return Projection(weight, bias, low, max(2, -(-BF16_MIN_MACS // weight.numel())), _prepacked(weight, bias),
+                      _prepacked(*low))
+
+
+def _packed_linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+
+
+def _prepacked(weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor | None:
+    """The weight in oneDNN's blocked layout for its linear kernel (what torch.compile's CPU backend uses),
+    or None: on a GPU, where this build of PyTorch has no oneDNN or refuses it, or where its product of a
+    probe differs from F.linear's. A decoder step multiplies a few rows by each weight, where the blocked
+    layout reads the weight faster: at 5 rows 1.3-2x (256 x 768 fp32 21.8 vs 41.7 us, 256 x 1024 bf16
+    23.1 vs 33.2 us, one thread); at one row it is slower (PACKED_MIN_ROWS); a batch's 1,280 rows gain 5-8%."""
+    if weight.device.type != "cpu" or not torch.backends.mkldnn.is_available():
+        return None
+    try:
+        packed = torch.ops.mkldnn._reorder_linear_weight(weight, PACKED_ROWS_HINT)
+        probe = torch.linspace(-1, 1, 3 * weight.shape[1]).view(3, -1).to(weight.dtype)
+        same = torch.allclose(_packed_linear(probe, packed, bias).float(), F.linear(probe, weight, bias).float(),
+                              rtol=0.02, atol=0.02 * float(weight.abs().amax()))
+    except (AttributeError, RuntimeError, NotImplementedError):
+        return None
+    return packed if same else None
+
+
+PACKED_MIN_ROWS, PACKED_ROWS_HINT = 2, 5  # oneDNN's layout from two rows; packed for a beam's five
 
 
 def _norm(layer: nn.LayerNorm) -> Norm:
