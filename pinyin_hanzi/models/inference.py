@@ -227,9 +227,10 @@ def _split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
     return x.view(x.shape[0], x.shape[1], n_heads, -1).transpose(1, 2)
 
 
-def _keys_values(source: torch.Tensor, attention: AttentionWeights) -> tuple[torch.Tensor, torch.Tensor]:
-    """source (b, s, d) -> keys and values, each (b, h, s, k)."""
-    keys, values = attention.key_value(source).chunk(2, dim=-1)  # (b, s, 2d) -> two (b, s, d)
+def _keys_values(source: torch.Tensor, attention: AttentionWeights,
+                 keep_bf16: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """source (b, s, d) -> keys and values, each (b, h, s, k); bf16 if ``keep_bf16`` and the product is."""
+    keys, values = attention.key_value(source, keep_bf16).chunk(2, dim=-1)  # (b, s, 2d) -> two (b, s, d)
     return _split_heads(keys, attention.n_heads), _split_heads(values, attention.n_heads)
 
 
@@ -259,10 +260,15 @@ def _self_attention(x: torch.Tensor, attention: AttentionWeights, cache: KVCache
 
 def _cross_attention(x: torch.Tensor, attention: AttentionWeights, memory: torch.Tensor,
                      cross_mask: torch.Tensor | None, cache: KVCache) -> torch.Tensor:
-    """The newest position attends to the memory, projected into keys/values at the first step only."""
+    """The newest position attends to the memory, projected into keys/values at the first step only (kept in
+    bf16 where a batch's first step is wide enough for matmul attention and the product is bf16, as
+    self-attention's cache)."""
     if cache.memory_keys is None:
-        cache.memory_keys, cache.memory_values = _keys_values(memory, attention)  # (b, h, s, k) each
-    return _attend(attention.query(x), attention, cache.memory_keys, cache.memory_values, cross_mask)
+        low = x.shape[0] >= MATMUL_ATTENTION_ROWS
+        cache.memory_keys, cache.memory_values = _keys_values(memory, attention, low)  # (b, h, s, k) each
+    low = cache.memory_keys.dtype == torch.bfloat16
+    query = attention.query(x, keep_bf16=low).to(cache.memory_keys.dtype)
+    return _attend(query, attention, cache.memory_keys, cache.memory_values, cross_mask).to(x.dtype)
 
 
 def _feed_forward(x: torch.Tensor, expand: Projection, contract: Projection) -> torch.Tensor:
