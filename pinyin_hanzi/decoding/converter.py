@@ -431,7 +431,6 @@ class Converter:
         return found
 
 
-
 def parallel_searches(jobs: int, device: torch.device) -> Callable:
     """How ``jobs`` independent searches run: in turn where there is one, a GPU, or one torch thread; else
     side by side on ``min(jobs, torch threads)`` Python threads, the torch threads shared among them. A

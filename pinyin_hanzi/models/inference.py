@@ -5,9 +5,14 @@ hypothesis, so a step's arithmetic is a few small matrix products, and nn.Module
 (for the shipped model about 90 lookups of parameters and submodules through ``nn.Module.__getattr__`` and
 15 module calls per step) costs as much as a third of it (docs/benchmarks.md). Here the weights are read
 once per search into plain tuples, through the modules' public attributes, and a step is ``F.*`` calls over
-them: the book model's operations in the book model's order, so the values are the same
+them: the book model's operations in the book model's order, so the values are the same up to rounding
 (tests/test_inference.py holds it to the book model's uncached ``decode``). Heads are split with views, not
 einops, whose per-call cost counts at one row per step.
+
+Where the step differs in how, not what, it computes, for speed on CPUs: oneDNN's blocked weights for the
+products; plain matmul attention from MATMUL_ATTENTION_ROWS rows; a beam's rows attending to their input's
+one row of memory as several queries; and, with ``bf16``, a batch's products, attention and cache in bf16
+(LayerNorm, softmax, the residual stream and the scores fp32).
 
 It runs the model as in eval mode (no dropout): it serves inference only. The encoder runs once per batch
 and stays the book's (:meth:`InferenceDecoder.encode`).
