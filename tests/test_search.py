@@ -2,6 +2,7 @@ import itertools
 
 import torch
 
+from pinyin_hanzi.data.batches import pad
 from pinyin_hanzi.data.vocab import PAD_ID
 from pinyin_hanzi.decoding.search import Constraint, NgramFusion, beam_search
 from pinyin_hanzi.lm.char_ngram import CharNgramLM
@@ -199,3 +200,29 @@ def test_fusion_of_mostly_padded_lists_scores_their_real_entries_as_unpadded_lis
         assert torch.allclose(packed[row, : lengths[row]], alone[0], atol=1e-6)
         assert (packed[row, lengths[row] :] == 0).all()
     assert packed[3].abs().sum() > 0 and packed[3].unique().numel() > 1  # real, varied scores
+
+
+def test_finished_inputs_leave_the_batch_and_each_keeps_the_hypotheses_it_would_have_alone(monkeypatch):
+    from pinyin_hanzi.models.kv_cache import DecoderCache
+
+    plain = untrained_converter(seed=6)
+    lm = _lm_preferring(plain, ["你好我们北京吧。", "我们北京。"], order=3)
+    inputs = [["ni"], ["ni", "hao"], ["bei", "jing"], ["wo", "men", "。"], ["wo", "men", "bei", "jing", "ba", "。"]]
+    dropped = []
+    drop = DecoderCache.drop_front
+    monkeypatch.setattr(DecoderCache, "drop_front", lambda self, inputs, rows: dropped.append(inputs)
+                        or drop(self, inputs, rows))
+
+    def search(token_lists, beam, fusion):
+        source = pad([plain.pinyin_vocab.encode(tokens) for tokens in token_lists])
+        rows = pad([[plain.lexicon.row(token_key(token)) for token in tokens] for tokens in token_lists])
+        return beam_search(plain.model, source, Constraint(plain.lexicon, rows), beam=beam, fusion=fusion)
+
+    for beam, fusion in ((1, None), (3, None), (4, NgramFusion([(lm, 1.0)]))):
+        dropped.clear()
+        together = search(inputs, beam, fusion)  # sorted by length, as a converter's batches are
+        assert dropped == [1, 2, 1]  # ni after its one step, then the two of length 2, then wo men 。
+        for tokens, found in zip(inputs, together):
+            alone = search([tokens], beam, fusion)[0]
+            assert [ids for ids, _ in found] == [ids for ids, _ in alone]
+            assert all(abs(a - b) < 1e-4 for (_, a), (_, b) in zip(found, alone))

@@ -132,6 +132,7 @@ def beam_search(model: Transformer | InferenceDecoder, source: torch.Tensor, con
     if not isinstance(model, InferenceDecoder):  # the cached decoder step without nn.Module's per-step lookups
         model = InferenceDecoder(model)
     batch, length = source.shape
+    lengths = (source != PAD_ID).sum(dim=1)
     memory, cross_mask = encode(model, source)  # (b, s, d), (b, 1, 1, s) or None
     cache = model.new_cache()
     rows = 1  # decoder rows per input: one (after <s> all beams are alike) at the first step, then beam
@@ -140,13 +141,27 @@ def beam_search(model: Transformer | InferenceDecoder, source: torch.Tensor, con
     history = torch.zeros(batch, beam, length, dtype=torch.long)  # (b, k, s) hanzi ids chosen so far
     previous = torch.full((batch, 1), BOS_ID, dtype=torch.long, device=source.device)
     context = fusion.start(batch) if fusion is not None else None
+    # Inputs whose last position is decoded are finished: once those at the front of the batch are (a
+    # converter sorts a batch by length), they leave it, and the steps after run on the others alone.
+    final_scores, final_history, done = scores.clone(), torch.zeros_like(history), 0  # done: inputs that left
     for position in range(length):
+        finished = int((lengths[done : done + batch] <= position).cumprod(0).sum())  # leading finished inputs
+        if finished and finished < batch:
+            final_scores[done : done + finished] = scores[:finished]
+            final_history[done : done + finished] = history[:finished]
+            memory, scores, history = memory[finished:], scores[finished:], history[finished:]
+            cross_mask = None if cross_mask is None else cross_mask[finished:]
+            previous = previous[finished * rows :]
+            context = None if context is None else context[finished * rows :]
+            cache.drop_front(finished, rows)
+            batch, done = batch - finished, done + finished
         if position == length - 1 and (forced := constraint.forced(position)) is not None:
-            history[:, :, position] = forced[:, None]
+            history[:, :, position] = forced[done:, None]
             if fusion is not None:  # the fused models may still change the beams' order
-                scores, history = _fuse_forced(fusion, context, forced, rows, scores, history)
+                scores, history = _fuse_forced(fusion, context, forced[done:], rows, scores, history)
             break
         ids, real, lists = constraint.at(position)  # the constraint's one place: (b, c) allowed ids
+        ids, real = ids[done:], real[done:]
         # an input's rows share its list: the model gathers the list's output rows once, not per row
         logits = model.decode(previous, memory, cross_mask, cache=cache,
                               candidates=ids[:, None, :].to(source.device) if lists else None)  # (b r, 1, c)
@@ -171,10 +186,11 @@ def beam_search(model: Transformer | InferenceDecoder, source: torch.Tensor, con
             rows = beam  # an input's k rows share its memory (InferenceDecoder.decode): it is not repeated
         history[:, :, position] = token
         previous = token.view(batch * beam, 1).to(source.device)
-    lengths = (source != PAD_ID).sum(dim=1).tolist()
-    alive = scores != float("-inf")  # dead beams (fewer candidates than beams); NaN (broken weights) stays
-    return [[(history[i, k, : lengths[i]].tolist(), float(scores[i, k])) for k in range(beam) if alive[i, k]]
-            for i in range(batch)]
+    final_scores[done:], final_history[done:] = scores, history
+    alive = final_scores != float("-inf")  # dead beams (fewer candidates than beams); NaN (broken weights) stays
+    lengths = lengths.tolist()
+    return [[(final_history[i, k, : lengths[i]].tolist(), float(final_scores[i, k])) for k in range(beam)
+             if alive[i, k]] for i in range(len(lengths))]
 
 
 def _fuse_forced(fusion: NgramFusion, context: torch.Tensor, forced: torch.Tensor, rows: int, scores: torch.Tensor,

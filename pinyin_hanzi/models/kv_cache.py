@@ -44,6 +44,15 @@ class KVCache:
                 self.memory_values = self.memory_values.index_select(0, order)
 
 
+    def drop_front(self, inputs: int, rows: int) -> None:
+        """Forget the first ``inputs`` inputs, ``rows`` rows each (finished ones: see search.beam_search)."""
+        if self.keys is not None:
+            self.keys, self.values = self.keys[inputs * rows :], self.values[inputs * rows :]
+        if self.memory_keys is not None:
+            kept = inputs if self.shared_memory else inputs * rows
+            self.memory_keys, self.memory_values = self.memory_keys[kept:], self.memory_values[kept:]
+
+
 class DecoderCache:
     """The whole decoder's state: a :class:`KVCache` per layer and the number of positions decoded so far
     (the position of the next one)."""
@@ -56,3 +65,8 @@ class DecoderCache:
         """Continue from rows ``order`` (n,) of every layer (beam search); see :meth:`KVCache.reorder`."""
         for layer in self.layers:
             layer.reorder(order)
+
+    def drop_front(self, inputs: int, rows: int) -> None:
+        """Forget the first ``inputs`` inputs of every layer, ``rows`` rows each."""
+        for layer in self.layers:
+            layer.drop_front(inputs, rows)
