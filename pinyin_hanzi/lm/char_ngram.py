@@ -238,6 +238,9 @@ class CharNgramLM:
         self.contexts = contexts  # order k >= 2 -> (sorted context keys, total count, distinct next characters)
         self.min_counts: dict[int, int] = {}  # each order's effective min count, where counting pruned it
         self._offset = vocab_size**order
+        # order k's keys in the lookup tables carry k v^n on top, so that one sorted array holds every order;
+        # column j of a lookup is order j + 2
+        self._order_offsets = np.arange(2, order + 1, dtype=np.int64) * self._offset
         # The lookup tables are built at the first lookup: a model counted only to be stored (training, a
         # prepared store's counted/ folder) never needs them, and they take about as much memory again.
         self._lookup: _Lookup | None = None
@@ -351,11 +354,11 @@ class CharNgramLM:
         their log backoff weights (0 where unseen) and the sum of those of the longer ones, each (n, m)."""
         v, m = self.vocab_size, self.order - 1
         tables = self._lookup_tables()
-        offsets = np.arange(2, self.order + 1, dtype=np.int64) * self._offset  # order j + 2's keys: + (j + 2) v^n
         recent = context.numpy()[:, ::-1][:, :m]  # (n, m): the last id first
         histories = np.cumsum(recent * v ** np.arange(m, dtype=np.int64), axis=1)  # column j: order j + 2's context
-        index = np.searchsorted(tables.context_keys, histories + offsets)  # (n, m)
-        seen = tables.context_keys[index] == histories + offsets
+        keys = histories + self._order_offsets
+        index = np.searchsorted(tables.context_keys, keys)  # (n, m)
+        seen = tables.context_keys[index] == keys
         log_backoffs = np.where(seen, tables.context_log_backoffs[index], np.float32(0))  # (n, m)
         # backoff weights of the contexts above each order: above[:, j] = sum of log_backoffs[:, j + 1:]
         above = np.cumsum(log_backoffs[:, ::-1], axis=1)[:, ::-1] - log_backoffs  # (n, m)
@@ -365,8 +368,8 @@ class CharNgramLM:
                 candidates: np.ndarray) -> np.ndarray:
         """log P of candidates (n, c) after contexts given as :meth:`_contexts` gives them -> (n, c)."""
         tables = self._lookup_tables()
-        offsets = np.arange(2, self.order + 1, dtype=np.int64) * self._offset
-        queries = histories[:, :, None] * self.vocab_size + candidates[:, None, :] + offsets[:, None]  # (n, m, c)
+        queries = (histories[:, :, None] * self.vocab_size + candidates[:, None, :]
+                   + self._order_offsets[:, None])  # (n, m, c)
         found = np.searchsorted(tables.gram_keys, queries)  # (n, m, c)
         stored = tables.gram_keys[found] == queries
         result = self._unigrams[candidates] + above[:, :1] + log_backoffs[:, :1]
