@@ -144,12 +144,7 @@ def test_a_batchs_self_attention_cache_is_bf16_and_a_search_keeps_its_first_step
     source, steps = _ids((enough, 6), SOURCE_VOCAB, 1), _ids((enough, 4), TARGET_VOCAB, 2)
     with torch.no_grad():
         memory, _ = exact.encode(source)
-        exact_cache, low_cache = exact.new_cache(), low.new_cache()
-        for position in range(4):
-            reference = exact.decode(steps[:, position : position + 1], memory, None, cache=exact_cache)
-            logits = low.decode(steps[:, position : position + 1], memory, None, cache=low_cache)
-            assert logits.dtype == torch.float32
-            assert torch.allclose(logits, reference, atol=0.1, rtol=0.05)
+        exact_cache, low_cache = _steps_side_by_side(exact, low, memory, steps)
         assert low_cache.layers[0].keys.dtype == torch.bfloat16 and low_cache.layers[0].keys.shape[2] == 4
         assert exact_cache.layers[0].keys.dtype == torch.float32
         # a search of few inputs starts below MATMUL_ATTENTION_ROWS: its cache stays fp32 when its beams widen it
@@ -158,6 +153,18 @@ def test_a_batchs_self_attention_cache_is_bf16_and_a_search_keeps_its_first_step
         small.reorder(torch.arange(2).repeat_interleave(enough // 2))
         low.decode(steps[: 2 * (enough // 2), 1:2], memory[:2], None, cache=small)
         assert small.layers[0].keys.dtype == torch.float32
+
+
+def _steps_side_by_side(exact: InferenceDecoder, low: InferenceDecoder, memory: torch.Tensor, steps: torch.Tensor):
+    """Decode ``steps`` (b, t) one position at a time with both decoders, checking that the bf16 one's fp32
+    logits stay close to the exact ones at every step; their caches after the last."""
+    exact_cache, low_cache = exact.new_cache(), low.new_cache()
+    for position in range(steps.shape[1]):
+        reference = exact.decode(steps[:, position : position + 1], memory, None, cache=exact_cache)
+        logits = low.decode(steps[:, position : position + 1], memory, None, cache=low_cache)
+        assert logits.dtype == torch.float32
+        assert torch.allclose(logits, reference, atol=0.1, rtol=0.05)
+    return exact_cache, low_cache
 
 
 def test_a_bf16_cache_feeds_an_output_projection_that_stays_fp32_at_its_rows():
@@ -172,11 +179,7 @@ def test_a_bf16_cache_feeds_an_output_projection_that_stays_fp32_at_its_rows():
     source, steps = _ids((rows, 6), SOURCE_VOCAB, 1), _ids((rows, 2), TARGET_VOCAB, 2)
     with torch.no_grad():
         memory, _ = exact.encode(source)
-        exact_cache, low_cache = exact.new_cache(), low.new_cache()
-        for position in range(2):
-            reference = exact.decode(steps[:, position : position + 1], memory, None, cache=exact_cache)
-            logits = low.decode(steps[:, position : position + 1], memory, None, cache=low_cache)
-            assert torch.allclose(logits, reference, atol=0.1, rtol=0.05)
+        _, low_cache = _steps_side_by_side(exact, low, memory, steps)
     assert low_cache.layers[0].keys.dtype == torch.bfloat16
 
 
