@@ -598,8 +598,10 @@ def test_several_batches_are_searched_side_by_side_with_the_results_of_one_threa
     finally:
         torch.set_num_threads(threads)
     assert side_by_side == alone
-    # the first pass's 4 batches on 2 threads of one torch thread each; a pass of one batch (the alternative
-    # reading of xian) runs in the caller's thread, on its 2
+    # the first pass's 4 batches on (up to) 2 pool threads of one torch thread each (a pool thread that starts
+    # late may find the others' batches all taken); a pass of one batch (the alternative reading of xian) runs
+    # in the caller's thread, on its 2
     workers = {ident for ident, count in seen if count == 1}
-    assert len(workers) == 2 and sum(count == 1 for _, count in seen) == 4
+    assert 1 <= len(workers) <= 2 and threading.get_ident() not in workers
+    assert sum(count == 1 for _, count in seen) == 4
     assert all(count == 2 and ident not in workers for ident, count in seen if count != 1)
