@@ -5,7 +5,7 @@ import torch.nn.functional as F
 from pinyin_hanzi.config import ModelConfig
 from pinyin_hanzi.data.vocab import BOS_ID, PAD_ID
 from pinyin_hanzi.models import inference
-from pinyin_hanzi.models.inference import BF16_MIN_TOKENS, InferenceDecoder
+from pinyin_hanzi.models.inference import InferenceDecoder
 from pinyin_hanzi.models.transformer import Transformer, shift_right
 
 SOURCE_VOCAB, TARGET_VOCAB = 30, 40
@@ -115,7 +115,7 @@ def test_bf16_products_stay_close_to_fp32_and_a_step_of_one_row_stays_fp32_to_th
     for rows, bf16_used in ((enough, True), (1, False)):
         source, step_input = _ids((rows, 6), SOURCE_VOCAB, 1), _ids((rows, 1), TARGET_VOCAB, 2)
         with torch.no_grad():
-            memory, _ = exact.encode(source)  # 6 rows x 6 tokens: under BF16_MIN_TOKENS, fp32 either way
+            memory, _ = exact.encode(source)
             exact_cache, low_cache = exact.new_cache(), low.new_cache()
             reference = exact.decode(step_input, memory[:, :1], None, cache=exact_cache)  # one memory row
             logits = low.decode(step_input, memory[:, :1], None, cache=low_cache)
@@ -124,11 +124,36 @@ def test_bf16_products_stay_close_to_fp32_and_a_step_of_one_row_stays_fp32_to_th
         assert torch.equal(logits, reference) != bf16_used  # bf16 where the rows repay it, and only there
 
 
-def test_bf16_encoder_runs_for_batches_only_and_gives_fp32_memory_close_to_fp32():
+@pytest.mark.parametrize("overrides", MODELS)
+def test_the_fast_encoder_gives_the_book_models_memory_and_mask(overrides):
+    model = _model(**overrides)
+    fast = InferenceDecoder(model)
+    for padded in (False, True):
+        source = _ids((3, 7), SOURCE_VOCAB, 4)
+        if padded:
+            source[0, 3:] = PAD_ID
+        with torch.no_grad():
+            reference, reference_mask = model.encode(source)
+            memory, mask = fast.encode(source)
+        assert torch.equal(mask, reference_mask)
+        real = mask[:, 0, 0]  # (b, s): padded positions' memory is never attended to
+        assert torch.allclose(memory[real], reference[real], atol=1e-5)
+    with pytest.raises(ValueError, match="max_positions=16"):
+        fast.encode(_ids((1, 17), SOURCE_VOCAB, 1))
+
+
+def _encoder_projections(decoder: InferenceDecoder) -> list:
+    layer = decoder.encoder_layers[0]
+    return [layer.self_attention.query_key_value, layer.self_attention.out, layer.expand, layer.contract]
+
+
+def test_bf16_encoder_products_run_from_their_rows_and_give_fp32_memory_close_to_fp32():
     model = _model()
     exact, low = InferenceDecoder(model), InferenceDecoder(model, bf16=True)
-    for rows, bf16_used in ((BF16_MIN_TOKENS // 8, True), (2, False)):
-        source = _ids((rows, 8), SOURCE_VOCAB, 3)
+    enough = max(projection.bf16_rows for projection in _encoder_projections(low))  # rows = inputs x tokens
+    for inputs, bf16_used in ((-(-enough // 8), True), (1, False)):
+        source = _ids((inputs, 8), SOURCE_VOCAB, 3)
+        source[0, 5:] = PAD_ID
         with torch.no_grad():
             reference, mask = exact.encode(source)
             memory, low_mask = low.encode(source)

@@ -26,17 +26,24 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from pinyin_hanzi.data.vocab import PAD_ID
 from pinyin_hanzi.models.candidate_logits import shared_candidate_logits
 from pinyin_hanzi.models.kv_cache import DecoderCache, KVCache
-from pinyin_hanzi.models.transformer import DecoderLayer, MultiHeadAttention, Transformer
+from pinyin_hanzi.models.transformer import DecoderLayer, EncoderLayer, MultiHeadAttention, Transformer
 
 Norm = tuple[tuple[int, ...], torch.Tensor, torch.Tensor, float]  # F.layer_norm's: shape, weight, bias, eps
 
-# A bf16 product pays for its casts from about a million multiply-adds (measured on an AVX512-BF16 CPU, one
-# thread: at 5 rows, 256 x 1024 takes 175 us fp32 vs 74 us bf16, 256 x 256 31 vs 48 us; one row is slower
-# in bf16 at every size). So a single sentence's narrow products stay fp32 and beams' and batches' go bf16.
-BF16_MIN_MACS = 1 << 20
-BF16_MIN_TOKENS = 256  # the encoder runs under bf16 autocast from this many input tokens
+# Which kernel multiplies x (rows, in) by a weight (out, in) fastest, measured on the development CPU (AMD EPYC,
+# AVX512-BF16), one thread. F.linear (MKL) costs about rows x a one-row product: 256 x 256 at 1 / 5 / 11 rows
+# 4.9 / 14.1 / 22.3 us, 1024 x 256 15 / 56 / 88 us. oneDNN's blocked weights cost ~11 us a call whatever the
+# size (an 8 x 8 product too), then little per row: 256 x 256 13.9 / 17.5 us at 5 / 11 rows, 1024 x 256 25 /
+# 39 us, and in bf16 (the casts included) less again from two rows: 13.3 / 15.7, 17.5 / 25.7 us. So products
+# from PACKED_MIN_MACS multiply-adds (5 rows of 256 x 256, 2 of 768 x 256) take the blocked weights, in bf16
+# where bf16 is on; smaller ones (a first step's one row, a single sentence's 256 x 256 below 5 rows) F.linear
+# in fp32. Without blocked weights a bf16 product (F.linear) pays for its casts from about a million
+# multiply-adds (UNPACKED_BF16_MIN_MACS: at 5 rows, 256 x 1024 175 us fp32 vs 74 us bf16, 256 x 256 31 vs 48).
+PACKED_MIN_MACS = 5 << 16
+UNPACKED_BF16_MIN_MACS = 1 << 20
 # A step's attention of one query row per hypothesis: PyTorch's fused CPU kernel is the faster below about 80
 # rows and slower above, 2x for self-attention at 1,280 rows (a batch's beams: 1.47 vs 0.72 ms, two threads)
 # and 5x where g rows share their keys (cross-attention, 256 inputs x 5 beams: 2.4 vs 0.43 ms).
@@ -52,13 +59,14 @@ class Projection(NamedTuple):
     weight: torch.Tensor  # (out, in)
     bias: torch.Tensor | None  # (out,)
     low: tuple[torch.Tensor, torch.Tensor | None] | None = None  # bf16 weight and bias, or None: always fp32
-    bf16_rows: int = 0  # rows from which ``low`` is used: BF16_MIN_MACS / (out x in), at least 2
+    bf16_rows: int = 0  # rows from which ``low`` is used: PACKED_MIN_MACS (or UNPACKED_...) / (out x in), >= 2
     packed: torch.Tensor | None = None
     low_packed: torch.Tensor | None = None
+    packed_rows: int = 2  # rows from which ``packed`` is used (fp32): PACKED_MIN_MACS / (out x in), >= 2
 
     def __call__(self, x: torch.Tensor, keep_bf16: bool = False) -> torch.Tensor:
         """x @ weight.T + bias, in x's dtype; ``keep_bf16``: a bf16 product's output stays bf16 (for a
-        next product that would cast it back)."""
+        next product that would cast it back, or a residual addition that promotes it)."""
         rows = x.shape[:-1].numel()
         if self.low is not None and rows >= self.bf16_rows:
             if self.low_packed is not None:
@@ -68,7 +76,7 @@ class Projection(NamedTuple):
             return product if keep_bf16 else product.to(x.dtype)
         if x.dtype != self.weight.dtype:  # a bf16 input (attention over a bf16 cache) below bf16_rows
             x = x.to(self.weight.dtype)
-        if self.packed is not None and rows >= PACKED_MIN_ROWS:
+        if self.packed is not None and rows >= self.packed_rows:
             return _packed_linear(x, self.packed, self.bias)
         return F.linear(x, self.weight, self.bias)
 
@@ -109,6 +117,19 @@ class DecoderLayerWeights(NamedTuple):
                    tuple(_norm(sublayer.norm) for sublayer in layer.sublayers))
 
 
+class EncoderLayerWeights(NamedTuple):
+    self_attention: AttentionWeights
+    expand: Projection
+    contract: Projection
+    norms: tuple[Norm, ...]  # around self-attention, feed-forward
+
+    @classmethod
+    def of(cls, layer: EncoderLayer, bf16: bool) -> EncoderLayerWeights:
+        return cls(AttentionWeights.of(layer.self_attention, bf16, stacked=True),
+                   _linear(layer.feed_forward.expand, bf16), _linear(layer.feed_forward.contract, bf16),
+                   tuple(_norm(sublayer.norm) for sublayer in layer.sublayers))
+
+
 class InferenceDecoder:
     """What a search runs: ``encode``, ``new_cache`` and a cached one-position ``decode`` with the signatures
     and values of :class:`Transformer`'s. It reads the model's weights when it is built, some of them as
@@ -116,30 +137,38 @@ class InferenceDecoder:
     fraction of a millisecond) while the model changes (validation during training), and again after changing
     it (``to()``, loading weights).
 
-    ``bf16``: the decoder's products of ``BF16_MIN_MACS`` multiply-adds or more, and the encoder of inputs
-    of ``BF16_MIN_TOKENS`` tokens or more, run in bf16 (2-4x faster where the CPU multiplies bf16 natively).
-    The bf16 copies of the decoder's weights (4 MB for the shipped model) take milliseconds to make: a
-    converter builds its decoder once and keeps it."""
+    ``bf16``: the encoder's and decoder's products of ``PACKED_MIN_MACS`` multiply-adds or more run in bf16
+    (faster where the CPU multiplies bf16 natively), and a batch's attention. The bf16 copies of the weights
+    (5 MB for the shipped model) take milliseconds to make: a converter builds its decoder once and keeps it."""
 
     def __init__(self, model: Transformer, bf16: bool = False):
         self.model, self.bf16 = model, bf16
+        source = model.source_embedding
+        self.source_tokens, self.source_positions = source.tokens.weight, source.positions
+        self.pre_norm = model.config.norm == "pre"
+        self.encoder_layers = [EncoderLayerWeights.of(layer, bf16) for layer in model.encoder_layers]
+        self.encoder_norm = _norm(model.encoder_norm) if self.pre_norm else None  # post-norm: nn.Identity
         embedding = model.target_embedding
         self.tokens, self.positions, self.scale = embedding.tokens.weight, embedding.positions, embedding.scale
-        self.pre_norm = model.config.norm == "pre"
         self.layers = [DecoderLayerWeights.of(layer, bf16) for layer in model.decoder_layers]
         self.final_norm = _norm(model.decoder_norm) if self.pre_norm else None  # post-norm: nn.Identity
         self.output = model.output.weight  # (v, d)
         self.output_low = self.output.detach().bfloat16() if bf16 else None  # candidate logits of batches
 
     def encode(self, source: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """:meth:`Transformer.encode`: source (b, s) -> memory (b, s, d), padding mask (b, 1, 1, s); under bf16
-        autocast for inputs of ``BF16_MIN_TOKENS`` or more (autocast casts the encoder's weights at each call:
-        a cost that only a batch repays). The memory is fp32 either way."""
-        if self.bf16 and source.numel() >= BF16_MIN_TOKENS:
-            with torch.autocast(source.device.type, dtype=torch.bfloat16):
-                memory, padding_mask = self.model.encode(source)
-            return memory.float(), padding_mask
-        return self.model.encode(source)
+        """:meth:`Transformer.encode`: source (b, s) -> memory (b, s, d), fp32, and the padding mask (b, 1, 1, s).
+        Attention applies no mask where nothing is padded (a single sentence). ValueError past max_positions."""
+        length = source.shape[1]
+        if length > self.source_positions.shape[0]:
+            raise ValueError(f"sequence of {length} positions exceeds max_positions={self.source_positions.shape[0]}")
+        padding_mask = (source != PAD_ID)[:, None, None, :]
+        mask = None if bool(padding_mask.all()) else padding_mask
+        x = F.embedding(source, self.source_tokens) * self.scale + self.source_positions[:length]  # (b, s, d)
+        for layer in self.encoder_layers:
+            around_attention, around_feed_forward = layer.norms
+            x = self._sublayer(x, around_attention, _encoder_self_attention, layer.self_attention, mask)
+            x = self._sublayer(x, around_feed_forward, _feed_forward, layer.expand, layer.contract)
+        return (x if self.encoder_norm is None else F.layer_norm(x, *self.encoder_norm)), padding_mask
 
     def new_cache(self) -> DecoderCache:
         """A cache whose memory keys/values stay one row per input (see :meth:`decode`)."""
@@ -166,7 +195,7 @@ class InferenceDecoder:
         hidden = x if self.final_norm is None else F.layer_norm(x, *self.final_norm)  # (b, 1, d)
         if candidates is None:
             return F.linear(hidden, self.output)  # (b, 1, v)
-        if self.output_low is not None and hidden.numel() * candidates.shape[-1] >= BF16_MIN_MACS:  # a batch's
+        if self.output_low is not None and hidden.numel() * candidates.shape[-1] >= UNPACKED_BF16_MIN_MACS:  # a batch's
             return shared_candidate_logits(hidden.to(torch.bfloat16), self.output_low, candidates).float()
         return shared_candidate_logits(hidden, self.output, candidates)  # (b, 1, c)
 
@@ -179,7 +208,8 @@ class InferenceDecoder:
         return self._sublayer(x, around_feed_forward, _feed_forward, layer.expand, layer.contract)
 
     def _sublayer(self, x: torch.Tensor, norm: Norm, function: Callable[..., torch.Tensor], *args) -> torch.Tensor:
-        """:class:`Sublayer`: pre-norm x + f(LN(x)), or post-norm LN(x + f(x))."""
+        """:class:`Sublayer`: pre-norm x + f(LN(x)), or post-norm LN(x + f(x)). f's output may be bf16 (a bf16
+        product's): adding it to the fp32 residual stream promotes it, as a cast would, without the copy."""
         if self.pre_norm:
             return x + function(F.layer_norm(x, *norm), *args)
         return F.layer_norm(x + function(x, *args), *norm)
@@ -191,15 +221,27 @@ def _linear(layer: nn.Linear, bf16: bool) -> Projection:
 
 def _projection(weight: torch.Tensor, bias: torch.Tensor | None, bf16: bool) -> Projection:
     weight, bias = weight.detach(), None if bias is None else bias.detach()
+    packed, packed_rows = _prepacked(weight, bias), _rows_for(PACKED_MIN_MACS, weight)
     if not bf16:
-        return Projection(weight, bias, packed=_prepacked(weight, bias))
+        return Projection(weight, bias, packed=packed, packed_rows=packed_rows)
     low = weight.bfloat16(), None if bias is None else bias.bfloat16()
-    return Projection(weight, bias, low, max(2, -(-BF16_MIN_MACS // weight.numel())), _prepacked(weight, bias),
-                      _prepacked(*low))
+    low_packed = _prepacked(*low)
+    bf16_rows = packed_rows if low_packed is not None else _rows_for(UNPACKED_BF16_MIN_MACS, weight)
+    return Projection(weight, bias, low, bf16_rows, packed, low_packed, packed_rows)
+
+
+def _rows_for(macs: int, weight: torch.Tensor) -> int:
+    """The fewest rows (at least 2) whose product by ``weight`` takes ``macs`` multiply-adds."""
+    return max(2, -(-macs // weight.numel()))
 
 
 def _packed_linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+    return _LINEAR_POINTWISE(x, packed, bias, "none", [], "")
+
+
+# oneDNN's linear kernel, its one overload named (the op's overload resolution costs a microsecond a call);
+# None where this build of PyTorch has none
+_LINEAR_POINTWISE = getattr(getattr(torch.ops.mkldnn, "_linear_pointwise", None), "default", None)
 
 
 def _prepacked(weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor | None:
@@ -207,8 +249,9 @@ def _prepacked(weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor 
     or None: on a GPU, where this build of PyTorch has no oneDNN or refuses it, or where its product of a
     probe differs from F.linear's. A decoder step multiplies a few rows by each weight, where the blocked
     layout reads the weight faster: at 5 rows 1.3-2x (256 x 768 fp32 21.8 vs 41.7 us, 256 x 1024 bf16
-    23.1 vs 33.2 us, one thread); at one row it is slower (PACKED_MIN_ROWS); a batch's 1,280 rows gain 5-8%."""
-    if weight.device.type != "cpu" or not torch.backends.mkldnn.is_available():
+    23.1 vs 33.2 us, one thread); for small products it is slower (PACKED_MIN_MACS); a batch's 1,280 rows
+    gain 5-8%."""
+    if weight.device.type != "cpu" or not torch.backends.mkldnn.is_available() or _LINEAR_POINTWISE is None:
         return None
     try:
         packed = torch.ops.mkldnn._reorder_linear_weight(weight, PACKED_ROWS_HINT)
@@ -220,7 +263,7 @@ def _prepacked(weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor 
     return packed if same else None
 
 
-PACKED_MIN_ROWS, PACKED_ROWS_HINT = 2, 5  # oneDNN's layout from two rows; packed for a beam's five
+PACKED_ROWS_HINT = 5  # the rows oneDNN's layout is chosen for: a beam's five
 
 
 def _norm(layer: nn.LayerNorm) -> Norm:
@@ -252,7 +295,16 @@ def _attend(query: torch.Tensor, attention: AttentionWeights, keys: torch.Tensor
         if mask is not None:
             scores = scores.masked_fill(~mask, float("-inf"))
         attended = scores.float().softmax(dim=-1).to(values.dtype) @ values  # (n, h, g, k)
-    return attention.out(attended.transpose(1, 2).reshape(rows, 1, -1))  # (n, g, h k) -> (g n, 1, d)
+    return attention.out(attended.transpose(1, 2).reshape(rows, 1, -1), keep_bf16=True)  # (n, g, h k) -> (g n, 1, d)
+
+
+def _encoder_self_attention(x: torch.Tensor, attention: AttentionWeights, mask: torch.Tensor | None) -> torch.Tensor:
+    """Every source position attends to every real one: x (b, s, d) -> (b, s, d); in bf16 where the stacked
+    product is."""
+    query, keys, values = (_split_heads(part, attention.n_heads)
+                           for part in attention.query_key_value(x, keep_bf16=True).chunk(3, dim=-1))
+    attended = F.scaled_dot_product_attention(query, keys, values, attn_mask=mask)  # (b, h, s, k)
+    return attention.out(attended.transpose(1, 2).reshape(x.shape[0], x.shape[1], -1), keep_bf16=True)
 
 
 def _self_attention(x: torch.Tensor, attention: AttentionWeights, cache: KVCache) -> torch.Tensor:
@@ -260,7 +312,7 @@ def _self_attention(x: torch.Tensor, attention: AttentionWeights, cache: KVCache
     low = x.shape[0] >= MATMUL_ATTENTION_ROWS if cache.keys is None else cache.keys.dtype == torch.bfloat16
     query, keys, values = attention.query_key_value(x, keep_bf16=low).chunk(3, dim=-1)  # three (b, 1, d)
     keys, values = cache.append(_split_heads(keys, attention.n_heads), _split_heads(values, attention.n_heads))
-    return _attend(query, attention, keys, values, None).to(x.dtype)  # keys, values: (b, h, t, k)
+    return _attend(query, attention, keys, values, None)  # keys, values: (b, h, t, k)
 
 
 def _cross_attention(x: torch.Tensor, attention: AttentionWeights, memory: torch.Tensor,
@@ -273,10 +325,10 @@ def _cross_attention(x: torch.Tensor, attention: AttentionWeights, memory: torch
         cache.memory_keys, cache.memory_values = _keys_values(memory, attention, low)  # (b, h, s, k) each
     low = cache.memory_keys.dtype == torch.bfloat16
     query = attention.query(x, keep_bf16=low).to(cache.memory_keys.dtype)
-    return _attend(query, attention, cache.memory_keys, cache.memory_values, cross_mask).to(x.dtype)
+    return _attend(query, attention, cache.memory_keys, cache.memory_values, cross_mask)
 
 
 def _feed_forward(x: torch.Tensor, expand: Projection, contract: Projection) -> torch.Tensor:
-    """(b, 1, d) -> (b, 1, f) -> (b, 1, d). A batch's (b, f) stays bf16 between its products (they have one
+    """(b, t, d) -> (b, t, f) -> (b, t, d). A batch's (b, f) stays bf16 between its products (they have one
     size, so both or neither are bf16): the same values as casting it to fp32 and back, without the copies."""
-    return contract(F.relu(expand(x, keep_bf16=True))).to(x.dtype)
+    return contract(F.relu(expand(x, keep_bf16=True)), keep_bf16=True)
