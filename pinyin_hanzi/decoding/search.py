@@ -96,14 +96,15 @@ class NgramFusion:
         packed = 2 * int(real.sum()) < real.numel()
         if packed:  # mostly <pad>, as a batch's lists are, padded to the longest at each position
             rows, columns = real.nonzero(as_tuple=True)
-        total = torch.zeros(ids.shape)
+        total = None
         for model, weight in self.models:
             if packed and hasattr(model, "log_prob_entries"):  # each real entry alone, each context looked up once
                 entries = model.log_prob_entries(context, rows, ids[rows, columns])  # (R,)
-                total.index_put_((rows, columns), weight * entries, accumulate=True)
+                scores = torch.zeros(ids.shape).index_put_((rows, columns), weight * entries)
             else:
-                total += weight * model.log_prob(context, ids)
-        return total.masked_fill(~real, 0.0)
+                scores = weight * model.log_prob(context, ids)
+            total = scores if total is None else total + scores
+        return torch.where(real, total, 0.0)
 
     @staticmethod
     def advance(context: torch.Tensor, order: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
@@ -132,7 +133,7 @@ def beam_search(model: Transformer | InferenceDecoder, source: torch.Tensor, con
     if not isinstance(model, InferenceDecoder):  # the cached decoder step without nn.Module's per-step lookups
         model = InferenceDecoder(model)
     batch, length = source.shape
-    lengths = (source != PAD_ID).sum(dim=1)
+    lengths = (source != PAD_ID).sum(dim=1).tolist()
     memory, cross_mask = encode(model, source)  # (b, s, d), (b, 1, 1, s) or None
     cache = model.new_cache()
     rows = 1  # decoder rows per input: one (after <s> all beams are alike) at the first step, then beam
@@ -145,7 +146,9 @@ def beam_search(model: Transformer | InferenceDecoder, source: torch.Tensor, con
     # converter sorts a batch by length), they leave it, and the steps after run on the others alone.
     final_scores, final_history, done = scores.clone(), torch.zeros_like(history), 0  # done: inputs that left
     for position in range(length):
-        finished = int((lengths[done : done + batch] <= position).cumprod(0).sum())  # leading finished inputs
+        finished = 0  # leading finished inputs
+        while finished < batch and lengths[done + finished] <= position:
+            finished += 1
         if finished and finished < batch:
             final_scores[done : done + finished] = scores[:finished]
             final_history[done : done + finished] = history[:finished]
@@ -166,8 +169,9 @@ def beam_search(model: Transformer | InferenceDecoder, source: torch.Tensor, con
         logits = model.decode(previous, memory, cross_mask, cache=cache,
                               candidates=ids[:, None, :].to(source.device) if lists else None)  # (b r, 1, c)
         width = logits.shape[-1]  # c
-        log_probs = (logits[:, -1].float().cpu().view(batch, rows, width)
-                     .masked_fill(~real[:, None, :], float("-inf")).log_softmax(-1))  # (b, r, c)
+        if logits.dtype != torch.float32 or logits.device.type != "cpu":
+            logits = logits.to("cpu", torch.float32)
+        log_probs = logits.view(batch, rows, width).masked_fill(~real[:, None, :], float("-inf")).log_softmax(-1)
         if fusion is not None:  # the fused models' one place (and the forced last character's, above)
             log_probs = log_probs + fusion.scores(context, ids.repeat_interleave(rows, dim=0)).view(batch, rows, width)
         total = (scores[:, :rows, None] + log_probs).view(batch, rows * width)  # (b, r c)
@@ -187,10 +191,10 @@ def beam_search(model: Transformer | InferenceDecoder, source: torch.Tensor, con
         history[:, :, position] = token
         previous = token.view(batch * beam, 1).to(source.device)
     final_scores[done:], final_history[done:] = scores, history
-    alive = final_scores != float("-inf")  # dead beams (fewer candidates than beams); NaN (broken weights) stays
-    lengths = lengths.tolist()
-    return [[(final_history[i, k, : lengths[i]].tolist(), float(final_scores[i, k])) for k in range(beam)
-             if alive[i, k]] for i in range(len(lengths))]
+    # dead beams (fewer candidates than beams) score -inf; NaN (broken weights) stays
+    final_history, final_scores = final_history.tolist(), final_scores.tolist()
+    return [[(final_history[i][k][: lengths[i]], final_scores[i][k]) for k in range(beam)
+             if final_scores[i][k] != float("-inf")] for i in range(len(lengths))]
 
 
 def _fuse_forced(fusion: NgramFusion, context: torch.Tensor, forced: torch.Tensor, rows: int, scores: torch.Tensor,

@@ -241,6 +241,7 @@ class CharNgramLM:
         # order k's keys in the lookup tables carry k v^n on top, so that one sorted array holds every order;
         # column j of a lookup is order j + 2
         self._order_offsets = np.arange(2, order + 1, dtype=np.int64) * self._offset
+        self._powers = vocab_size ** np.arange(order - 1, dtype=np.int64)  # digit j of a context: x v^j
         # The lookup tables are built at the first lookup: a model counted only to be stored (training, a
         # prepared store's counted/ folder) never needs them, and they take about as much memory again.
         self._lookup: _Lookup | None = None
@@ -352,10 +353,10 @@ class CharNgramLM:
     def _contexts(self, context: torch.Tensor) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per row of context (n, m): its suffixes' ids as base-v digits (column j: the context of order j + 2),
         their log backoff weights (0 where unseen) and the sum of those of the longer ones, each (n, m)."""
-        v, m = self.vocab_size, self.order - 1
+        m = self.order - 1
         tables = self._lookup_tables()
         recent = context.numpy()[:, ::-1][:, :m]  # (n, m): the last id first
-        histories = np.cumsum(recent * v ** np.arange(m, dtype=np.int64), axis=1)  # column j: order j + 2's context
+        histories = np.cumsum(recent * self._powers, axis=1)  # column j: order j + 2's context
         keys = histories + self._order_offsets
         index = np.searchsorted(tables.context_keys, keys)  # (n, m)
         seen = tables.context_keys[index] == keys

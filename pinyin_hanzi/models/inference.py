@@ -69,11 +69,12 @@ class Projection(NamedTuple):
         next product that would cast it back, or a residual addition that promotes it)."""
         rows = x.shape[:-1].numel()
         if self.low is not None and rows >= self.bf16_rows:
+            low = x if x.dtype == torch.bfloat16 else x.to(torch.bfloat16)  # (a call costs a microsecond)
             if self.low_packed is not None:
-                product = _packed_linear(x.to(torch.bfloat16), self.low_packed, self.low[1])
+                product = _packed_linear(low, self.low_packed, self.low[1])
             else:
-                product = F.linear(x.to(torch.bfloat16), *self.low)
-            return product if keep_bf16 else product.to(x.dtype)
+                product = F.linear(low, *self.low)
+            return product if keep_bf16 or x.dtype == torch.bfloat16 else product.to(x.dtype)
         if x.dtype != self.weight.dtype:  # a bf16 input (attention over a bf16 cache) below bf16_rows
             x = x.to(self.weight.dtype)
         if self.packed is not None and rows >= self.packed_rows:
@@ -324,7 +325,9 @@ def _cross_attention(x: torch.Tensor, attention: AttentionWeights, memory: torch
         low = x.shape[0] >= MATMUL_ATTENTION_ROWS
         cache.memory_keys, cache.memory_values = _keys_values(memory, attention, low)  # (b, h, s, k) each
     low = cache.memory_keys.dtype == torch.bfloat16
-    query = attention.query(x, keep_bf16=low).to(cache.memory_keys.dtype)
+    query = attention.query(x, keep_bf16=low)
+    if query.dtype != cache.memory_keys.dtype:
+        query = query.to(cache.memory_keys.dtype)
     return _attend(query, attention, cache.memory_keys, cache.memory_values, cross_mask)
 
 

@@ -173,7 +173,7 @@ class Lexicon:
         used, inverse = rows.unique(return_inverse=True)
         lists = [self._ids[row] for row in used.tolist()]
         ids = pad_sequence(lists, batch_first=True, padding_value=PAD_ID)  # (rows used, c)
-        real = pad_sequence([torch.ones(len(row), dtype=torch.bool) for row in lists], batch_first=True)
+        real = torch.arange(ids.shape[1]) < torch.tensor([len(row) for row in lists])[:, None]  # PAD_ROW's <pad> is real
         return ids[inverse], real[inverse]
 
     def for_vocab(self, pinyin_vocab: Vocab) -> tuple[torch.Tensor, torch.Tensor]:
