@@ -171,7 +171,7 @@ def beam_search(model: Transformer | InferenceDecoder, source: torch.Tensor, con
         width = logits.shape[-1]  # c
         if logits.dtype != torch.float32 or logits.device.type != "cpu":
             logits = logits.to("cpu", torch.float32)
-        log_probs = logits.view(batch, rows, width).masked_fill(~real[:, None, :], float("-inf")).log_softmax(-1)
+        log_probs = torch.where(real[:, None, :], logits.view(batch, rows, width), float("-inf")).log_softmax(-1)
         if fusion is not None:  # the fused models' one place (and the forced last character's, above)
             log_probs = log_probs + fusion.scores(context, ids.repeat_interleave(rows, dim=0)).view(batch, rows, width)
         total = (scores[:, :rows, None] + log_probs).view(batch, rows * width)  # (b, r c)

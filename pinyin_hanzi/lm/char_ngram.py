@@ -369,13 +369,13 @@ class CharNgramLM:
                 candidates: np.ndarray) -> np.ndarray:
         """log P of candidates (n, c) after contexts given as :meth:`_contexts` gives them -> (n, c)."""
         tables = self._lookup_tables()
-        queries = (histories[:, :, None] * self.vocab_size + candidates[:, None, :]
-                   + self._order_offsets[:, None])  # (n, m, c)
+        queries = (histories * self.vocab_size + self._order_offsets)[:, :, None] + candidates[:, None, :]  # (n, m, c)
         found = np.searchsorted(tables.gram_keys, queries)  # (n, m, c)
         stored = tables.gram_keys[found] == queries
-        result = self._unigrams[candidates] + above[:, :1] + log_backoffs[:, :1]
+        backed_off = tables.gram_log_probs[found] + above[:, :, None]  # (n, m, c): where stored
+        result = self._unigrams[candidates] + (above[:, :1] + log_backoffs[:, :1])
         for j in range(self.order - 1):  # each longer order replaces the one below where its n-gram is stored
-            result = np.where(stored[:, j], tables.gram_log_probs[found[:, j]] + above[:, j : j + 1], result)
+            result = np.where(stored[:, j], backed_off[:, j], result)
         return result
 
     def sentence_log_prob(self, ids: Sequence[int]) -> float:

@@ -189,7 +189,7 @@ class InferenceDecoder:
         start = cache.length
         if start + 1 > self.positions.shape[0]:
             raise ValueError(f"sequence of {start + 1} positions exceeds max_positions={self.positions.shape[0]}")
-        x = F.embedding(target_input, self.tokens) * self.scale + self.positions[start : start + 1]  # (b, 1, d)
+        x = torch.add(self.positions[start : start + 1], F.embedding(target_input, self.tokens), alpha=self.scale)
         for layer, layer_cache in zip(self.layers, cache.layers):
             x = self._layer_step(x, layer, memory, padding_mask, layer_cache)
         cache.length += 1
