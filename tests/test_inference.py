@@ -230,3 +230,40 @@ def test_onednn_blocked_weights_give_the_plain_products_and_are_left_out_where_t
     monkeypatch.setattr(inference, "_packed_linear", original)
     monkeypatch.setattr(torch.backends.mkldnn, "is_available", lambda: False)
     assert inference._prepacked(weight, bias) is None
+
+
+@pytest.mark.parametrize("overrides", MODELS)
+@pytest.mark.parametrize("padded", [True, False])
+def test_cross_attention_over_a_folded_memory_gives_the_unfolded_values_and_folds_one_input_only(overrides, padded,
+                                                                                              monkeypatch):
+    # The query and output projections folded into the memory (a single input's search) or run at every step:
+    # the same logits, with and without a padding mask.
+    model = _model(**overrides)
+    source, steps = _ids((2, 5), SOURCE_VOCAB, 1), _ids((6, 3), TARGET_VOCAB, 2)
+    source[1, 3:] = PAD_ID
+    fast = InferenceDecoder(model)
+
+    def run(inputs):
+        with torch.no_grad():
+            memory, mask = fast.encode(source[:inputs])
+            mask = mask if padded else None
+            cache = fast.new_cache()
+            logits = [fast.decode(steps[: 3 * inputs : 3, :1], memory, mask, cache=cache)]
+            cache.reorder(torch.arange(inputs).repeat_interleave(3))  # three rows per input share its memory
+            logits += [fast.decode(steps[: 3 * inputs, t : t + 1], memory, mask, cache=cache) for t in (1, 2)]
+        return logits, cache
+
+    folded, cache = run(1)
+    assert cache.layers[0].folded is not None and run(2)[1].layers[0].folded is None
+    monkeypatch.setattr(inference, "FOLDED_MAX_INPUTS", 0)
+    unfolded, cache = run(1)
+    assert cache.layers[0].folded is None
+    for a, b in zip(folded, unfolded):
+        assert torch.allclose(a, b, atol=1e-5)
+    assert not torch.allclose(folded[1][0], folded[1][1], atol=1e-3)  # the rows differ: the check has teeth
+    monkeypatch.setattr(inference, "FOLDED_MAX_INPUTS", 2)  # a padded batch through the folded path
+    together, cache = run(2)
+    assert cache.layers[0].folded is not None
+    monkeypatch.setattr(inference, "FOLDED_MAX_INPUTS", 0)
+    for a, b in zip(together, run(2)[0]):
+        assert torch.allclose(a, b, atol=1e-5)

@@ -44,6 +44,12 @@ Norm = tuple[tuple[int, ...], torch.Tensor, torch.Tensor, float]  # F.layer_norm
 # multiply-adds (UNPACKED_BF16_MIN_MACS: at 5 rows, 256 x 1024 175 us fp32 vs 74 us bf16, 256 x 256 31 vs 48).
 PACKED_MIN_MACS = 5 << 16
 UNPACKED_BF16_MIN_MACS = 1 << 20
+# Cross-attention over a memory with its query and output projections folded in (_fold_memory) in searches of
+# at most this many inputs: a step then costs two small products instead of two projections and an attention
+# (one sentence's cross-attention 44 -> 13 us hot, one thread; its search 10.4 vs 10.7 ms). From two inputs
+# on the folded products, one per input, are no faster than the projections of all rows at once (2 and 4
+# inputs alike, 24: 82 vs 77 ms).
+FOLDED_MAX_INPUTS = 1
 # A step's attention of one query row per hypothesis: PyTorch's fused CPU kernel is the faster below about 80
 # rows and slower above, 2x for self-attention at 1,280 rows (a batch's beams: 1.47 vs 0.72 ms, two threads)
 # and 5x where g rows share their keys (cross-attention, 256 inputs x 5 beams: 2.4 vs 0.43 ms).
@@ -92,6 +98,9 @@ class AttentionWeights(NamedTuple):
     query_key_value: Projection | None
     out: Projection
     n_heads: int
+    # cross-attention's query and output weights split by head, for folding into the memory (_fold_memory):
+    # the query's weight and bias scaled by 1 / sqrt(k), (h, k, d) and (h, k, 1), and the output's, (h, k, d)
+    by_head: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
 
     @classmethod
     def of(cls, module: MultiHeadAttention, bf16: bool, stacked: bool) -> AttentionWeights:
@@ -100,7 +109,12 @@ class AttentionWeights(NamedTuple):
             query_key_value = _projection(torch.cat([module.query.weight, module.key_value.weight]).detach(),
                                           torch.cat([module.query.bias, module.key_value.bias]).detach(), bf16)
             return cls(None, None, query_key_value, out, module.n_heads)
-        return cls(_linear(module.query, bf16), _linear(module.key_value, bf16), None, out, module.n_heads)
+        h, d = module.n_heads, module.query.weight.shape[1]
+        k = d // h
+        by_head = ((module.query.weight.detach() * k**-0.5).view(h, k, d).contiguous(),
+                   (module.query.bias.detach() * k**-0.5).view(h, k, 1).contiguous(),
+                   module.out.weight.detach().view(-1, h, k).permute(1, 2, 0).contiguous())
+        return cls(_linear(module.query, bf16), _linear(module.key_value, bf16), None, out, h, by_head)
 
 
 class DecoderLayerWeights(NamedTuple):
@@ -320,15 +334,52 @@ def _cross_attention(x: torch.Tensor, attention: AttentionWeights, memory: torch
                      cross_mask: torch.Tensor | None, cache: KVCache) -> torch.Tensor:
     """The newest position attends to the memory, projected into keys/values at the first step only (kept in
     bf16 where a batch's first step is wide enough for matmul attention and the product is bf16, as
-    self-attention's cache)."""
+    self-attention's cache); for a single input, with the query and output projections folded into them."""
     if cache.memory_keys is None:
         low = x.shape[0] >= MATMUL_ATTENTION_ROWS
         cache.memory_keys, cache.memory_values = _keys_values(memory, attention, low)  # (b, h, s, k) each
+        if not low and attention.by_head is not None and memory.shape[0] <= FOLDED_MAX_INPUTS:
+            cache.folded = _fold_memory(attention, cache.memory_keys, cache.memory_values)
+    if cache.folded is not None:
+        return _folded_attention(x, attention, cache.folded, cross_mask)
     low = cache.memory_keys.dtype == torch.bfloat16
     query = attention.query(x, keep_bf16=low)
     if query.dtype != cache.memory_keys.dtype:
         query = query.to(cache.memory_keys.dtype)
     return _attend(query, attention, cache.memory_keys, cache.memory_values, cross_mask)
+
+
+def _fold_memory(attention: AttentionWeights, keys: torch.Tensor, values: torch.Tensor
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A memory's keys and values (n, h, s, k) with cross-attention's query and output projections folded in.
+    Head i's scores are (x Wq_i^T + bq_i) K_i^T / sqrt(k) = x (K_i Wq_i / sqrt(k))^T + K_i bq_i / sqrt(k), and
+    its share of the output softmax(scores_i) V_i Wo_i^T (Wo_i: the output weight's columns of head i), so
+    with queries = K_i Wq_i / sqrt(k) stacked over heads (n, h s, d), biases (n, 1, h s) and outputs =
+    V_i Wo_i^T stacked (n, h s, d), a step is x queries^T + biases, a softmax per head, and the weights times
+    outputs (+ the output bias): the same attention, in fp32, without a step's two d x d projections."""
+    n, h, s, _ = keys.shape
+    query_weight, query_bias, out_weight = attention.by_head
+    queries = torch.matmul(keys, query_weight).view(n, h * s, -1)  # (n, h, s, k) @ (h, k, d) -> (n, h s, d)
+    biases = torch.matmul(keys, query_bias).view(n, 1, h * s)
+    outputs = torch.matmul(values, out_weight).view(n, h * s, -1)  # (n, h s, d)
+    return queries, biases, outputs
+
+
+def _folded_attention(x: torch.Tensor, attention: AttentionWeights,
+                      folded: tuple[torch.Tensor, torch.Tensor, torch.Tensor], mask: torch.Tensor | None
+                      ) -> torch.Tensor:
+    """Cross-attention of x (g n, 1, d) over a folded memory (:func:`_fold_memory`) of n inputs, each shared by g
+    consecutive rows; mask (n, 1, 1, s) or None -> (g n, 1, d)."""
+    queries, biases, outputs = folded
+    rows, n = x.shape[0], queries.shape[0]
+    scores = torch.baddbmm(biases, x.view(n, rows // n, -1), queries.transpose(1, 2))  # (n, g, h s)
+    scores = scores.view(n, rows // n, attention.n_heads, -1)  # (n, g, h, s)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = scores.softmax(dim=-1).view(n, rows // n, -1)  # (n, g, h s)
+    bias = attention.out.bias
+    attended = torch.bmm(weights, outputs) if bias is None else torch.baddbmm(bias, weights, outputs)
+    return attended.view(rows, 1, -1)  # (g n, 1, d)
 
 
 def _feed_forward(x: torch.Tensor, expand: Projection, contract: Projection) -> torch.Tensor:

@@ -23,6 +23,8 @@ class KVCache:
         self.values: torch.Tensor | None = None
         self.memory_keys: torch.Tensor | None = None
         self.memory_values: torch.Tensor | None = None
+        # the memory with the query and output projections folded in (models/inference.py), or None
+        self.folded: tuple[torch.Tensor, ...] | None = None
 
     def append(self, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Add the newest positions' keys/values (n, h, t_new, k); returns all so far, (n, h, t, k)."""
@@ -51,6 +53,8 @@ class KVCache:
         if self.memory_keys is not None:
             kept = inputs if self.shared_memory else inputs * rows
             self.memory_keys, self.memory_values = self.memory_keys[kept:], self.memory_values[kept:]
+        if self.folded is not None:  # one row per input, as a shared memory's
+            self.folded = tuple(part[inputs:] for part in self.folded)
 
 
 class DecoderCache:
