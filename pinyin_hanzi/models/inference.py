@@ -1,4 +1,5 @@
-"""Conversion's decoder, fast: :meth:`Transformer.decode` with a cache, as plain functions over the model's weights.
+"""Conversion's model, fast: :meth:`Transformer.encode` and :meth:`Transformer.decode` with a cache, as plain
+functions over the model's weights.
 
 Why a second spelling of the decoder step: a search decodes one position per call with one query row per
 hypothesis, so a step's arithmetic is a few small matrix products, and nn.Module's machinery around them
@@ -9,13 +10,14 @@ them: the book model's operations in the book model's order, so the values are t
 (tests/test_inference.py holds it to the book model's uncached ``decode``). Heads are split with views, not
 einops, whose per-call cost counts at one row per step.
 
-Where the step differs in how, not what, it computes, for speed on CPUs: oneDNN's blocked weights for the
-products; plain matmul attention from MATMUL_ATTENTION_ROWS rows; a beam's rows attending to their input's
-one row of memory as several queries; and, with ``bf16``, a batch's products, attention and cache in bf16
-(LayerNorm, softmax, the residual stream and the scores fp32).
+Where it differs in how, not what, it computes, for speed on CPUs: each product on the kernel its size
+favours (oneDNN's blocked weights, in bf16 with ``bf16``, or plain F.linear); plain matmul attention from
+MATMUL_ATTENTION_ROWS rows; a beam's rows attending to their input's one row of memory as several queries; a
+single input's cross-attention with its query and output projections folded into the memory; and, with
+``bf16``, a batch's attention and cache in bf16 (LayerNorm, softmax, the residual stream and the scores fp32).
+The encoder, run once per batch, is the book's encoder spelt the same way (:meth:`InferenceDecoder.encode`).
 
-It runs the model as in eval mode (no dropout): it serves inference only. The encoder runs once per batch
-and stays the book's (:meth:`InferenceDecoder.encode`).
+It runs the model as in eval mode (no dropout): it serves inference only.
 """
 
 from __future__ import annotations

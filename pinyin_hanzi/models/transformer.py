@@ -1,5 +1,5 @@
 """The encoder-decoder Transformer ("Attention Is All You Need"), written out module by module as the book
-draws it. Training runs this model; conversion runs its decoder through models/inference.py (below).
+draws it. Training runs this model; conversion runs it through models/inference.py (below).
 
 Axis legend used in shape comments:
     b batch   s source length (pinyin tokens)   t target length (hanzi)   h heads   d model width
@@ -19,9 +19,9 @@ keeps the self-attention keys/values of earlier positions and the cross-attentio
 (projected once per input). ``cache.reorder(order)`` follows a beam search's re-ranking of its hypotheses.
 
 Speed lives beside the book, not in it: models/candidate_logits.py computes the logits of a few candidate
-characters per position instead of all v (training and decoding); models/inference.py runs the cached decoder
-step as plain functions over this model's weights, where one query row per step makes nn.Module's per-call
-overhead count (tests/test_inference.py holds it to :meth:`Transformer.decode`).
+characters per position instead of all v (training and decoding); models/inference.py runs the encoder and
+the cached decoder step as plain functions over this model's weights, where one query row per step makes
+nn.Module's per-call overhead count (tests/test_inference.py holds it to this model's ``encode`` and ``decode``).
 """
 
 from __future__ import annotations
