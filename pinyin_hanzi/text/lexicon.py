@@ -173,7 +173,8 @@ class Lexicon:
         used, inverse = rows.unique(return_inverse=True)
         lists = [self._ids[row] for row in used.tolist()]
         ids = pad_sequence(lists, batch_first=True, padding_value=PAD_ID)  # (rows used, c)
-        real = torch.arange(ids.shape[1]) < torch.tensor([len(row) for row in lists])[:, None]  # PAD_ROW's <pad> is real
+        # real where within its list's length (PAD_ROW's one <pad> is real)
+        real = torch.arange(ids.shape[1]) < torch.tensor([len(row) for row in lists])[:, None]
         return ids[inverse], real[inverse]
 
     def for_vocab(self, pinyin_vocab: Vocab) -> tuple[torch.Tensor, torch.Tensor]:
