@@ -62,6 +62,8 @@ def test_candidate_lists_shared_by_consecutive_rows_give_each_row_its_lists_logi
     assert logits.shape == (6, 1, 4)
     assert torch.allclose(logits, candidate_logits(hidden, weight, shared.repeat_interleave(3, dim=0)), atol=1e-5)
     assert torch.allclose(logits[4, 0], (hidden[4, 0] @ weight.T)[[11, 4, 30, 6]], atol=1e-5)
+    alone = candidate_logits(hidden[:3], weight, shared[:1])  # one input (a single sentence's step)
+    assert torch.allclose(alone, logits[:3], atol=1e-5)
     with pytest.raises(ValueError, match="cannot be shared"):
         candidate_logits(hidden[:5], weight, shared)
 
@@ -73,8 +75,9 @@ def test_shared_lists_take_the_full_product_only_when_longer_than_their_rows_mak
     monkeypatch.setattr(module, "POSITIONS_PER_CHUNK", 16)
     products = []
     real_linear = module.F.linear
-    monkeypatch.setattr(module.F, "linear", lambda *a: products.append(a[0].shape) or real_linear(*a))
     weight, lists = _weight(), torch.arange(4, 24).view(1, 1, 20)
+    monkeypatch.setattr(module.F, "linear", lambda *a: (products.append(a[0].shape) if a[1] is weight else None)
+                        or real_linear(*a))  # the full products (a single list's gathered rows are a product too)
     for rows in (1, 3):
         hidden = torch.randn(rows, 1, D, generator=torch.Generator().manual_seed(rows))
         logits = module.shared_candidate_logits(hidden, weight, lists)

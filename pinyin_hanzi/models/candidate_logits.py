@@ -68,6 +68,8 @@ def shared_candidate_logits(hidden: torch.Tensor, weight: torch.Tensor, candidat
     if group * n != hidden.shape[0]:
         raise ValueError(f"{n} candidate lists cannot be shared by {hidden.shape[0]} rows")
     dense = c * POSITIONS_PER_CHUNK > DENSE_ROWS * group * weight.shape[0]
+    if n == 1 and t == 1 and not dense:  # a single sentence's step: its rows times its one list's rows
+        return F.linear(hidden, F.embedding(candidates[0, 0], weight))  # (g, 1, d) x (c, d) -> (g, 1, c)
     pieces = []
     for begin in range(0, n, INPUTS_PER_CHUNK):
         ids = candidates[begin : begin + INPUTS_PER_CHUNK]  # (m, t, c)
