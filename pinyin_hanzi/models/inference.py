@@ -175,12 +175,9 @@ class InferenceDecoder:
     def encode(self, source: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """:meth:`Transformer.encode`: source (b, s) -> memory (b, s, d), fp32, and the padding mask (b, 1, 1, s).
         Attention applies no mask where nothing is padded (a single sentence). ValueError past max_positions."""
-        length = source.shape[1]
-        if length > self.source_positions.shape[0]:
-            raise ValueError(f"sequence of {length} positions exceeds max_positions={self.source_positions.shape[0]}")
+        x = _embed(source, self.source_tokens, self.source_positions, self.scale, 0)  # (b, s, d)
         padding_mask = (source != PAD_ID)[:, None, None, :]
         mask = None if bool(padding_mask.all()) else padding_mask
-        x = F.embedding(source, self.source_tokens) * self.scale + self.source_positions[:length]  # (b, s, d)
         for layer in self.encoder_layers:
             around_attention, around_feed_forward = layer.norms
             x = self._sublayer(x, around_attention, _encoder_self_attention, layer.self_attention, mask)
@@ -202,10 +199,7 @@ class InferenceDecoder:
         positions."""
         if target_input.shape[1] != 1:
             raise ValueError(f"a cached decoder step takes one position, not {target_input.shape[1]}")
-        start = cache.length
-        if start + 1 > self.positions.shape[0]:
-            raise ValueError(f"sequence of {start + 1} positions exceeds max_positions={self.positions.shape[0]}")
-        x = torch.add(self.positions[start : start + 1], F.embedding(target_input, self.tokens), alpha=self.scale)
+        x = _embed(target_input, self.tokens, self.positions, self.scale, cache.length)  # (b, 1, d)
         for layer, layer_cache in zip(self.layers, cache.layers):
             x = self._layer_step(x, layer, memory, padding_mask, layer_cache)
         cache.length += 1
@@ -230,6 +224,16 @@ class InferenceDecoder:
         if self.pre_norm:
             return x + function(F.layer_norm(x, *norm), *args)
         return F.layer_norm(x + function(x, *args), *norm)
+
+
+def _embed(ids: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor, scale: float,
+           start: int) -> torch.Tensor:
+    """:class:`~pinyin_hanzi.models.transformer.Embedding` (no dropout): ids (b, t) from position ``start`` ->
+    tokens x scale + positions, (b, t, d), in one addition. ValueError past max_positions."""
+    end = start + ids.shape[1]
+    if end > positions.shape[0]:
+        raise ValueError(f"sequence of {end} positions exceeds max_positions={positions.shape[0]}")
+    return torch.add(positions[start:end], F.embedding(ids, tokens), alpha=scale)
 
 
 def _linear(layer: nn.Linear, bf16: bool) -> Projection:
