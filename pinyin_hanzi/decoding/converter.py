@@ -367,12 +367,12 @@ class Converter:
         for i in order:
             if not readings[i][0]:
                 results[i] = [Candidate("", 0.0)]
-        batches = [[i for i in batch if readings[i][0]] for batch in batches]
+        batches = [kept for batch in batches if (kept := [i for i in batch if readings[i][0]])]
         jobs = [([readings[i][0] for i in batch], self._rows([readings[i][1] for i in batch]), beam_of[batch[0]])
-                for batch in batches if batch]
+                for batch in batches]
         searches = parallel_searches(len(jobs), self.device)
         found_lists = searches(lambda job: self._search_rows(*job, settings), jobs)
-        for batch, found in zip([batch for batch in batches if batch], found_lists):
+        for batch, found in zip(batches, found_lists):
             for i, hypotheses in zip(batch, found):
                 for ids, score in hypotheses[:keep]:
                     chars, notes = self._text(ids, readings[i][1], settings.constrained)
