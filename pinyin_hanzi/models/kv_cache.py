@@ -45,7 +45,6 @@ class KVCache:
                 self.memory_keys = self.memory_keys.index_select(0, order)
                 self.memory_values = self.memory_values.index_select(0, order)
 
-
     def drop_front(self, inputs: int, rows: int) -> None:
         """Forget the first ``inputs`` inputs, ``rows`` rows each (finished ones: see search.beam_search)."""
         if self.keys is not None:

@@ -362,7 +362,6 @@ class _Reader:
             self.pieces.append(Piece(tuple(options), tuple(scores), run + digit))
         return bool(options)
 
-
     def _split(self, letters: str, tones: list[int | None], prefixes: bool) -> tuple[list[Option], list[float]]:
         """:func:`_split_run` of a run, from the memo where it holds the run (runs of up to MEMO_LETTERS letters
         are kept, MEMO_RUNS of them at most)."""
