@@ -11,10 +11,17 @@ import torch
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def python_path(*first: str | Path) -> str:
+    """A child process's PYTHONPATH: ``first``, then the caller's own, which a child must keep: packages
+    installed with ``pip --target`` (a machine without site-packages of its own) are found only through it."""
+    return os.pathsep.join(filter(None, [*map(str, first), os.environ.get("PYTHONPATH")]))
+
+
 # The environment a child process of a test starts with: what a fresh shell would give, plus the repository on
-# the import path, keeping any PYTHONPATH of the caller's (packages installed with pip --target live there).
-FRESH_ENV = {"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1",
-             "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+# the import path.
+FRESH_ENV = {"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1", "PYTHONPATH": python_path(ROOT)}
 
 TINY_SENTENCES = [
     "你好，世界！",

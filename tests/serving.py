@@ -14,7 +14,7 @@ import time
 import httpx
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, python_path
 
 START_TIMEOUT_S = 180  # loading the model takes seconds, more on a busy machine
 
@@ -28,7 +28,7 @@ def free_port() -> int:
 def serve_command(*args: str) -> tuple[list[str], dict[str, str]]:
     """The command line and environment of ``python -m pinyin_hanzi.cli.serve ARGS`` run from the repository."""
     env = {key: value for key, value in os.environ.items() if key != "PINYIN_HANZI_CHECKPOINT"}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    env["PYTHONPATH"] = python_path(ROOT)
     return [sys.executable, "-m", "pinyin_hanzi.cli.serve", *args], env
 
 

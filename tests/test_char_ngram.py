@@ -291,12 +291,12 @@ def test_counting_shows_a_progress_bar_on_a_terminal_and_none_elsewhere(capfd):
     import sys
     import termios
 
-    from conftest import ROOT
+    from conftest import ROOT, python_path
 
     leader, follower = pty.openpty()
     fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 120, 0, 0))  # a terminal 120 wide
     command = [sys.executable, "-c", "import test_char_ngram; test_char_ngram._count_random_blocks()"]
-    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), str(ROOT / "tests"), os.environ.get("PYTHONPATH")]))}
+    environment = {**os.environ, "PYTHONPATH": python_path(ROOT, ROOT / "tests")}
     with subprocess.Popen(command, cwd=ROOT, env=environment, stderr=follower, stdout=subprocess.DEVNULL) as process:
         os.close(follower)
         shown = b""

@@ -12,9 +12,9 @@ import sys
 import tarfile
 from pathlib import Path
 
+from conftest import ROOT, python_path
 from pinyin_hanzi.data.corpus import read_examples
 
-ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "bench" / "domain_text.py"
 _spec = importlib.util.spec_from_file_location("domain_text", SCRIPT)
 domain_text = importlib.util.module_from_spec(_spec)
@@ -78,7 +78,7 @@ def build_deb(path: Path, pages: dict[str, str]) -> Path:
 
 
 def run_script(*args: str, cwd: Path, path: str | None = None) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = dict(os.environ, PYTHONPATH=python_path(ROOT))
     if path is not None:
         env["PATH"] = path
     return subprocess.run([sys.executable, str(SCRIPT), *args, "--no-phrase-pinyin"], cwd=cwd, env=env,

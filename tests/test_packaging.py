@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import ROOT, python_path
 
 # Run from the install, in a folder that has no pinyin_hanzi/: import every module, find the files the code
 # reads where the install put them, and convert with the shipped model.
@@ -55,7 +55,7 @@ def test_an_installed_wheel_has_every_module_and_data_file_and_converts_from_ano
     subprocess.run([sys.executable, "-m", "pip", "install", *quiet, "--target", site, wheel], check=True, timeout=300)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    environment = {**os.environ, "PYTHONPATH": str(site)}
+    environment = {**os.environ, "PYTHONPATH": python_path(site)}
     environment.pop("PINYIN_HANZI_CHECKPOINT", None)  # the shipped model converts, whatever the caller named
     done = subprocess.run([sys.executable, "-c", _CHECK_INSTALL], cwd=elsewhere, env=environment,
                           capture_output=True, text=True, timeout=300)

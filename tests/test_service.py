@@ -10,7 +10,6 @@ import math
 import os
 import signal
 import subprocess
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -20,7 +19,7 @@ import pytest
 from pinyin_hanzi.serving.limits import Limits
 
 from conftest import ROOT
-from serving import start_service, stop_service
+from serving import serve_command, start_service, stop_service
 
 LIMITS = Limits()
 JSON = {"Content-Type": "application/json"}
@@ -299,9 +298,8 @@ def test_a_killed_server_leaves_no_model_process_behind():
 def test_a_model_that_cannot_load_is_one_error_line_and_status_2(tmp_path):
     broken = tmp_path / "broken.pt"
     broken.write_bytes(b"not a checkpoint")
-    done = subprocess.run([sys.executable, "-m", "pinyin_hanzi.cli.serve", "--port", "0", "--checkpoint", str(broken)],
-                          cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True,
-                          timeout=120)
+    command, env = serve_command("--port", "0", "--checkpoint", str(broken))
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip().splitlines()[-1].startswith("error: ") and "Traceback" not in done.stderr
 
