@@ -605,3 +605,30 @@ def test_several_batches_are_searched_side_by_side_with_the_results_of_one_threa
     assert 1 <= len(workers) <= 2 and threading.get_ident() not in workers
     assert sum(count == 1 for _, count in seen) == 4
     assert all(count == 2 and ident not in workers for ident, count in seen if count != 1)
+
+
+def test_a_search_of_a_few_lines_runs_on_a_few_threads_and_gives_the_callers_count_back(monkeypatch):
+    from pinyin_hanzi.decoding.converter import FEW_LINES, FEW_LINES_THREADS
+
+    converter = untrained_converter(seed=5)
+    search, seen = converter._search_rows, []
+
+    def recording(token_lists, *args):
+        seen.append((len(token_lists), torch.get_num_threads()))
+        return search(token_lists, *args)
+
+    monkeypatch.setattr(converter, "_search_rows", recording)
+    threads, many = torch.get_num_threads(), 2 * FEW_LINES_THREADS
+    lines = ["ni hao", "wo men qu bei jing ba", "zhong guo", "ta men lai le ma", "hao de"]
+    try:
+        torch.set_num_threads(many)
+        one = converter.convert_lines(["ni hao"])
+        assert torch.get_num_threads() == many
+        batch = converter.convert_lines(lines, batch_size=len(lines))
+        assert torch.get_num_threads() == many
+        torch.set_num_threads(1)
+        texts = [[c.text for c in found] for found in one + batch]
+        assert [[c.text for c in found] for found in converter.convert_lines(["ni hao", *lines])] == texts
+    finally:
+        torch.set_num_threads(threads)
+    assert len(lines) > FEW_LINES and seen[0] == (1, FEW_LINES_THREADS) and seen[1] == (len(lines), many)

@@ -358,7 +358,7 @@ class Converter:
         """Candidates (best first) of each (tokens, keys) reading, decoded in batches of similar length, each
         reading at its width (:meth:`SearchSettings.width`: wider with abbreviations); ``keep``: only the
         first that many of each (None: all). Several batches on a CPU with several torch threads are searched
-        side by side, one thread each (:func:`parallel_searches`)."""
+        side by side, the threads shared among them, a few lines on a few threads (:func:`parallel_searches`)."""
         results: list[list[Candidate]] = [[] for _ in readings]
         beam_of = [settings.width(keys) for _, keys in readings]
         order = sorted(range(len(readings)), key=lambda i: (beam_of[i], len(readings[i][0])))
@@ -370,7 +370,7 @@ class Converter:
         batches = [kept for batch in batches if (kept := [i for i in batch if readings[i][0]])]
         jobs = [([readings[i][0] for i in batch], self._rows([readings[i][1] for i in batch]), beam_of[batch[0]])
                 for batch in batches]
-        searches = parallel_searches(len(jobs), self.device)
+        searches = parallel_searches([len(batch) for batch in batches], self.device)
         found_lists = searches(lambda job: self._search_rows(*job, settings), jobs)
         for batch, found in zip(batches, found_lists):
             for i, hypotheses in zip(batch, found):
@@ -431,19 +431,38 @@ class Converter:
         return found
 
 
-def parallel_searches(jobs: int, device: torch.device) -> Callable:
-    """How ``jobs`` independent searches run: in turn where there is one, a GPU, or one torch thread; else
-    side by side on ``min(jobs, torch threads)`` Python threads, the torch threads shared among them. A
-    batch's decoder step is a few small products that two threads split poorly (1.2x on two cores), while
-    two searches at once use both cores: the GIL is free in most of a step (torch's and numpy's kernels)."""
+# A search of a few lines multiplies a few rows by each weight a step: intra-op threads beyond a few only add
+# OpenMP's synchronisation. One line at a time through the API on a 16-core Xeon (AMX): 16 threads 24.7 ms a
+# line in fp32 and 60.2 in bf16 (oneDNN's bf16 kernels split tiny products worst), 4 threads 19.2 / 19.4 ms.
+FEW_LINES, FEW_LINES_THREADS = 4, 4
+
+
+def parallel_searches(jobs: list[int], device: torch.device) -> Callable:
+    """How independent searches of ``jobs`` lines each run on a CPU: side by side on ``min(len(jobs), torch
+    threads)`` Python threads, the torch threads shared among them, and searches of at most FEW_LINES lines on
+    at most FEW_LINES_THREADS torch threads; in turn in the caller's thread on a GPU or where that leaves one
+    worker. A batch's decoder step is a few small products that two threads split poorly (1.2x on two cores),
+    while two searches at once use both cores: the GIL is free in most of a step (torch's and numpy's kernels)."""
     threads = torch.get_num_threads()
-    workers = min(jobs, threads)
-    if workers <= 1 or device.type != "cpu":
+    workers = min(len(jobs), threads)
+    share = threads // max(workers, 1)
+    if max(jobs, default=0) <= FEW_LINES:
+        share = min(share, FEW_LINES_THREADS)
+    if device.type != "cpu" or (workers <= 1 and share == threads):
         return lambda function, items: list(map(function, items))
+    if workers <= 1:
+        def run(function, items):
+            torch.set_num_threads(share)  # the caller's own count (per thread), given back after
+            try:
+                return list(map(function, items))
+            finally:
+                torch.set_num_threads(threads)
+
+        return run
 
     def run(function, items):
         # torch's thread count is per thread: each worker sets its own share, the caller's stays as it is
-        with ThreadPoolExecutor(workers, initializer=torch.set_num_threads, initargs=(threads // workers,)) as pool:
+        with ThreadPoolExecutor(workers, initializer=torch.set_num_threads, initargs=(share,)) as pool:
             return list(pool.map(function, items))
 
     return run
