@@ -3,7 +3,10 @@ per test session (a few seconds on a CPU). Nothing here touches the network or f
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -11,6 +14,11 @@ import torch
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+# The n-gram lookup cache (lm/lookup_cache.py) of this test process and its children: a folder of its own,
+# not the user's ~/.cache, removed at the end
+CACHE = tempfile.mkdtemp(prefix="pinyin-hanzi-test-cache-")
+os.environ["PINYIN_HANZI_CACHE"] = CACHE
+atexit.register(shutil.rmtree, CACHE, ignore_errors=True)
 
 
 def python_path(*first: str | Path) -> str:
@@ -21,7 +29,8 @@ def python_path(*first: str | Path) -> str:
 
 # The environment a child process of a test starts with: what a fresh shell would give, plus the repository on
 # the import path.
-FRESH_ENV = {"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1", "PYTHONPATH": python_path(ROOT)}
+FRESH_ENV = {"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1", "PYTHONPATH": python_path(ROOT),
+             "PINYIN_HANZI_CACHE": CACHE}
 
 TINY_SENTENCES = [
     "你好，世界！",

@@ -35,6 +35,7 @@ import numpy as np
 import torch
 
 from pinyin_hanzi.data.vocab import BOS_ID
+from pinyin_hanzi.lm import lookup_cache
 from pinyin_hanzi.lm.ngram_tables import (
     SPILL_KEYS,
     choose_min_counts,
@@ -234,8 +235,8 @@ class CharNgramLM:
         self.order, self.vocab_size, self.discount = order, vocab_size, discount
         self.unigram_log_probs = unigrams  # (v,) log P_1
         self._unigrams = unigrams.numpy()  # the same, as decoding's lookups read it
-        self.grams = grams  # order k >= 2 -> (sorted keys, counts): raw counts at the top, continuation below
-        self.contexts = contexts  # order k >= 2 -> (sorted context keys, total count, distinct next characters)
+        self._gram_tables, self._context_tables = grams, contexts  # the properties' (None: unpacked from _stored)
+        self._stored: dict | None = None  # the state_dict a model read from a checkpoint was built from
         self.min_counts: dict[int, int] = {}  # each order's effective min count, where counting pruned it
         self._offset = vocab_size**order
         # order k's keys in the lookup tables carry k v^n on top, so that one sorted array holds every order;
@@ -256,8 +257,50 @@ class CharNgramLM:
         characters not stored after it)."""
         with self._lookup_lock:
             if self._lookup is None:
-                self._lookup = self._build_lookup()
+                self._lookup = self._build_lookup() if self._stored is None else self._cached_lookup(self._stored)
             return self._lookup
+
+    @property
+    def grams(self) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
+        """Order k >= 2 -> (sorted keys, counts): raw counts at the top, continuation counts below."""
+        if self._gram_tables is None:
+            self._unpack()
+        return self._gram_tables
+
+    @property
+    def contexts(self) -> dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+        """Order k >= 2 -> (sorted context keys, total count, distinct next characters)."""
+        if self._context_tables is None:
+            self._unpack()
+        return self._context_tables
+
+    def _unpack(self) -> None:
+        grams, contexts = {}, {}
+        for k, table in self._stored["tables"].items():
+            columns = table_columns(table)
+            context_keys = columns["context_keys"]
+            contexts[k] = (context_keys, columns["totals"].int(), columns["distinct"].int())
+            gram_keys = context_keys.repeat_interleave(columns["runs"]) * self.vocab_size + columns["last_ids"]
+            grams[k] = (gram_keys, columns["counts"].int())
+        self._gram_tables, self._context_tables = grams, contexts
+
+    def _cached_lookup(self, state: dict) -> _Lookup:
+        """:meth:`_build_lookup` of a stored model, mapped from the lookup cache where it holds them, else built
+        and kept there (lm/lookup_cache.py); small models are built."""
+        size = self.stored_size(state)
+        contexts = sum(column_length(table["runs"]) for table in state["tables"].values())
+        if size < lookup_cache.MIN_NGRAMS:
+            return self._build_lookup()
+        digest = lookup_cache.state_digest(state)
+        expected = {"gram_keys": (np.dtype(np.int64), size + 1), "gram_log_probs": (np.dtype(np.float32), size + 1),
+                    "context_keys": (np.dtype(np.int64), contexts + 1),
+                    "context_log_backoffs": (np.dtype(np.float32), contexts + 1)}
+        arrays = lookup_cache.load(digest, expected)
+        if arrays is not None:
+            return _Lookup(**arrays)
+        lookup = self._build_lookup()
+        lookup_cache.store(digest, lookup._asdict())
+        return lookup
 
     def _build_lookup(self) -> _Lookup:
         vocab_size, discount = self.vocab_size, self.discount
@@ -415,14 +458,11 @@ class CharNgramLM:
 
     @classmethod
     def from_state_dict(cls, state: dict) -> "CharNgramLM":
-        grams, contexts = {}, {}
-        for k, table in state["tables"].items():
-            columns = table_columns(table)
-            context_keys = columns["context_keys"]
-            contexts[k] = (context_keys, columns["totals"].int(), columns["distinct"].int())
-            gram_keys = context_keys.repeat_interleave(columns["runs"]) * state["vocab_size"] + columns["last_ids"]
-            grams[k] = (gram_keys, columns["counts"].int())
-        lm = cls(state["order"], state["vocab_size"], state["unigrams"].float(), grams, contexts, state["discount"])
+        """The model of a stored state (:meth:`state_dict`'s form, checked: :meth:`state_problem`), its lookup
+        tables ready: mapped from the lookup cache where it holds them, and then its counts left packed until
+        something asks for them (:attr:`grams`, :attr:`contexts`)."""
+        lm = cls(state["order"], state["vocab_size"], state["unigrams"].float(), None, None, state["discount"])
+        lm._stored = state
         lm._lookup_tables()  # a stored model is read to be used: its first conversion should not wait for them
         return lm
 
