@@ -2,8 +2,11 @@
 and mapped by later loads; what the cache holds never changes a score, and a cache that is off, unwritable,
 damaged or full changes nothing either."""
 
+import errno
 import os
+import shutil
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -90,6 +93,24 @@ def test_no_cache_when_it_is_off_or_cannot_be_written(tmp_path, monkeypatch):
     monkeypatch.setenv(lookup_cache.CACHE_VARIABLE, str(blocker / "cache"))  # a folder cannot be made there
     assert torch.equal(_scores(CharNgramLM.from_state_dict(state)), expected)
     assert sorted(path.name for path in tmp_path.iterdir()) == ["a file"]
+
+
+def test_a_full_disk_while_writing_leaves_no_entry_and_loads_as_before(cache, monkeypatch):
+    first, second = _state(0), _state(1)
+    CharNgramLM.from_state_dict(first)
+    expected = _scores(CharNgramLM.from_state_dict(second))
+    shutil.rmtree(cache / lookup_cache.state_digest(second))
+    saved = []
+
+    def disk_full(path, array, **_):
+        if saved:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        saved.append(path)
+        Path(path).write_bytes(b"the first file")
+
+    monkeypatch.setattr(np, "save", disk_full)
+    assert torch.equal(_scores(CharNgramLM.from_state_dict(second)), expected) and len(saved) == 1
+    assert _entries(cache) == [lookup_cache.state_digest(first)]  # no entry of the second, nothing left aside
 
 
 def test_the_folder_defaults_to_the_users_cache(monkeypatch, tmp_path):
