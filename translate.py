@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
 """Convert pinyin into hanzi: python translate.py "ni hao"  |  --input FILE  |  --evaluate test"""
 
+import gc
 import os
 import sys
 
-from pinyin_hanzi.cli.translate import main
+gc.disable()  # until the converter is loaded: see pinyin_hanzi/runtime.py, startup_done
+
+from pinyin_hanzi.cli.translate import main  # noqa: E402 - after the collector is paused
 
 if __name__ == "__main__":
     status = main()  # its output is written and flushed, errors reported, by the time it returns

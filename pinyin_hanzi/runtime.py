@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import os
 from pathlib import Path
 
@@ -104,3 +105,31 @@ def size_text(n_bytes: float) -> str:
         if n_bytes >= scale:
             return f"{n_bytes / scale:,.1f} {unit}"
     return f"{n_bytes / 2**10:,.1f} KiB"
+
+
+# Loading a converter makes a few hundred thousand objects that live as long as the process (modules,
+# pypinyin's tables, the reading tables, vocabularies). Python's cyclic collector walks every tracked object
+# again at each full collection, and while they are being made it runs hundreds of times: 0.3 s of
+# translate.py's 1.6 s start. So loading runs with it paused, and a tool's start-up may pause it from its
+# first line (translate.py does) and call startup_done() once loaded.
+
+
+@contextlib.contextmanager
+def collector_paused():
+    """Python's cyclic garbage collector off inside the block, as it was after it (see above)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def startup_done() -> None:
+    """The end of a start-up that paused the collector (``gc.disable()`` at a tool's first line): what it
+    loaded is frozen out of the collector's walks (``gc.freeze``: it lives as long as the process), and the
+    collector runs again. Nothing where the collector is on: a caller that did not pause it keeps its own."""
+    if not gc.isenabled():
+        gc.freeze()
+        gc.enable()

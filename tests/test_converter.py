@@ -632,3 +632,16 @@ def test_a_search_of_a_few_lines_runs_on_a_few_threads_and_gives_the_callers_cou
     finally:
         torch.set_num_threads(threads)
     assert len(lines) > FEW_LINES and seen[0] == (1, FEW_LINES_THREADS) and seen[1] == (len(lines), many)
+
+
+def test_loading_pauses_the_collector_and_leaves_it_as_it_was(monkeypatch, trained):
+    import gc
+
+    from pinyin_hanzi.decoding import converter as converter_module
+
+    _, _, best = trained
+    load, seen = converter_module.load_for_inference, []
+    monkeypatch.setattr(converter_module, "load_for_inference", lambda path: seen.append(gc.isenabled()) or load(path))
+    assert gc.isenabled()
+    Converter.from_checkpoint(best)
+    assert seen == [False] and gc.isenabled()

@@ -51,3 +51,41 @@ def test_threads_zero_keeps_the_default():
         assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)
+
+
+def test_the_collector_is_paused_inside_and_as_it_was_after_even_on_errors():
+    import gc
+
+    from pinyin_hanzi.runtime import collector_paused
+
+    assert gc.isenabled()
+    with pytest.raises(KeyError):
+        with collector_paused():
+            assert not gc.isenabled()
+            raise KeyError("x")
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with collector_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()  # a caller that had paused it keeps it paused
+    finally:
+        gc.enable()
+
+
+def test_startup_done_freezes_and_resumes_only_a_paused_collector():
+    import gc
+
+    from pinyin_hanzi.runtime import startup_done
+
+    frozen = gc.get_freeze_count()
+    startup_done()
+    assert gc.isenabled() and gc.get_freeze_count() == frozen  # not paused: nothing changes
+    gc.disable()
+    try:
+        kept = [object() for _ in range(10)], {"a": [1]}
+        startup_done()
+        assert gc.isenabled() and gc.get_freeze_count() >= frozen + 2 and kept
+    finally:
+        gc.unfreeze()
+        gc.enable()

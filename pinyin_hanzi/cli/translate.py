@@ -388,6 +388,9 @@ def _translate(argv) -> int:
     weights = {"device": args.device, "lm_weight": args.lm_weight, "word_weight": args.word_weight,
                "user_words": args.user_words, "user_weight": args.user_weight}
     converter = load_converter(args.checkpoint, **weights)  # on every core unless --threads: bulk table work
+    from pinyin_hanzi.runtime import startup_done  # (torch is loaded by now)
+
+    startup_done()  # translate.py paused the collector from its first line
     if threads and not args.threads:
         # One sentence decodes (1, d) x (d, d) products: splitting them over threads costs more in
         # synchronisation than it gains (10-syllable sentence, shared 2-core machine: several times slower

@@ -41,7 +41,7 @@ from pinyin_hanzi.lm.user_words import UserWords
 from pinyin_hanzi.lm.word import WordLexiconLM
 from pinyin_hanzi.models.inference import InferenceDecoder
 from pinyin_hanzi.models.transformer import Transformer
-from pinyin_hanzi.runtime import inference_bf16
+from pinyin_hanzi.runtime import collector_paused, inference_bf16
 from pinyin_hanzi.text.lexicon import PAD_ROW, Lexicon, token_key
 from pinyin_hanzi.text.pinyin import syllable_table, usual_readings
 from pinyin_hanzi.text.typed_input import PREFIX_TOKENS, is_literal_key
@@ -184,10 +184,11 @@ class Converter:
         # The reading tables (pure Python, 0.2 s) are built on a second thread while the checkpoint's tensors
         # are read and the n-gram tables built (C code that leaves the interpreter free): a shorter start on
         # two cores. A table asked for before it is ready is built where it is asked for, the same table.
-        warm = threading.Thread(target=_build_reading_tables, daemon=True)
-        warm.start()
-        parts = load_for_inference(path)
-        warm.join()
+        with collector_paused():  # (runtime.py: hundreds of thousands of objects that live as long as the model)
+            warm = threading.Thread(target=_build_reading_tables, daemon=True)
+            warm.start()
+            parts = load_for_inference(path)
+            warm.join()
         config = replace(parts.config, decode=replace(parts.config.decode, **weights))
         for weight, model, what, tool in ((config.decode.lm_weight, parts.char_lm, "character n-gram model", "char_lm"),
                                           (config.decode.word_weight, parts.word_lm, "word model", "word_lm")):

@@ -12,6 +12,7 @@ interpreter of its own, and the server only pickles lines over a pipe and candid
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import multiprocessing.connection
 import pickle
@@ -229,9 +230,11 @@ def _worker(conn, checkpoint: str | None, device: str, threads: int, user_words:
     """The worker process: load the model (with the user dictionary ``user_words``, if given), then answer calls
     until told to stop or the server is gone."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    gc.disable()  # until the model is loaded (runtime.startup_done)
     import torch  # the model process's own: the server process, which imports this module, never loads torch
 
     from pinyin_hanzi import Converter  # the model process's own, as torch above
+    from pinyin_hanzi.runtime import startup_done
 
     torch.set_num_threads(threads)
     try:
@@ -242,6 +245,7 @@ def _worker(conn, checkpoint: str | None, device: str, threads: int, user_words:
         converter, message = None, ("failed", str(error))
     except Exception as error:  # a bug or a broken install: the server reports it and exits
         converter, message = None, ("failed", f"loading the model failed: {type(error).__name__}: {error}")
+    startup_done()
     if not _send(conn, message) or converter is None:
         return
     while True:
