@@ -5,9 +5,10 @@ is answered) and reports sentences/s, p50 and p99 latency and failed requests at
     python bench/serve_load.py                                   # 1, 8, 32, 128 clients, 20 s each, beam 5
     python bench/serve_load.py --clients 32 --seconds 300 --max-requests 10000 --modes process  # a long run
 
-Modes: ``process`` (the default service: the model in a process of its own, dynamic batching),
-``process-x2`` (two model processes, ``--workers 2``), ``thread`` (the model on a thread of the server's
-process, batching), ``unbatched`` (one model process, each request decoded alone). All the services asked for run at once, idle but one, and the modes take turns at each level, so a
+Modes: ``process`` (the default service: model processes of their own, two on two or more cores, dynamic
+batching), ``process-x1`` and ``process-x2`` (one or two model processes, ``--workers N``), ``thread`` (the
+model on a thread of the server's process, batching), ``unbatched`` (one model process, each request decoded
+alone). All the services asked for run at once, idle but one, and the modes take turns at each level, so a
 comparison sees the same machine even when other work loads it.
 
 Every request converts one 10-syllable line (16 sentences, cycled). Each level stops after ``--seconds`` or
@@ -204,8 +205,8 @@ def summary(parts: list[dict]) -> dict:
             "failures": [failure for part in parts for failure in part["failures"]][:5]}
 
 
-MODES = {"process": [], "process-x2": ["--workers", "2"], "thread": ["--worker", "thread"],
-         "unbatched": ["--no-batching"]}
+MODES = {"process": [], "process-x1": ["--workers", "1"], "process-x2": ["--workers", "2"],
+         "thread": ["--worker", "thread"], "unbatched": ["--no-batching", "--workers", "1"]}
 
 
 def measure(modes: list[str], common: list[str], args, lines: list[str]) -> dict[str, list[dict]]:
@@ -300,6 +301,11 @@ def main(argv=None) -> int:
               f"{health['largest_call']} in one")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1), encoding="utf-8")
+    summary = {mode: [{key: round(r[key], 1) if isinstance(r[key], float) else r[key]
+                       for key in ("clients", "sentences_per_s", "p50_ms", "p99_ms", "requests", "failed")}
+                      for r in found if "clients" in r] for mode, found in results.items()}
+    print(json.dumps({"benchmark": "serve_load", "beam": args.beam, "nbest": args.nbest, "threads": args.threads,
+                      "cpus": os.cpu_count(), "modes": summary}))
     return 0
 
 

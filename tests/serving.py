@@ -36,6 +36,8 @@ def start_service(*args: str, preexec_fn=None) -> tuple[subprocess.Popen, str]:
     """The service process and its base URL; fails the test with its stderr if it does not come up.
     ``preexec_fn`` runs in the child before it starts (to lower a resource limit)."""
     port = free_port()
+    if "--workers" not in args:  # the tests count on one model process; the default depends on the cores
+        args = ("--workers", "1", *args)
     command, env = serve_command("--port", str(port), *args)
     log = tempfile.TemporaryFile(mode="w+")  # a file, not a pipe: a full pipe nobody reads would block it
     process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, text=True,

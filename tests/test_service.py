@@ -541,3 +541,17 @@ def test_with_two_models_batches_are_decoded_side_by_side():
     assert found == ["0", "1", "2", "3"]
     assert first.calls and second.calls and sorted(first.calls + second.calls) == [["0", "1"], ["2", "3"]]
     assert seconds < 0.55  # two calls of 0.3 s at once, not one after the other
+
+
+def test_two_model_processes_by_default_on_two_cores_or_more(monkeypatch):
+    from pinyin_hanzi.cli import serve
+
+    for cores, expected in ((1, 1), (2, 2), (16, 2)):
+        monkeypatch.setattr(os, "sched_getaffinity", lambda pid, cores=cores: set(range(cores)), raising=False)
+        assert serve.default_workers("process", "cpu") == expected
+        assert serve.default_workers("thread", "cpu") == serve.default_workers("process", "cuda") == 1
+    parser = serve._parser()
+    for argv, expected in (([], 2), (["--workers", "3"], 3), (["--worker", "thread"], 1)):
+        args = parser.parse_args(argv)
+        serve._check_args(parser, args)
+        assert args.workers == expected
