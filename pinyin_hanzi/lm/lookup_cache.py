@@ -78,7 +78,10 @@ def load(digest: str, expected: Mapping[str, tuple[np.dtype, int]]) -> dict[str,
         return None
     entry = folder / digest
     try:
-        arrays = {name: np.load(entry / f"{name}.npy", mmap_mode="r", allow_pickle=False) for name in expected}
+        # plain arrays over the mapping (np.memmap's own indexing costs microseconds a call, and decoding
+        # indexes these tables dozens of times a sentence)
+        arrays = {name: np.load(entry / f"{name}.npy", mmap_mode="r", allow_pickle=False).view(np.ndarray)
+                  for name in expected}
     except (OSError, ValueError):  # no entry (the usual case), or files that are no arrays
         if entry.exists():
             shutil.rmtree(entry, ignore_errors=True)
