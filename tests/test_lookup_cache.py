@@ -129,6 +129,12 @@ def test_the_folder_defaults_to_the_users_cache(monkeypatch, tmp_path):
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert lookup_cache.cache_folder() == tmp_path / "home" / ".cache" / "pinyin_hanzi"
 
+    def homeless():
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.setattr(Path, "home", homeless)
+    assert lookup_cache.cache_folder() is None
+
 
 def test_small_models_are_not_cached(tmp_path, monkeypatch):
     monkeypatch.setenv(lookup_cache.CACHE_VARIABLE, str(tmp_path / "cache"))

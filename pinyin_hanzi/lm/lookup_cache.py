@@ -43,7 +43,12 @@ def cache_folder() -> Path | None:
     if value is not None:
         return None if value.strip().lower() in ("", "off") else Path(value).expanduser()
     base = os.environ.get("XDG_CACHE_HOME") or ""
-    return (Path(base) if os.path.isabs(base) else Path.home() / ".cache") / "pinyin_hanzi"
+    if os.path.isabs(base):
+        return Path(base) / "pinyin_hanzi"
+    try:
+        return Path.home() / ".cache" / "pinyin_hanzi"
+    except (RuntimeError, KeyError):  # no home directory to be found (no $HOME, no passwd entry): no cache
+        return None
 
 
 def state_digest(state: Mapping) -> str:
