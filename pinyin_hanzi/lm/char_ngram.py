@@ -288,13 +288,13 @@ class CharNgramLM:
         """:meth:`_build_lookup` of a stored model, mapped from the lookup cache where it holds them, else built
         and kept there (lm/lookup_cache.py); small models are built."""
         size = self.stored_size(state)
-        contexts = sum(column_length(table["runs"]) for table in state["tables"].values())
+        context_count = sum(column_length(table["runs"]) for table in state["tables"].values())
         if size < lookup_cache.MIN_NGRAMS:
             return self._build_lookup()
         digest = lookup_cache.state_digest(state)
         expected = {"gram_keys": (np.dtype(np.int64), size + 1), "gram_log_probs": (np.dtype(np.float32), size + 1),
-                    "context_keys": (np.dtype(np.int64), contexts + 1),
-                    "context_log_backoffs": (np.dtype(np.float32), contexts + 1)}
+                    "context_keys": (np.dtype(np.int64), context_count + 1),
+                    "context_log_backoffs": (np.dtype(np.float32), context_count + 1)}
         arrays = lookup_cache.load(digest, expected)
         if arrays is not None:
             return _Lookup(**arrays)
@@ -303,6 +303,7 @@ class CharNgramLM:
         return lookup
 
     def _build_lookup(self) -> _Lookup:
+        # lm/lookup_cache.py keeps what this derives for later processes: a change to it bumps FORMAT there
         vocab_size, discount = self.vocab_size, self.discount
         gram_keys, gram_log_probs, context_keys, context_log_backoffs = [], [], [], []
         # order -> (keys, P_k, context keys, backoff weights); order 1 by character id
