@@ -189,13 +189,14 @@ def test_the_cli_refuses_options_that_remove_would_ignore(tmp_path, capsys, opti
 def test_the_cli_contrasts_a_word_model_with_the_checkpoint_training_split(trained, tmp_path, capsys, monkeypatch):
     from pinyin_hanzi.checkpoint import load_checkpoint, load_for_inference, save_checkpoint
     from pinyin_hanzi.cli.word_lm import main
-    from pinyin_hanzi.data import sources
     from pinyin_hanzi.decoding.converter import Converter
+    from pinyin_hanzi.lm import word
 
     _, _, best = trained
     state = load_checkpoint(best)
     hanzi = [token for token in Vocab(state["hanzi_vocab"]).tokens if len(token) == 1 and "\u4e00" <= token <= "\u9fff"]
-    monkeypatch.setattr(sources, "word_table", lambda name, raw_dir: {hanzi[0] + hanzi[1]: 5.0, hanzi[2]: 1.0})
+    # where the word model reads its table (lm/word.py's own name for it): no download
+    monkeypatch.setattr(word, "word_table", lambda name, raw_dir: {hanzi[0] + hanzi[1]: 5.0, hanzi[2]: 1.0})
     out = tmp_path / "contrast.pt"
     assert main([str(best), str(out), "--table", "subtlex-ch", "--contrast", "0.5", "--weight", "0.3"]) == 0
     assert "contrasted with its training split at 0.5" in capsys.readouterr().out
