@@ -95,6 +95,11 @@ class TrainConfig:
     # into every checkpoint, for beam search to fuse: "char" (the character n-gram model of decode.lm_order,
     # lm_min_count, lm_phrases; decoding weighs it by decode.lm_weight) and/or "word" (the word model of
     # decode.word_table; weighed by decode.word_weight); [] = none (add one later: pinyin_hanzi.cli.char_lm/word_lm)
+    distill_from: str = ""  # a trained checkpoint that teaches this run (knowledge distillation): the loss adds the
+    # divergence of this model's distribution from the teacher's over the same characters, e.g. to train a
+    # shallower decoder than the teacher's; "" = none. Vocabularies may differ: characters are matched by name
+    distill_weight: float = 0.5  # share of the training loss that follows the teacher (the rest: the reference)
+    distill_temperature: float = 1.0  # both distributions are softened by it (logits / T; the divergence x T^2)
 
 
 PREFIX_MODES = ("auto", "on", "off")  # decode.prefixes
@@ -179,6 +184,7 @@ LIMITS: dict[str, tuple[float, float]] = {
     "train.min_lr_ratio": (0, 1), "train.weight_decay": (0, 1000), "train.beta1": (0, 1), "train.beta2": (0, 1),
     "train.label_smoothing": (0, 1), "train.grad_clip": (0, 10**6), "train.log_every": (1, 10**9),
     "train.eval_every": (1, 10**9), "train.eval_sentences": (1, 10**6), "train.attention_sentences": (0, 100),
+    "train.distill_weight": (0, 1), "train.distill_temperature": (0.05, 100),
     "decode.beam": (1, 64), "decode.prefix_beam": (1, 64), "decode.batch_sentences": (1, 65536), "decode.split_penalty": (0, 1000),
     "decode.abbreviation_penalty": (0, 1000),
     "decode.lm_weight": (0, 100), "decode.lm_order": (1, 4), "decode.lm_min_count": (1, 10**9),

@@ -72,12 +72,12 @@ def _global_step(run: Run, parts: Parts) -> tuple[float, float, float, int, bool
             for epoch, indices in global_batch[process.rank :: process.world_size]]
     lr = parts.optimizer.param_groups[0]["lr"]
     loss, grad_norm, stepped = train_step(parts.trained_model, mine, tokens, parts.optimizer, parts.scheduler, t,
-                                          run.device, parts.candidates, process.world_size)
+                                          run.device, parts.candidates, process.world_size, parts.teacher)
     return loss, grad_norm, lr, tokens, stepped
 
 
 def train_step(model, batches: list[Batch], total_tokens: int, optimizer, scheduler, config: TrainConfig, device,
-               candidates: tuple[torch.Tensor, torch.Tensor] | None = None, world_size: int = 1
+               candidates: tuple[torch.Tensor, torch.Tensor] | None = None, world_size: int = 1, teacher=None
                ) -> tuple[float, float, bool]:
     """One optimizer step on this process's batches of a global batch of ``total_tokens`` target tokens.
 
@@ -86,7 +86,7 @@ def train_step(model, batches: list[Batch], total_tokens: int, optimizer, schedu
     DDP (``world_size`` > 1) gradients are averaged over processes, hence the division by
     ``total_tokens / world_size``; they are synchronised once, on the last batch. ``candidates`` (ids, real),
     each (pinyin vocab, c), from :meth:`Lexicon.for_vocab`, restricts the softmax
-    (train.loss=candidates).
+    (train.loss=candidates); ``teacher`` (distillation.Teacher) mixes its distribution into the loss.
 
     Returns (mean loss of the global batch, gradient norm before clipping, stepped). A non-finite loss or
     gradient norm does not step: the gradients are dropped, stepped is False, the weights are untouched."""
@@ -100,7 +100,7 @@ def train_step(model, batches: list[Batch], total_tokens: int, optimizer, schedu
         with no_sync() if no_sync is not None and not is_last else contextlib.nullcontext():
             batch = batch.to(device)
             with autocast_for(device, precision):
-                summed, _ = model_loss_sum(model, batch, config.label_smoothing, candidates)
+                summed, _ = model_loss_sum(model, batch, config.label_smoothing, candidates, teacher)
             (summed / (total_tokens / world_size)).backward()
         local_loss += (summed.detach() / total_tokens).item()
     loss = distributed.sum_over_processes([local_loss], device)[0]

@@ -53,14 +53,20 @@ def candidate_columns(source: torch.Tensor, target: torch.Tensor, candidates: tu
             torch.cat([(target != PAD_ID)[..., None], counted], dim=-1))
 
 
-def model_loss_sum(model, batch, label_smoothing: float, candidates=None) -> tuple[torch.Tensor, int]:
+def model_loss_sum(model, batch, label_smoothing: float, candidates=None, teacher=None) -> tuple[torch.Tensor, int]:
     """Teacher-forced loss of ``batch`` summed over its target tokens, and their number: softmax over all
     characters, or with ``candidates`` (see :func:`candidate_columns`) over each syllable's characters,
-    computing only their logits. The one place that chooses between the two."""
-    if candidates is None:
-        return loss_sum(model(batch.source, batch.target), batch.target, label_smoothing)
-    columns, allowed = candidate_columns(batch.source, batch.target, candidates)
-    return loss_sum(model(batch.source, batch.target, columns), batch.target, label_smoothing, allowed)
+    computing only their logits. The one place that chooses between the two. With a ``teacher``
+    (distillation.Teacher, train.distill_from), its share of the loss follows the teacher's distribution."""
+    columns = allowed = None
+    if candidates is not None:
+        columns, allowed = candidate_columns(batch.source, batch.target, candidates)
+    logits = model(batch.source, batch.target, columns)
+    loss, n_tokens = loss_sum(logits, batch.target, label_smoothing, allowed)
+    if teacher is None:
+        return loss, n_tokens
+    taught = teacher.loss_sum(batch.source, batch.target, logits, columns, allowed)
+    return (1.0 - teacher.weight) * loss + teacher.weight * taught, n_tokens
 
 
 def model_loss(model, batch, label_smoothing: float, candidates=None) -> tuple[torch.Tensor, int]:

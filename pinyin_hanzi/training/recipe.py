@@ -9,6 +9,8 @@
       setup_language_models  syllable bigrams; the character n-gram and word models train.language_models
                          names, counted once with the store (language_models.py)
       _setup_optimizer   AdamW with warm-up + cosine decay (lr_at)
+      _setup_teacher     train.distill_from: a trained model whose distribution the loss also follows,
+                         frozen (distillation.py)
       restore            --resume: optimizer, schedule, data position, step, best score, random state
                          (checkpointing.py)
       setup_logging      TensorBoard, train_log.jsonl, eval_log.jsonl, the progress bar (rank 0; logs.py)
@@ -49,6 +51,7 @@ from pinyin_hanzi.runtime import select_device, set_threads
 from pinyin_hanzi.text.lexicon import Lexicon
 from pinyin_hanzi.training import distributed
 from pinyin_hanzi.training.checkpointing import load_resumable, restore
+from pinyin_hanzi.training.distillation import Teacher, load_teacher
 from pinyin_hanzi.training.language_models import setup_language_models
 from pinyin_hanzi.training.logs import log_setup, setup_logging
 from pinyin_hanzi.training.loop import train_loop
@@ -124,6 +127,7 @@ def _thread_write_errors_raised_later():
 def _train(run: Run, *, resume: bool, workers: int | None = None) -> Path:
     config, t, log = run.config, run.config.train, run.log
     _check_trainable(config, 0, 0)  # the layers alone may be too many: say so before preparing the data
+    teacher_state = checkpoint.load_checkpoint(t.distill_from) if t.distill_from else None  # likewise
     splits = _setup_data(run, workers)
     saved = load_resumable(run, splits) if resume else None
     model, pinyin_vocab, hanzi_vocab = _setup_model(config, splits, saved, run.kept_path, run.init_from, log)
@@ -144,12 +148,26 @@ def _train(run: Run, *, resume: bool, workers: int | None = None) -> Path:
     candidates = None
     if t.loss == "candidates":
         candidates = tuple(part.to(run.device) for part in lexicon.for_vocab(pinyin_vocab))
+    teacher = _setup_teacher(t, teacher_state, pinyin_vocab, hanzi_vocab, run.device, log) if teacher_state else None
     parts = Parts(model, _wrap_for_training(model, run), pinyin_vocab, hanzi_vocab, optimizer, scheduler, stream,
-                  syllable_lm, char_lm_state, word_lm_state, lexicon, candidates, valid, splits.valid_sample)
+                  syllable_lm, char_lm_state, word_lm_state, lexicon, candidates, valid, splits.valid_sample,
+                  teacher)
     log_setup(run, parts, logs)
     train_loop(run, parts, logs)
     log(f"best valid char accuracy {run.best_accuracy:.2%}; checkpoints in {run.checkpoint_dir}")
     return run.best_path
+
+
+def _setup_teacher(t: TrainConfig, state: dict, pinyin_vocab: Vocab, hanzi_vocab: Vocab, device: torch.device,
+                   log) -> Teacher:
+    """train.distill_from's model (its checkpoint's ``state``), over this run's vocabularies (distillation.py)."""
+    teacher = load_teacher(state, t.distill_from, pinyin_vocab, hanzi_vocab, t.distill_weight, t.distill_temperature,
+                           device)
+    shared = int(teacher.known.sum())
+    log(f"distilling from {t.distill_from} ({sum(p.numel() for p in teacher.model.parameters()):,} parameters): "
+        f"{t.distill_weight:g} of the loss follows it at temperature {t.distill_temperature:g}; it knows {shared:,} of "
+        f"this run's {len(hanzi_vocab):,} characters")
+    return teacher
 
 
 def _check_trainable(config: Config, pinyin_vocab_size: int, hanzi_vocab_size: int) -> None:

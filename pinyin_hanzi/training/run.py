@@ -32,6 +32,7 @@ from pinyin_hanzi.lm.syllable import SyllableBigrams
 from pinyin_hanzi.models.transformer import Transformer
 from pinyin_hanzi.text.lexicon import Lexicon
 from pinyin_hanzi.training import distributed
+from pinyin_hanzi.training.distillation import Teacher
 
 # What job schedulers, `timeout`, container stops and cloud preemptions send (SIGTERM), and what SLURM sends
 # ahead of a time limit (`--signal=USR1@60`): training stops at the next step boundary with last.pt saved.
@@ -187,6 +188,7 @@ class Parts:
     candidates: tuple[torch.Tensor, torch.Tensor] | None  # train.loss=candidates: Lexicon.for_vocab
     valid: StoredSplit  # the validation split in the model's vocabularies (batches.encode_split), for the loss
     valid_sample: list[Example]  # its first examples as text, for the conversions and pictures
+    teacher: Teacher | None = None  # train.distill_from's model (distillation.py); None: no teacher
 
 
 @contextlib.contextmanager
