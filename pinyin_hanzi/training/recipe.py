@@ -149,6 +149,7 @@ def _train(run: Run, *, resume: bool, workers: int | None = None) -> Path:
     if t.loss == "candidates":
         candidates = tuple(part.to(run.device) for part in lexicon.for_vocab(pinyin_vocab))
     teacher = _setup_teacher(t, teacher_state, pinyin_vocab, hanzi_vocab, run.device, log) if teacher_state else None
+    teacher_state = None  # the teacher's model holds its weights: the checkpoint's copy is not kept for the run
     parts = Parts(model, _wrap_for_training(model, run), pinyin_vocab, hanzi_vocab, optimizer, scheduler, stream,
                   syllable_lm, char_lm_state, word_lm_state, lexicon, candidates, valid, splits.valid_sample,
                   teacher)
