@@ -548,8 +548,8 @@ def test_two_model_processes_by_default_on_two_cores_or_more(monkeypatch):
 
     for cores, expected in ((1, 1), (2, 2), (16, 2)):
         monkeypatch.setattr(os, "sched_getaffinity", lambda pid, cores=cores: set(range(cores)), raising=False)
-        assert serve.default_workers("process", "cpu") == expected
-        assert serve.default_workers("thread", "cpu") == serve.default_workers("process", "cuda") == 1
+        assert serve.default_model_processes("process", "cpu") == expected
+        assert serve.default_model_processes("thread", "cpu") == serve.default_model_processes("process", "cuda") == 1
     parser = serve._parser()
     for argv, expected in (([], 2), (["--workers", "3"], 3), (["--worker", "thread"], 1)):
         args = parser.parse_args(argv)

@@ -101,20 +101,22 @@ def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> No
     if args.workers is not None and args.workers > 1 and args.worker == "thread":
         parser.error(f"--workers {args.workers}: 1 with --worker thread")
     if args.workers is None:
-        args.workers = default_workers(args.worker, args.device)
+        args.workers = default_model_processes(args.worker, args.device)
     for name in args.allow_host:
         if name != "*" and (not name.strip() or any(char.isspace() or char in "/@?#" for char in name)):
             parser.error(f"--allow-host {name!r}: a host name or address, as a browser sends it in Host "
                          f"(example.com, 192.168.1.5, [::1]), or '*'")
 
 
-def default_workers(worker: str, device: str) -> int:
+def default_model_processes(worker: str, device: str) -> int:
     """Model processes when --workers is not given: two on a CPU where this process may run on two or more
     cores, else one. One process decodes on one core (one torch thread); a second decodes the next batch
     meanwhile: at 32 clients on two cores 247 -> 365 sentences/s, p99 224 -> 145 ms (docs/serving.md). With
     the n-gram tables mapped from the lookup cache, shared by both, two hold about what one held before."""
     if worker != "process" or device != "cpu":
         return 1
+    # the cores counted as data.prepare.default_workers counts them, spelt here: importing the data layer
+    # would load numpy and tqdm into the HTTP server's process for one line
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return 2 if cores >= 2 else 1
 
