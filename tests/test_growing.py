@@ -54,14 +54,34 @@ def test_a_grown_model_keeps_the_known_rows_and_converts_as_the_trained_one_did(
         assert torch.allclose(model(source, target)[..., :known], trained(source, target), atol=1e-5)
 
 
+def test_a_shallower_model_keeps_the_first_layers():
+    """A decoder of 1 layer from one of 2 (and an encoder grown on top at the same time): the first decoder
+    layer's weights, the second's left out; the encoder's new layer starts as the identity."""
+    trained, pinyin_vocab, hanzi_vocab = _trained()
+    shallower = dataclasses.replace(SMALL, n_encoder_layers=2, n_decoder_layers=1)
+    assert check_growable(shallower, dataclasses.asdict(SMALL), "x.pt") == \
+        "encoder 1 -> 2 layers, decoder 2 -> 1 layers"
+    model, *_ = grow(trained, pinyin_vocab, hanzi_vocab, shallower, pinyin_tokens=[], hanzi_tokens=[])
+    assert len(model.decoder_layers) == 1
+    for name, weight in model.decoder_layers[0].state_dict().items():
+        assert torch.equal(weight, trained.decoder_layers[0].state_dict()[name]), name
+    assert torch.equal(model.decoder_norm.weight, trained.decoder_norm.weight)
+    source = torch.tensor([[4, 5, 4]])
+    model.eval(), trained.eval()
+    with torch.no_grad():  # the same memory: the new encoder layer adds nothing yet
+        assert torch.allclose(model.encode(source)[0], trained.encode(source)[0], atol=1e-6)
+
+
 @pytest.mark.parametrize("changes, error", [
     ({"n_encoder_layers": 2, "norm": "post"}, r" with model\.n_encoder_layers=2 \(it has 1\): only a pre-norm model"),
-    ({"n_decoder_layers": 1}, r": model\.n_decoder_layers is 1 now but 2 in the checkpoint"),
+    ({"n_decoder_layers": 0}, r": model\.n_decoder_layers is 0 now but 2 in the checkpoint"),
     ({"n_decoder_layers": 3, "d_ff": 128}, r": model\.d_ff is 128 now but 64 in the checkpoint"),
 ])
-def test_only_a_pre_norm_model_grows_and_only_deeper(changes, error):
+def test_only_a_pre_norm_model_grows_and_other_settings_agree(changes, error):
     saved = dataclasses.asdict(SMALL)
     assert check_growable(dataclasses.replace(SMALL, n_encoder_layers=3), saved, "x.pt") == "encoder 1 -> 3 layers"
+    assert check_growable(dataclasses.replace(SMALL, n_decoder_layers=1, norm="post"), {**saved, "norm": "post"},
+                          "x.pt") == "decoder 2 -> 1 layers"  # dropping layers needs no identities
     assert check_growable(SMALL, saved, "x.pt") == ""
     with pytest.raises(CheckpointError, match="^cannot start from x.pt" + error):
         check_growable(dataclasses.replace(SMALL, **changes), saved, "x.pt")

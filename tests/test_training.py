@@ -342,7 +342,7 @@ def test_init_from_a_deeper_config_grows_identity_layers_on_top(tmp_path, tiny_c
     messages = []
     model, _, _ = training._setup_model(config, splits, None, None, str(best), messages.append)
     assert (len(model.encoder_layers), len(model.decoder_layers)) == (3, 4)
-    assert messages[1].startswith("grown deeper: encoder 2 -> 3 layers, decoder 2 -> 4 layers")
+    assert messages[1].startswith("layers: encoder 2 -> 3 layers, decoder 2 -> 4 layers")
     assert not model.decoder_layers[3].feed_forward.contract.weight.any()
     assert model.decoder_layers[3].feed_forward.expand.weight.std() > 0  # its inputs start as a fresh model's
     source, target = torch.randint(4, 20, (2, 6)), torch.randint(4, 20, (2, 5))
@@ -354,11 +354,11 @@ def test_init_from_a_deeper_config_grows_identity_layers_on_top(tmp_path, tiny_c
 
 
 @pytest.mark.parametrize("overrides, error", [
-    (["model.n_encoder_layers=1"], r"model\.n_encoder_layers is 1 now but 2 in the checkpoint"),
+    (["model.n_encoder_layers=1", "model.n_heads=2"], r"model\.n_heads is 2 now but 4 in the checkpoint"),
     (["model.n_decoder_layers=3", "model.norm=post"], "only a pre-norm model grows deeper"),
     (["model.n_decoder_layers=3", "model.d_ff=256"], r"model\.d_ff is 256 now but 128"),
 ])
-def test_init_from_grows_only_deeper_and_only_a_pre_norm_model(tmp_path, tiny_corpus, trained, overrides, error):
+def test_init_from_changes_only_depths_and_grows_only_a_pre_norm_model(tmp_path, tiny_corpus, trained, overrides, error):
     _, _, best = trained
     config = load_config(write_config(tmp_path / "c.yaml", tiny_config_dict(tmp_path, tiny_corpus)), overrides)
     with pytest.raises(CheckpointError, match=f"^cannot start from .*best.pt.*{error}"):

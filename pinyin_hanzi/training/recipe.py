@@ -238,22 +238,23 @@ def _setup_model(config: Config, splits: Splits, saved: dict | None, saved_path:
 def _init_from(config: Config, splits: Splits, path: str, log) -> tuple[Transformer, Vocab, Vocab]:
     """--init-from: the checkpoint's weights over vocabularies grown by the prepared data's new tokens (new
     characters, the prefix tokens of data.abbreviate), and deeper if the config asks for more encoder or
-    decoder layers (growing a trained model instead of training a larger one from scratch): see
-    :mod:`pinyin_hanzi.models.growing`. CheckpointError unless the other model settings agree."""
+    decoder layers (growing a trained model instead of training a larger one from scratch) or fewer (the
+    start of a shallower one): see :mod:`pinyin_hanzi.models.growing`. CheckpointError unless the other model
+    settings agree."""
     source = checkpoint.load_checkpoint(path)
     trained, trained_pinyin, trained_hanzi, _ = checkpoint.model_from_checkpoint(source, path)
     saved_model = source[checkpoint.CONFIG_KEY].get("model")
     if not isinstance(saved_model, dict):
         raise CheckpointError(f"cannot start from {path}: its config has no model section")
-    deeper = growing.check_growable(config.model, saved_model, path)
+    depths = growing.check_growable(config.model, saved_model, path)
     model, pinyin_vocab, hanzi_vocab = growing.grow(trained, trained_pinyin, trained_hanzi, config.model,
                                                     pinyin_tokens=splits.pinyin_vocab.tokens,
                                                     hanzi_tokens=splits.hanzi_vocab.tokens)
     log(f"initialised from {path}: {len(pinyin_vocab) - len(trained_pinyin)} pinyin and "
         f"{len(hanzi_vocab) - len(trained_hanzi)} hanzi tokens added to its vocabularies")
-    if deeper:
-        log(f"grown deeper: {deeper}; the new layers sit on top and start as the identity (their attention and "
-            f"feed-forward output projections are zero), so the grown model converts as the checkpoint did")
+    if depths:
+        log(f"layers: {depths}; new layers sit on top and start as the identity (their attention and feed-forward "
+            f"output projections are zero); a shallower stack keeps the checkpoint's first layers")
     return model, pinyin_vocab, hanzi_vocab
 
 
