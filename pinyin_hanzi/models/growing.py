@@ -34,7 +34,7 @@ def check_growable(config: ModelConfig, saved: dict, path: str) -> str:
     changes = []
     for key in DEPTHS:
         now, before = getattr(config, key), saved.get(key)
-        if isinstance(before, int) and isinstance(now, int) and now != before and now >= 1:
+        if isinstance(before, int) and now != before and now >= 1:
             if now > before and config.norm != "pre":
                 raise CheckpointError(f"cannot start from {path} with model.{key}={now} (it has {before}): "
                                       f"only a pre-norm model grows deeper (model.norm is {config.norm!r})")
