@@ -93,7 +93,8 @@ class NgramFusion:
         """sum of weight x log P(ids (n, c) | context (n, m)) -> (n, c). <pad> (past the end of a shorter input in
         the batch) scores 0, or inputs would pay for their neighbours' length."""
         real = ids != PAD_ID
-        packed = 2 * int(real.sum()) < real.numel()
+        count = int(real.sum())
+        packed = 2 * count < real.numel()
         if packed:  # mostly <pad>, as a batch's lists are, padded to the longest at each position
             rows, columns = real.nonzero(as_tuple=True)
         total = None
@@ -104,7 +105,7 @@ class NgramFusion:
             else:
                 scores = weight * model.log_prob(context, ids)
             total = scores if total is None else total + scores
-        return torch.where(real, total, 0.0)
+        return total if count == real.numel() else torch.where(real, total, 0.0)
 
     @staticmethod
     def advance(context: torch.Tensor, order: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:

@@ -394,32 +394,31 @@ class CharNgramLM:
         rows = rows.numpy()
         return torch.from_numpy(self._scores(*(part[rows] for part in self._contexts(context)), candidates)[:, 0])
 
-    def _contexts(self, context: torch.Tensor) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Per row of context (n, m): its suffixes' ids as base-v digits (column j: the context of order j + 2),
-        their log backoff weights (0 where unseen) and the sum of those of the longer ones, each (n, m)."""
-        m = self.order - 1
+    def _contexts(self, context: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+        """Per row of context (n, m): its suffixes' ids as base-v digits (column j: the context of order j + 2)
+        and their log backoff weights (0 where unseen), each (n, m)."""
         tables = self._lookup_tables()
-        recent = context.numpy()[:, ::-1][:, :m]  # (n, m): the last id first
-        histories = np.cumsum(recent * self._powers, axis=1)  # column j: order j + 2's context
+        recent = context.numpy()[:, : -self.order : -1]  # (n, order - 1): the last id first
+        histories = (recent * self._powers).cumsum(axis=1)  # column j: order j + 2's context
         keys = histories + self._order_offsets
-        index = np.searchsorted(tables.context_keys, keys)  # (n, m)
-        seen = tables.context_keys[index] == keys
-        log_backoffs = np.where(seen, tables.context_log_backoffs[index], np.float32(0))  # (n, m)
-        # backoff weights of the contexts above each order: above[:, j] = sum of log_backoffs[:, j + 1:]
-        above = np.cumsum(log_backoffs[:, ::-1], axis=1)[:, ::-1] - log_backoffs  # (n, m)
-        return histories, log_backoffs, above
+        index = tables.context_keys.searchsorted(keys)  # (n, m)
+        log_backoffs = np.where(tables.context_keys.take(index) == keys, tables.context_log_backoffs.take(index),
+                                np.float32(0))
+        return histories, log_backoffs
 
-    def _scores(self, histories: np.ndarray, log_backoffs: np.ndarray, above: np.ndarray,
-                candidates: np.ndarray) -> np.ndarray:
-        """log P of candidates (n, c) after contexts given as :meth:`_contexts` gives them -> (n, c)."""
+    def _scores(self, histories: np.ndarray, log_backoffs: np.ndarray, candidates: np.ndarray) -> np.ndarray:
+        """log P of candidates (n, c) after contexts given as :meth:`_contexts` gives them -> (n, c). From the
+        lowest order up, each order's stored n-gram replaces what the orders below give, and where it is not
+        stored its context's backoff weight is added to it: the longest stored n-gram's log-probability plus
+        the backoff weights of the contexts above it."""
         tables = self._lookup_tables()
         queries = (histories * self.vocab_size + self._order_offsets)[:, :, None] + candidates[:, None, :]  # (n, m, c)
-        found = np.searchsorted(tables.gram_keys, queries)  # (n, m, c)
-        stored = tables.gram_keys[found] == queries
-        backed_off = tables.gram_log_probs[found] + above[:, :, None]  # (n, m, c): where stored
-        result = self._unigrams[candidates] + (above[:, :1] + log_backoffs[:, :1])
-        for j in range(self.order - 1):  # each longer order replaces the one below where its n-gram is stored
-            result = np.where(stored[:, j], backed_off[:, j], result)
+        found = tables.gram_keys.searchsorted(queries)  # (n, m, c)
+        stored = tables.gram_keys.take(found) == queries
+        log_probs = tables.gram_log_probs.take(found)
+        result = self._unigrams.take(candidates)
+        for j in range(self.order - 1):
+            result = np.where(stored[:, j], log_probs[:, j], result + log_backoffs[:, j, None])
         return result
 
     def sentence_log_prob(self, ids: Sequence[int]) -> float:
