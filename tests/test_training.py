@@ -343,6 +343,7 @@ def test_init_from_a_deeper_config_grows_identity_layers_on_top(tmp_path, tiny_c
     model, _, _ = training._setup_model(config, splits, None, None, str(best), messages.append)
     assert (len(model.encoder_layers), len(model.decoder_layers)) == (3, 4)
     assert messages[1].startswith("layers: encoder 2 -> 3 layers, decoder 2 -> 4 layers")
+    assert "identity" in messages[1] and "shallower" not in messages[1]
     assert not model.decoder_layers[3].feed_forward.contract.weight.any()
     assert model.decoder_layers[3].feed_forward.expand.weight.std() > 0  # its inputs start as a fresh model's
     source, target = torch.randint(4, 20, (2, 6)), torch.randint(4, 20, (2, 5))
@@ -351,6 +352,17 @@ def test_init_from_a_deeper_config_grows_identity_layers_on_top(tmp_path, tiny_c
         assert torch.allclose(model(source, target), old_model(source, target), atol=1e-6)
     grown = train(config, init_from=str(best), log=lambda message: None)
     assert load_checkpoint(grown)["config"]["model"]["n_decoder_layers"] == 4
+
+
+def test_init_from_a_shallower_config_says_which_layers_it_keeps(tmp_path, tiny_corpus, trained):
+    _, _, best = trained
+    config = load_config(write_config(tmp_path / "c.yaml", tiny_config_dict(tmp_path, tiny_corpus)),
+                         ["model.n_decoder_layers=1", "train.name=shallower"])
+    messages = []
+    model, _, _ = training._setup_model(config, Splits.read(prepare(config.data), sample=4), None, None, str(best),
+                                        messages.append)
+    assert len(model.decoder_layers) == 1
+    assert messages[1] == "layers: decoder 2 -> 1 layers; a shallower stack keeps the checkpoint's first layers"
 
 
 @pytest.mark.parametrize("overrides, error", [

@@ -252,9 +252,14 @@ def _init_from(config: Config, splits: Splits, path: str, log) -> tuple[Transfor
                                                     hanzi_tokens=splits.hanzi_vocab.tokens)
     log(f"initialised from {path}: {len(pinyin_vocab) - len(trained_pinyin)} pinyin and "
         f"{len(hanzi_vocab) - len(trained_hanzi)} hanzi tokens added to its vocabularies")
-    if depths:
-        log(f"layers: {depths}; new layers sit on top and start as the identity (their attention and feed-forward "
-            f"output projections are zero); a shallower stack keeps the checkpoint's first layers")
+    if depths:  # (check_growable passed: every layer count is in saved_model, an int where it differs)
+        notes = []
+        if any(getattr(config.model, key) > saved_model[key] for key in growing.DEPTHS):
+            notes.append("new layers sit on top and start as the identity (their attention and feed-forward output "
+                         "projections are zero)")
+        if any(getattr(config.model, key) < saved_model[key] for key in growing.DEPTHS):
+            notes.append("a shallower stack keeps the checkpoint's first layers")
+        log(f"layers: {depths}; " + "; ".join(notes))
     return model, pinyin_vocab, hanzi_vocab
 
 
