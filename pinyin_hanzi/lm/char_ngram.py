@@ -396,7 +396,7 @@ class CharNgramLM:
 
     def _contexts(self, context: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
         """Per row of context (n, m): its suffixes' ids as base-v digits (column j: the context of order j + 2)
-        and their log backoff weights (0 where unseen), each (n, m)."""
+        and their log backoff weights (0 where unseen), each (n, order - 1)."""
         tables = self._lookup_tables()
         recent = context.numpy()[:, : -self.order : -1]  # (n, order - 1): the last id first
         histories = (recent * self._powers).cumsum(axis=1)  # column j: order j + 2's context
