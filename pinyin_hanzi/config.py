@@ -103,7 +103,7 @@ class TrainConfig:
 
 
 PREFIX_MODES = ("auto", "on", "off")  # decode.prefixes
-PRECISIONS = ("auto", "fp32", "bf16")  # decode.precision
+PRECISIONS = ("auto", "fp32", "bf16", "int8")  # decode.precision
 
 
 @dataclass
@@ -153,8 +153,9 @@ class DecodeConfig:
     user_weight: float = 2.0  # weight of the user dictionary's word model in the search: a finished user word
     # of L characters (weight 1) gains about user_weight x L; 0: the dictionary only adds its readings
     precision: str = "auto"  # conversion's matrix products on the CPU: "bf16" (beams and batches; 2-4x faster on
-    # CPUs that multiply bf16 natively, emulated and slower elsewhere), "fp32", or "auto" = bf16 where the CPU
-    # has native bf16 (AVX512-BF16, AMX), else fp32; on a GPU conversion runs fp32
+    # CPUs that multiply bf16 natively, emulated and slower elsewhere), "int8" (bf16, and int8 weights for the
+    # few rows of a single sentence's beam: a line converted alone takes ~0.87x the time), "fp32", or "auto" =
+    # bf16 where the CPU has native bf16 (AVX512-BF16, AMX), else fp32; on a GPU conversion runs fp32
 
 
 @dataclass
@@ -274,7 +275,7 @@ def validate_config(config: Config, where: str) -> None:
     check(dec.word_min_frequency < 1, "decode.word_min_frequency", "a number in [0, 1)")
     check(dec.word_contrast < 1, "decode.word_contrast", "a number in [0, 1)")
     check(dec.prefixes in PREFIX_MODES, "decode.prefixes", "'auto', 'on' or 'off'")
-    check(dec.precision in PRECISIONS, "decode.precision", "'auto', 'fp32' or 'bf16'")
+    check(dec.precision in PRECISIONS, "decode.precision", "'auto', 'fp32', 'bf16' or 'int8'")
     if dec.fuzzy or dec.shuangpin:
         from pinyin_hanzi.text.shuangpin import LAYOUTS  # the reading tables load only when these are used
         from pinyin_hanzi.text.typed_input import FUZZY_PAIRS

@@ -56,11 +56,16 @@ def resolve_precision(precision: str, device: torch.device) -> str:
     return precision
 
 
-def inference_bf16(precision: str, device: torch.device) -> bool:
-    """Whether conversion runs its products in bf16 for decode.precision ("auto", "fp32", "bf16") on
-    ``device``: on a CPU as :func:`resolve_precision` chooses ("auto": where the CPU has native bf16). On a
-    GPU, fp32 (bf16 conversion there is unmeasured)."""
-    return device.type == "cpu" and resolve_precision(precision, device) == "bf16"
+def inference_precision(precision: str, device: torch.device) -> str:
+    """How conversion multiplies for decode.precision ("auto", "fp32", "bf16", "int8") on ``device``: "fp32",
+    "bf16" (bf16 copies of the weights for products large enough to gain), or "int8" (bf16, and int8 weights
+    for a single sentence's few rows: see models/inference.py). "auto" is bf16 on CPUs with native bf16 (see
+    :func:`cpu_has_native_bf16`), fp32 elsewhere. On a GPU, fp32 (bf16 conversion there is unmeasured)."""
+    if device.type != "cpu":
+        return "fp32"
+    if precision == "auto":
+        return "bf16" if cpu_has_native_bf16() else "fp32"
+    return precision
 
 
 def autocast_for(device: torch.device, precision: str = "fp32"):

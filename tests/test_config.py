@@ -83,7 +83,7 @@ def test_overrides_are_typed():
         ("decode:\n  fuzzy: 3\n", r"decode\.fuzzy=3 has the wrong type: expected a list of names"),
         ("decode:\n  shuangpin: dvorak\n", r"decode\.shuangpin='dvorak' is invalid: expected '' or one of microsoft"),
         ("decode:\n  prefixes: maybe\n", r"decode\.prefixes='maybe' is invalid: expected 'auto', 'on' or 'off'"),
-        ("decode:\n  precision: fp16\n", r"decode\.precision='fp16' is invalid: expected 'auto', 'fp32' or 'bf16'"),
+        ("decode:\n  precision: fp16\n", r"decode\.precision='fp16' is invalid: expected 'auto', 'fp32', 'bf16' or 'int8'"),
         ("model: [1, 2]\n", r"section 'model' must be a mapping"),
         ("model:\n  d_model: [\n", r"not valid YAML"),
         ("- a\n- b\n", r"expected a mapping of sections"),

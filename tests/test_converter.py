@@ -552,14 +552,17 @@ def test_typed_single_letter_syllables_are_characters_never_latin_letters():
         assert set(converter.convert_tokens([["o"]] * 8)) <= {"o", "哦", "喔", "噢"}
 
 
-def test_bf16_and_fp32_conversion_agree_and_an_unknown_precision_is_refused(shipped):
+def test_fp32_bf16_and_int8_conversion_agree_and_an_unknown_precision_is_refused(shipped):
     other = Converter.from_pretrained(precision="fp32" if shipped.decoder.bf16 else "bf16")
-    assert other.decoder.bf16 != shipped.decoder.bf16
+    int8 = Converter.from_pretrained(precision="int8")
+    assert other.decoder.bf16 != shipped.decoder.bf16 and int8.decoder.int8 and not other.decoder.int8
     lines = ["wo xiang qu bei jing kan kan", "jin tian tian qi hen hao", "ta shuo ta ming tian bu lai le",
              "zhe ge wen ti hen nan jie jue", "women yiqi qu chifan ba", "wo xiang q b j", "ni hao"]
-    assert [found[0].text for found in other.convert_lines(lines)] == \
-        [found[0].text for found in shipped.convert_lines(lines)]
-    with pytest.raises(ConfigError, match="precision='fp16' is invalid: expected 'auto', 'fp32' or 'bf16'"):
+    expected = [found[0].text for found in shipped.convert_lines(lines)]
+    assert [found[0].text for found in other.convert_lines(lines)] == expected
+    # int8 weights serve a single sentence's few rows: one line at a time
+    assert [int8.convert_lines([line])[0][0].text for line in lines] == expected
+    with pytest.raises(ConfigError, match="precision='fp16' is invalid: expected 'auto', 'fp32', 'bf16' or 'int8'"):
         Converter.from_pretrained(precision="fp16")
 
 

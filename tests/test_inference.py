@@ -208,6 +208,53 @@ def test_a_bf16_cache_feeds_an_output_projection_that_stays_fp32_at_its_rows():
     assert low_cache.layers[0].keys.dtype == torch.bfloat16
 
 
+def test_int8_weights_serve_a_few_rows_close_to_fp32_and_leave_more_rows_to_bf16():
+    model = _model(d_model=64, d_ff=128)  # int8 weights need ``in`` to be a multiple of INT8_IN_MULTIPLE
+    exact, low = InferenceDecoder(model), InferenceDecoder(model, bf16=True)
+    int8 = InferenceDecoder(model, bf16=True, int8=True)
+    if int8.layers[0].expand.int8 is None:
+        pytest.skip("this PyTorch build has no int8 weight kernel")
+    assert all(projection.int8 is not None for projection in _projections(int8))
+    assert all(projection.int8 is None for projection in _projections(low))
+    assert not InferenceDecoder(model, int8=True).int8  # int8 weights come with bf16 inputs only
+    for rows, int8_used in ((1, True), (inference.INT8_MAX_ROWS, True), (inference.INT8_MAX_ROWS + 1, False)):
+        source, step_input = _ids((rows, 6), SOURCE_VOCAB, 1), _ids((rows, 1), TARGET_VOCAB, 2)
+        with torch.no_grad():
+            memory, _ = exact.encode(source)
+            reference = exact.decode(step_input, memory[:, :1], None, cache=exact.new_cache())
+            bf16_logits = low.decode(step_input, memory[:, :1], None, cache=low.new_cache())
+            logits = int8.decode(step_input, memory[:, :1], None, cache=int8.new_cache())
+        assert logits.dtype == torch.float32
+        assert torch.allclose(logits, reference, atol=0.1, rtol=0.05)
+        assert torch.equal(logits, bf16_logits) != int8_used  # int8 for a few rows, and only there
+
+
+def test_int8_weights_round_each_row_to_its_own_scale_and_are_left_out_where_the_kernel_would_not_serve(
+        monkeypatch):
+    weight, bias = torch.randn(48, 64, generator=torch.Generator().manual_seed(1)), torch.randn(48)
+    weight[3] *= 100  # a row of large weights does not coarsen the others: one scale per output row
+    int8 = inference._int8_weights(weight, bias)
+    if int8 is None:
+        pytest.skip("this PyTorch build has no int8 weight kernel")
+    quantized, scales, low_bias = int8
+    assert quantized.dtype == torch.int8 and int(quantized.abs().amax(dim=1).min()) == 127
+    assert torch.all((quantized.float() * scales.float()[:, None] - weight).abs() <= scales.float()[:, None])
+    assert torch.equal(low_bias, bias.bfloat16())
+    projection = inference._projection(weight, bias, "int8")
+    for rows in (1, 5, 6):
+        x = torch.randn(rows, 1, 64)
+        assert torch.allclose(projection(x), F.linear(x, weight, bias), atol=0.05 * float(weight.abs().amax()))
+    # an ``in`` the kernel would read past (it crashes rather than refuse), a kernel whose product differs, or
+    # none: bf16 weights
+    assert inference._int8_weights(weight[:, :40], None) is None
+    original = inference._INT8_MATMUL
+    monkeypatch.setattr(inference, "_INT8_MATMUL", lambda x, weight, scales: original(x, weight, scales) + 1)
+    assert inference._int8_weights(weight, bias) is None
+    monkeypatch.setattr(inference, "_INT8_MATMUL", None)
+    assert inference._int8_weights(weight, bias) is None
+    assert inference._projection(weight, bias, "int8").int8 is None
+
+
 def test_onednn_blocked_weights_give_the_plain_products_and_are_left_out_where_they_would_not(monkeypatch):
     weight, bias = torch.randn(48, 32, generator=torch.Generator().manual_seed(1)), torch.randn(48)
     packed = inference._prepacked(weight, bias)

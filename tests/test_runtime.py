@@ -3,7 +3,7 @@ import torch
 
 from pinyin_hanzi import runtime
 from pinyin_hanzi.errors import ConfigError
-from pinyin_hanzi.runtime import autocast_for, resolve_precision, select_device, set_threads
+from pinyin_hanzi.runtime import autocast_for, inference_precision, resolve_precision, select_device, set_threads
 
 
 def test_precision_auto_is_bf16_on_cpus_with_native_bf16_only(monkeypatch):
@@ -14,6 +14,15 @@ def test_precision_auto_is_bf16_on_cpus_with_native_bf16_only(monkeypatch):
     assert [resolve_precision("auto", d) for d in (cpu, cuda, mps)] == ["fp32", "fp32", "fp32"]
     assert resolve_precision("bf16", cuda) == "bf16" and resolve_precision("bf16", cpu) == "bf16"
     assert resolve_precision("fp32", cpu) == "fp32"
+
+
+def test_conversion_runs_as_asked_on_a_cpu_and_in_fp32_on_a_gpu(monkeypatch):
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    monkeypatch.setattr(runtime, "cpu_has_native_bf16", lambda: True)
+    assert [inference_precision(p, cpu) for p in ("auto", "fp32", "bf16", "int8")] == ["bf16", "fp32", "bf16", "int8"]
+    assert {inference_precision(p, cuda) for p in ("auto", "fp32", "bf16", "int8")} == {"fp32"}
+    monkeypatch.setattr(runtime, "cpu_has_native_bf16", lambda: False)
+    assert inference_precision("auto", cpu) == "fp32" and inference_precision("int8", cpu) == "int8"
 
 
 def test_autocast_multiplies_in_bf16_only_when_asked():

@@ -153,7 +153,7 @@ def decode_changes(method: str, changes: dict) -> dict:
         elif not isinstance(value, str):
             raise ConfigError(f"{method}(): {name}={shown(value)} is invalid: expected a str")
         elif name == "precision" and value not in PRECISIONS:
-            raise ConfigError(f"{method}(): precision={shown(value)} is invalid: expected 'auto', 'fp32' or 'bf16'")
+            raise ConfigError(f"{method}(): precision={shown(value)} is invalid: expected 'auto', 'fp32', 'bf16' or 'int8'")
         checked[name] = value
     return checked
 

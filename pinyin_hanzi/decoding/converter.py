@@ -41,7 +41,7 @@ from pinyin_hanzi.lm.user_words import UserWords
 from pinyin_hanzi.lm.word import WordLexiconLM
 from pinyin_hanzi.models.inference import InferenceDecoder
 from pinyin_hanzi.models.transformer import Transformer
-from pinyin_hanzi.runtime import collector_paused, inference_bf16
+from pinyin_hanzi.runtime import collector_paused, inference_precision
 from pinyin_hanzi.text.lexicon import PAD_ROW, Lexicon, token_key
 from pinyin_hanzi.text.pinyin import syllable_table, usual_readings
 from pinyin_hanzi.text.typed_input import PREFIX_TOKENS, is_literal_key
@@ -131,7 +131,8 @@ class Converter:
         device = arguments.inference_device(device)
         self.model = model.to(device).eval()
         # the search's decoder, with bf16 copies of its weights where decode.precision says so: made once
-        self.decoder = InferenceDecoder(self.model, bf16=inference_bf16(self.decode.precision, device))
+        precision = inference_precision(self.decode.precision, device)
+        self.decoder = InferenceDecoder(self.model, bf16=precision != "fp32", int8=precision == "int8")
         self.pinyin_vocab, self.hanzi_vocab, self.device = pinyin_vocab, hanzi_vocab, device
         self.char_lm, self.word_lm = char_lm, word_lm
         self.config, self.checkpoint = config, checkpoint
@@ -168,7 +169,7 @@ class Converter:
         decode settings (decode.prefixes, decode.fuzzy and decode.shuangpin included; a checkpoint older
         than them reads full pinyin, with prefixes on only for a model trained with abbreviations), syllable
         model, character n-gram model and word model. ``lm_weight``, ``word_weight``, ``user_words`` (a user
-        dictionary's path, "" none), ``user_weight`` and ``precision`` ("auto", "fp32", "bf16") replace the
+        dictionary's path, "" none), ``user_weight`` and ``precision`` ("auto", "fp32", "bf16", "int8") replace the
         checkpoint's decode.* keys of those names (``config.decode`` then holds them too); ``log`` receives a
         note when such a weight is > 0 but the checkpoint has no such model, and the user dictionary's note on
         what it left out. ``device``: cpu, cuda, cuda:N, mps or auto. Raises CheckpointError (one line) for a

@@ -14,7 +14,8 @@ Where it differs in how, not what, it computes, for speed on CPUs: each product 
 favours (oneDNN's blocked weights, in bf16 with ``bf16``, or plain F.linear); plain matmul attention from
 MATMUL_ATTENTION_ROWS rows; a beam's rows attending to their input's one row of memory as several queries; a
 single input's cross-attention with its query and output projections folded into the memory; and, with
-``bf16``, a batch's attention and cache in bf16 (LayerNorm, softmax, the residual stream and the scores fp32).
+``bf16``, a batch's attention and cache in bf16 (LayerNorm, softmax, the residual stream and the scores fp32),
+with ``int8`` also a few rows' products over int8 weights.
 The encoder, run once per batch, is the book's encoder spelt the same way (:meth:`InferenceDecoder.encode`).
 
 It runs the model as in eval mode (no dropout): it serves inference only.
@@ -46,6 +47,14 @@ Norm = tuple[tuple[int, ...], torch.Tensor, torch.Tensor, float]  # F.layer_norm
 # multiply-adds (UNPACKED_BF16_MIN_MACS: at 5 rows, 256 x 1024 175 us fp32 vs 74 us bf16, 256 x 256 31 vs 48).
 PACKED_MIN_MACS = 5 << 16
 UNPACKED_BF16_MIN_MACS = 1 << 20
+# Weight-only int8 (decode.precision "int8"): each output row's weights scaled into int8 by their largest
+# magnitude, multiplied with bf16 inputs by torch._weight_int8pack_mm. That kernel reads the weights once per
+# input row (768 x 256 at 1 / 5 / 10 rows: 7 / 19 / 33 us hot, one thread, against oneDNN's blocked bf16 16 /
+# 17 / 20 us), but it reads half the bytes, and a search's steps find the weights gone from the caches: between
+# two steps the n-gram model walks its tables and everything else runs. So products of at most INT8_MAX_ROWS
+# rows take int8 weights: a single sentence's first step (one row) and beam of five, all of them. Taking only
+# some of a step's products gained nothing (docs/benchmarks.md).
+INT8_MAX_ROWS = 5
 # Cross-attention over a memory with its query and output projections folded in (_fold_memory) in searches of
 # at most this many inputs: a step then costs two small products instead of two projections and an attention
 # (one sentence's cross-attention 44 -> 13 us hot, one thread; its search 10.4 vs 10.7 ms). From two inputs
@@ -62,7 +71,9 @@ class Projection(NamedTuple):
     """A linear layer's weights, and optionally their bf16 copies: inputs of at least ``bf16_rows`` rows
     are then multiplied in bf16 (fp32 accumulation inside the kernel), while everything around the products
     (residual stream, LayerNorm, softmax, scores) stays fp32. ``packed`` and ``low_packed``: the same
-    weights in oneDNN's blocked layout (:func:`_prepacked`), or None where this build of PyTorch has none."""
+    weights in oneDNN's blocked layout (:func:`_prepacked`), or None where this build of PyTorch has none.
+    ``int8``: int8 weights, their scales and the bias in bf16 (:func:`_int8_weights`), which inputs of at most
+    INT8_MAX_ROWS rows are then multiplied by (in bf16), or None."""
 
     weight: torch.Tensor  # (out, in)
     bias: torch.Tensor | None  # (out,)
@@ -71,11 +82,19 @@ class Projection(NamedTuple):
     packed: torch.Tensor | None = None
     low_packed: torch.Tensor | None = None
     packed_rows: int = 2  # rows from which ``packed`` is used (fp32): PACKED_MIN_MACS / (out x in), >= 2
+    int8: tuple[torch.Tensor, torch.Tensor, torch.Tensor | None] | None = None  # :func:`_int8_weights`
 
     def __call__(self, x: torch.Tensor, keep_bf16: bool = False) -> torch.Tensor:
         """x @ weight.T + bias, in x's dtype; ``keep_bf16``: a bf16 product's output stays bf16 (for a
         next product that would cast it back, or a residual addition that promotes it)."""
         rows = x.shape[:-1].numel()
+        if self.int8 is not None and rows <= INT8_MAX_ROWS:
+            weight, scales, bias = self.int8
+            low = x if x.dtype == torch.bfloat16 else x.to(torch.bfloat16)
+            product = _INT8_MATMUL(low.reshape(rows, -1), weight, scales).view(*x.shape[:-1], -1)
+            if bias is not None:
+                product += bias
+            return product if keep_bf16 or x.dtype == torch.bfloat16 else product.to(x.dtype)
         if self.low is not None and rows >= self.bf16_rows:
             low = x if x.dtype == torch.bfloat16 else x.to(torch.bfloat16)  # (a call costs a microsecond)
             if self.low_packed is not None:
@@ -105,18 +124,18 @@ class AttentionWeights(NamedTuple):
     by_head: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
 
     @classmethod
-    def of(cls, module: MultiHeadAttention, bf16: bool, stacked: bool) -> AttentionWeights:
-        out = _linear(module.out, bf16)
+    def of(cls, module: MultiHeadAttention, precision: str, stacked: bool) -> AttentionWeights:
+        out = _linear(module.out, precision)
         if stacked:
             query_key_value = _projection(torch.cat([module.query.weight, module.key_value.weight]).detach(),
-                                          torch.cat([module.query.bias, module.key_value.bias]).detach(), bf16)
+                                          torch.cat([module.query.bias, module.key_value.bias]).detach(), precision)
             return cls(None, None, query_key_value, out, module.n_heads)
         h, d = module.n_heads, module.query.weight.shape[1]
         k = d // h
         by_head = ((module.query.weight.detach() * k**-0.5).view(h, k, d).contiguous(),
                    (module.query.bias.detach() * k**-0.5).view(h, k, 1).contiguous(),
                    module.out.weight.detach().view(-1, h, k).permute(1, 2, 0).contiguous())
-        return cls(_linear(module.query, bf16), _linear(module.key_value, bf16), None, out, h, by_head)
+        return cls(_linear(module.query, precision), _linear(module.key_value, precision), None, out, h, by_head)
 
 
 class DecoderLayerWeights(NamedTuple):
@@ -127,10 +146,10 @@ class DecoderLayerWeights(NamedTuple):
     norms: tuple[Norm, ...]  # around self-attention, cross-attention, feed-forward
 
     @classmethod
-    def of(cls, layer: DecoderLayer, bf16: bool) -> DecoderLayerWeights:
-        return cls(AttentionWeights.of(layer.self_attention, bf16, stacked=True),
-                   AttentionWeights.of(layer.cross_attention, bf16, stacked=False),
-                   _linear(layer.feed_forward.expand, bf16), _linear(layer.feed_forward.contract, bf16),
+    def of(cls, layer: DecoderLayer, precision: str) -> DecoderLayerWeights:
+        return cls(AttentionWeights.of(layer.self_attention, precision, stacked=True),
+                   AttentionWeights.of(layer.cross_attention, precision, stacked=False),
+                   _linear(layer.feed_forward.expand, precision), _linear(layer.feed_forward.contract, precision),
                    tuple(_norm(sublayer.norm) for sublayer in layer.sublayers))
 
 
@@ -141,9 +160,9 @@ class EncoderLayerWeights(NamedTuple):
     norms: tuple[Norm, ...]  # around self-attention, feed-forward
 
     @classmethod
-    def of(cls, layer: EncoderLayer, bf16: bool) -> EncoderLayerWeights:
-        return cls(AttentionWeights.of(layer.self_attention, bf16, stacked=True),
-                   _linear(layer.feed_forward.expand, bf16), _linear(layer.feed_forward.contract, bf16),
+    def of(cls, layer: EncoderLayer, precision: str) -> EncoderLayerWeights:
+        return cls(AttentionWeights.of(layer.self_attention, precision, stacked=True),
+                   _linear(layer.feed_forward.expand, precision), _linear(layer.feed_forward.contract, precision),
                    tuple(_norm(sublayer.norm) for sublayer in layer.sublayers))
 
 
@@ -156,18 +175,21 @@ class InferenceDecoder:
 
     ``bf16``: the encoder's and decoder's products of ``PACKED_MIN_MACS`` multiply-adds or more run in bf16
     (faster where the CPU multiplies bf16 natively), and a batch's attention. The bf16 copies of the weights
-    (5 MB for the shipped model) take milliseconds to make: a converter builds its decoder once and keeps it."""
+    (5 MB for the shipped model) take milliseconds to make: a converter builds its decoder once and keeps it.
+    ``int8`` (with ``bf16`` only): products of at most INT8_MAX_ROWS rows multiply int8 copies of the weights
+    instead, one scale per output row (a single sentence's steps: see INT8_MAX_ROWS)."""
 
-    def __init__(self, model: Transformer, bf16: bool = False):
-        self.model, self.bf16 = model, bf16
+    def __init__(self, model: Transformer, bf16: bool = False, int8: bool = False):
+        self.model, self.bf16, self.int8 = model, bf16, int8 and bf16
+        precision = "int8" if self.int8 else "bf16" if bf16 else "fp32"
         source = model.source_embedding
         self.source_tokens, self.source_positions = source.tokens.weight, source.positions
         self.pre_norm = model.config.norm == "pre"
-        self.encoder_layers = [EncoderLayerWeights.of(layer, bf16) for layer in model.encoder_layers]
+        self.encoder_layers = [EncoderLayerWeights.of(layer, precision) for layer in model.encoder_layers]
         self.encoder_norm = _norm(model.encoder_norm) if self.pre_norm else None  # post-norm: nn.Identity
         embedding = model.target_embedding
         self.tokens, self.positions, self.scale = embedding.tokens.weight, embedding.positions, embedding.scale
-        self.layers = [DecoderLayerWeights.of(layer, bf16) for layer in model.decoder_layers]
+        self.layers = [DecoderLayerWeights.of(layer, precision) for layer in model.decoder_layers]
         self.final_norm = _norm(model.decoder_norm) if self.pre_norm else None  # post-norm: nn.Identity
         self.output = model.output.weight  # (v, d)
         self.output_low = self.output.detach().bfloat16() if bf16 else None  # candidate logits of batches
@@ -236,19 +258,43 @@ def _embed(ids: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor, sca
     return torch.add(positions[start:end], F.embedding(ids, tokens), alpha=scale)
 
 
-def _linear(layer: nn.Linear, bf16: bool) -> Projection:
-    return _projection(layer.weight, layer.bias, bf16)
+def _linear(layer: nn.Linear, precision: str) -> Projection:
+    return _projection(layer.weight, layer.bias, precision)
 
 
-def _projection(weight: torch.Tensor, bias: torch.Tensor | None, bf16: bool) -> Projection:
+def _projection(weight: torch.Tensor, bias: torch.Tensor | None, precision: str) -> Projection:
+    """A Projection for ``precision``: "fp32", "bf16" (bf16 copies of the weights), "int8" (bf16, and int8
+    weights for products of at most INT8_MAX_ROWS rows, where this build of PyTorch has the kernel)."""
     weight, bias = weight.detach(), None if bias is None else bias.detach()
     packed, packed_rows = _prepacked(weight, bias), _rows_for(PACKED_MIN_MACS, weight)
-    if not bf16:
+    if precision == "fp32":
         return Projection(weight, bias, packed=packed, packed_rows=packed_rows)
     low = weight.bfloat16(), None if bias is None else bias.bfloat16()
     low_packed = _prepacked(*low)
     bf16_rows = packed_rows if low_packed is not None else _rows_for(UNPACKED_BF16_MIN_MACS, weight)
-    return Projection(weight, bias, low, bf16_rows, packed, low_packed, packed_rows)
+    int8 = _int8_weights(weight, bias) if precision == "int8" else None
+    return Projection(weight, bias, low, bf16_rows, packed, low_packed, packed_rows, int8)
+
+
+def _int8_weights(weight: torch.Tensor, bias: torch.Tensor | None
+                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None] | None:
+    """weight (out, in) as int8 (out, in) and bf16 scales (out,): each output row scaled by its largest
+    magnitude / 127, rounded; and the bias in bf16. None (the weights then stay bf16) where this build of
+    PyTorch lacks the kernel, ``in`` is not a multiple of INT8_IN_MULTIPLE, or the kernel's product of a probe
+    is not close to F.linear's."""
+    if weight.device.type != "cpu" or _INT8_MATMUL is None or weight.shape[1] % INT8_IN_MULTIPLE:
+        return None
+    scales = (weight.abs().amax(dim=1) / 127).clamp(min=torch.finfo(torch.float32).tiny)
+    quantized = (weight / scales[:, None]).round().clamp(-127, 127).to(torch.int8)
+    int8 = quantized, scales.bfloat16(), None if bias is None else bias.bfloat16()
+    try:
+        probe = torch.linspace(-1, 1, 3 * weight.shape[1]).view(3, -1).bfloat16()
+        product = _INT8_MATMUL(probe, int8[0], int8[1]).float()
+    except (RuntimeError, NotImplementedError):
+        return None
+    dequantized = quantized.float() * int8[1].float()[:, None]  # the kernel's own weights: its arithmetic checked
+    reference, bound = F.linear(probe.float(), dequantized), F.linear(probe.float().abs(), dequantized.abs())
+    return int8 if bool(((product - reference).abs() <= 0.01 * bound + 1e-6).all()) else None
 
 
 def _rows_for(macs: int, weight: torch.Tensor) -> int:
@@ -260,6 +306,11 @@ def _packed_linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | N
     return _LINEAR_POINTWISE(x, packed, bias, "none", [], "")
 
 
+# weight-only int8 products (x bf16 (rows, in), weight int8 (out, in), scales (out,)); None where this build lacks
+# it. Its vectorized CPU kernel reads ``in`` in whole vectors without a check: torch 2.13's crashes the process
+# (a segmentation fault, not an error) for in = 3, 8, 24, 33 or 100 on AVX-512, so only multiples of 64 take it.
+_INT8_MATMUL = getattr(torch, "_weight_int8pack_mm", None)
+INT8_IN_MULTIPLE = 64
 # oneDNN's linear kernel, its one overload named (the op's overload resolution costs a microsecond a call);
 # None where this build of PyTorch has none
 _LINEAR_POINTWISE = getattr(getattr(torch.ops.mkldnn, "_linear_pointwise", None), "default", None)
