@@ -3,7 +3,7 @@ import itertools
 import torch
 
 from pinyin_hanzi.data.batches import pad
-from pinyin_hanzi.data.vocab import PAD_ID
+from pinyin_hanzi.data.vocab import BOS_ID, PAD_ID
 from pinyin_hanzi.decoding.search import Constraint, NgramFusion, beam_search
 from pinyin_hanzi.lm.char_ngram import CharNgramLM
 from pinyin_hanzi.models.inference import InferenceDecoder
@@ -171,7 +171,8 @@ def test_fusion_sums_the_weighted_scores_of_its_models():
     fusion = NgramFusion([(Constant(3, -1.0), 0.5), (Constant(6, -2.0), 0.25), (Constant(9, -7.0), 0.0)])
     assert fusion.history == 5  # a model of weight 0 takes no part
     ids = torch.tensor([[5, 6, PAD_ID]])
-    assert fusion.scores(fusion.start(1), ids).tolist() == [[-1.0, -1.0, 0.0]]
+    assert fusion.scores(torch.full((1, 5), BOS_ID), ids).tolist() == [[-1.0, -1.0, 0.0]]
+    assert fusion.scores(torch.full((1, 5), BOS_ID), ids[:, :2], padded=False).tolist() == [[-1.0, -1.0]]
 
 
 def test_fusion_of_mostly_padded_lists_scores_their_real_entries_as_unpadded_lists_would():

@@ -39,21 +39,26 @@ class Constraint:
         # per position, asked once rather than at every step: the longest list, and whether every input has
         # exactly one character; a row of one-character lists is added (widths are at least 1, and a batch of
         # no inputs still has positions)
-        self.widths = self.single = None
+        # and whether some input's list is shorter (padded: a single input's never is)
+        self.widths = self.single = self.padded = None
         if constrained:
-            lengths = torch.cat([self.lists[1].sum(dim=-1), torch.ones(1, rows.shape[1], dtype=torch.long)])
-            self.widths, self.single = lengths.amax(dim=0).tolist(), (lengths == 1).all(dim=0).tolist()
+            lengths = self.lists[1].sum(dim=-1)
+            widths = torch.cat([lengths, torch.ones(1, rows.shape[1], dtype=torch.long)]).amax(dim=0)
+            self.widths, self.single = widths.tolist(), (lengths == 1).all(dim=0).tolist()
+            self.padded = (lengths != widths).any(dim=0).tolist()
 
-    def at(self, position: int) -> tuple[torch.Tensor, torch.Tensor, bool]:
-        """The allowed characters at ``position``: hanzi ids (n, c), (n, c) bool True at real entries, and
-        whether ids are lists to compute the logits of (else they are the whole vocabulary, c = v)."""
+    def at(self, position: int) -> tuple[torch.Tensor, torch.Tensor | None, bool]:
+        """The allowed characters at ``position``: hanzi ids (n, c); (n, c) bool True at real entries, or None
+        where all are real (no list is padded); and whether ids are lists to compute the logits of (else they
+        are the whole vocabulary, c = v)."""
         if self.lists is None:
             rows = self.rows[:, position]
             ids = torch.arange(len(self.lexicon.hanzi_vocab)).expand(len(rows), -1)
             real = torch.where((rows == PAD_ROW)[:, None], self.lexicon.table()[rows], self.lexicon.unconstrained)
             return ids, real, False
         width = self.widths[position]  # the longest list at this position
-        return self.lists[0][:, position, :width], self.lists[1][:, position, :width], True
+        real = self.lists[1][:, position, :width] if self.padded[position] else None
+        return self.lists[0][:, position, :width], real, True
 
     def forced(self, position: int) -> torch.Tensor | None:
         """The one character every input may take at ``position``, (n,) hanzi ids; None where some input
@@ -85,32 +90,36 @@ class NgramFusion:
         self.models = [(model, weight) for model, weight in models if weight > 0]
         self.history = max([model.order - 1 for model, _ in self.models] + [1])
 
-    def start(self, rows: int) -> torch.Tensor:
-        """(rows, m): the context before a sentence, <s> only."""
-        return torch.full((rows, self.history), BOS_ID, dtype=torch.long)
-
-    def scores(self, context: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    def scores(self, context: torch.Tensor, ids: torch.Tensor, padded: bool = True) -> torch.Tensor:
         """sum of weight x log P(ids (n, c) | context (n, m)) -> (n, c). <pad> (past the end of a shorter input in
-        the batch) scores 0, or inputs would pay for their neighbours' length."""
+        the batch) scores 0, or inputs would pay for their neighbours' length; ``padded`` False: the caller
+        knows ids hold none (a single input's lists), and they are not looked for."""
+        if not padded:
+            return self._sum(context, ids)
         real = ids != PAD_ID
         count = int(real.sum())
-        packed = 2 * count < real.numel()
-        if packed:  # mostly <pad>, as a batch's lists are, padded to the longest at each position
-            rows, columns = real.nonzero(as_tuple=True)
+        if 2 * count >= real.numel():
+            total = self._sum(context, ids)
+            return total if count == real.numel() else torch.where(real, total, 0.0)
+        # mostly <pad>, as a batch's lists are, padded to the longest at each position
+        rows, columns = real.nonzero(as_tuple=True)
         total = None
         for model, weight in self.models:
-            if packed and hasattr(model, "log_prob_entries"):  # each real entry alone, each context looked up once
+            if hasattr(model, "log_prob_entries"):  # each real entry alone, each context looked up once
                 entries = model.log_prob_entries(context, rows, ids[rows, columns])  # (R,)
                 scores = torch.zeros(ids.shape).index_put_((rows, columns), weight * entries)
             else:
                 scores = weight * model.log_prob(context, ids)
             total = scores if total is None else total + scores
-        return total if count == real.numel() else torch.where(real, total, 0.0)
+        return torch.where(real, total, 0.0)
 
-    @staticmethod
-    def advance(context: torch.Tensor, order: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-        """The contexts of rows ``order`` (n,) followed by ``tokens`` (n,) -> (n, m)."""
-        return torch.cat([context[order, 1:], tokens[:, None]], dim=1)
+    def _sum(self, context: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        """sum of weight x log P(ids (n, c) | context (n, m)) over the models, every entry scored."""
+        total = None
+        for model, weight in self.models:
+            scores = weight * model.log_prob(context, ids)
+            total = scores if total is None else total + scores
+        return total
 
 
 def encode(model: Transformer, source: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -135,14 +144,17 @@ def beam_search(model: Transformer | InferenceDecoder, source: torch.Tensor, con
         model = InferenceDecoder(model)
     batch, length = source.shape
     lengths = (source != PAD_ID).sum(dim=1).tolist()
+    on_cpu = source.device.type == "cpu"  # (moving a CPU tensor to the CPU still costs a call per step)
     memory, cross_mask = encode(model, source)  # (b, s, d), (b, 1, 1, s) or None
     cache = model.new_cache()
     rows = 1  # decoder rows per input: one (after <s> all beams are alike) at the first step, then beam
     scores = torch.full((batch, beam), float("-inf"))
     scores[:, 0] = 0.0  # one live beam to start from
-    history = torch.zeros(batch, beam, length, dtype=torch.long)  # (b, k, s) hanzi ids chosen so far
+    # (b, k, m + s): the hanzi ids chosen so far, after m <s> (the fused models' context before the first
+    # character): the context of position p's step is columns p to p + m, a view, reordered with the beams
+    lead = fusion.history if fusion is not None else 0
+    history = torch.full((batch, beam, lead + length), BOS_ID, dtype=torch.long)
     previous = torch.full((batch, 1), BOS_ID, dtype=torch.long, device=source.device)
-    context = fusion.start(batch) if fusion is not None else None
     # Inputs whose last position is decoded are finished: once those at the front of the batch are (a
     # converter sorts a batch by length), they leave it, and the steps after run on the others alone.
     final_scores, final_history, done = scores.clone(), torch.zeros_like(history), 0  # done: inputs that left
@@ -156,44 +168,50 @@ def beam_search(model: Transformer | InferenceDecoder, source: torch.Tensor, con
             memory, scores, history = memory[finished:], scores[finished:], history[finished:]
             cross_mask = None if cross_mask is None else cross_mask[finished:]
             previous = previous[finished * rows :]
-            context = None if context is None else context[finished * rows :]
             cache.drop_front(finished, rows)
             batch, done = batch - finished, done + finished
+        context = history[:, :rows, position : position + lead].reshape(batch * rows, lead) if lead else None
         if position == length - 1 and (forced := constraint.forced(position)) is not None:
-            history[:, :, position] = forced[done:, None]
+            history[:, :, lead + position] = forced[done:, None]
             if fusion is not None:  # the fused models may still change the beams' order
                 scores, history = _fuse_forced(fusion, context, forced[done:], rows, scores, history)
             break
         ids, real, lists = constraint.at(position)  # the constraint's one place: (b, c) allowed ids
-        ids, real = ids[done:], real[done:]
+        if done:
+            ids, real = ids[done:], None if real is None else real[done:]
         # an input's rows share its list: the model gathers the list's output rows once, not per row
-        logits = model.decode(previous, memory, cross_mask, cache=cache,
-                              candidates=ids[:, None, :].to(source.device) if lists else None)  # (b r, 1, c)
+        candidates = None if not lists else ids[:, None, :] if on_cpu else ids[:, None, :].to(source.device)
+        logits = model.decode(previous, memory, cross_mask, cache=cache, candidates=candidates)  # (b r, 1, c)
         width = logits.shape[-1]  # c
-        if logits.dtype != torch.float32 or logits.device.type != "cpu":
+        if not on_cpu or logits.dtype != torch.float32:
             logits = logits.to("cpu", torch.float32)
-        log_probs = torch.where(real[:, None, :], logits.view(batch, rows, width), float("-inf")).log_softmax(-1)
+        logits = logits.view(batch, rows, width)
+        if real is not None:  # padded lists (a batch's): their padding is no choice
+            logits = torch.where(real[:, None, :], logits, float("-inf"))
+        log_probs = logits.log_softmax(-1)
         if fusion is not None:  # the fused models' one place (and the forced last character's, above)
-            log_probs = log_probs + fusion.scores(context, ids.repeat_interleave(rows, dim=0)).view(batch, rows, width)
+            listed = ids if rows == 1 else ids.repeat_interleave(rows, dim=0)
+            log_probs = log_probs + fusion.scores(context, listed, padded=real is not None).view(batch, rows, width)
         total = (scores[:, :rows, None] + log_probs).view(batch, rows * width)  # (b, r c)
         if rows * width < beam:  # fewer choices than beams (a first step with a short list): dead beams
             total = torch.cat([total, total.new_full((batch, beam - rows * width), float("-inf"))], dim=1)
-        scores, flat_index = total.topk(beam, dim=-1)  # (b, k)
-        flat_index = flat_index.clamp(max=rows * width - 1)  # a dead beam's index points at a real entry
+            scores, flat_index = total.topk(beam, dim=-1)  # (b, k)
+            flat_index = flat_index.clamp(max=rows * width - 1)  # a dead beam's index points at a real entry
+        else:
+            scores, flat_index = total.topk(beam, dim=-1)
         parent = flat_index // width
         token = ids.gather(1, flat_index % width)  # (b, k) hanzi ids
-        order = (torch.arange(batch)[:, None] * rows + parent).flatten()  # (b k,) rows kept
-        if fusion is not None:
-            context = fusion.advance(context, order, token.flatten())
         if beam > 1:
             history = history.gather(1, parent[..., None].expand_as(history))
-            cache.reorder(order.to(source.device))  # from one row per input to k after the first step
+            # the rows kept, (b k,): an input's parents are among its own rows
+            order = parent.view(-1) if batch == 1 else (torch.arange(batch)[:, None] * rows + parent).view(-1)
+            cache.reorder(order if on_cpu else order.to(source.device))  # from one row per input to k after the first step
             rows = beam  # an input's k rows share its memory (InferenceDecoder.decode): it is not repeated
-        history[:, :, position] = token
-        previous = token.view(batch * beam, 1).to(source.device)
+        history[:, :, lead + position] = token
+        previous = token.view(batch * beam, 1) if on_cpu else token.view(batch * beam, 1).to(source.device)
     final_scores[done:], final_history[done:] = scores, history
     # dead beams (fewer candidates than beams) score -inf; NaN (broken weights) stays
-    final_history, final_scores = final_history.tolist(), final_scores.tolist()
+    final_history, final_scores = final_history[:, :, lead:].tolist(), final_scores.tolist()
     return [[(final_history[i][k][: lengths[i]], final_scores[i][k]) for k in range(beam)
              if final_scores[i][k] != float("-inf")] for i in range(len(lengths))]
 
