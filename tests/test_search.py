@@ -135,6 +135,31 @@ def test_beam_search_given_a_fusion_at_beam_1_runs_it():
     assert abs(score - (model_scores[tuple(ids)] + 5.0 * lm.sentence_log_prob(ids))) < 1e-4
 
 
+def test_the_constraint_gives_a_mask_only_where_some_list_is_padded():
+    # A search skips the masking of padded entries (and the fused models' search for <pad>) where no list is
+    # padded: a single input's lists never are; a batch's are wherever its lists' lengths differ.
+    plain = untrained_converter(seed=4)
+    inputs = [["ni", "wo", "hao"], ["ni", "men"]]  # 2, 1, 2 characters; 2, 2
+    rows = pad([[plain.lexicon.row(token_key(token)) for token in tokens] for tokens in inputs])
+    for single in (rows[:1], rows[1:, :2]):
+        constraint = Constraint(plain.lexicon, single)
+        for position in range(single.shape[1]):
+            ids, real, lists = constraint.at(position)
+            assert lists and real is None and (ids != PAD_ID).all()
+    constraint = Constraint(plain.lexicon, rows)
+    masks = plain.lexicon.ids(rows)[1]  # (n, s, c): True at real entries (past an input's end: <pad> alone)
+    padded = 0
+    for position in range(3):
+        ids, real, _ = constraint.at(position)
+        lengths = masks[:, position].sum(dim=1).tolist()
+        if lengths[0] == lengths[1]:
+            assert real is None
+        else:
+            padded += 1
+            assert real.sum(dim=1).tolist() == lengths and (ids[~real] == PAD_ID).all()
+    assert padded == 2  # wo beside men, hao beside the end of ni men (<pad> alone)
+
+
 def test_ngram_scores_add_to_the_model_scores_exactly():
     plain = untrained_converter(seed=4)
     lm = _lm_preferring(plain, ["你好我们北京吧。", "我们北京。"], order=3)
