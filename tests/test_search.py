@@ -148,16 +148,35 @@ def test_the_constraint_gives_a_mask_only_where_some_list_is_padded():
             assert lists and real is None and (ids != PAD_ID).all()
     constraint = Constraint(plain.lexicon, rows)
     masks = plain.lexicon.ids(rows)[1]  # (n, s, c): True at real entries (past an input's end: <pad> alone)
-    padded = 0
-    for position in range(3):
+    for position, padded in enumerate((False, True, True)):  # ni beside ni; wo beside men; beside the end
         ids, real, _ = constraint.at(position)
-        lengths = masks[:, position].sum(dim=1).tolist()
-        if lengths[0] == lengths[1]:
-            assert real is None
-        else:
-            padded += 1
-            assert real.sum(dim=1).tolist() == lengths and (ids[~real] == PAD_ID).all()
-    assert padded == 2  # wo beside men, hao beside the end of ni men (<pad> alone)
+        assert (real is not None) == padded
+        if padded:
+            assert torch.equal(real, masks[:, position, : ids.shape[1]]) and (ids[~real] == PAD_ID).all()
+    # past the end of an input, its list is <pad> alone, as long as a one-character list beside it: still padded
+    rows = pad([[plain.lexicon.row(token_key(token)) for token in tokens] for tokens in [["ni", "wo"], ["ni"]]])
+    ids, real, _ = Constraint(plain.lexicon, rows).at(1)
+    assert ids[:, 0].tolist() == [plain.hanzi_vocab.encode(["我"])[0], PAD_ID] and real.all()
+
+
+def test_an_input_that_ends_before_its_neighbours_in_an_unsorted_batch_keeps_its_scores():
+    # Past its end an input's list is <pad> alone: the fused models must not score it, even where every other
+    # list at that position has one character too (no list is shorter than another there).
+    plain = untrained_converter(seed=4)
+    lm = _lm_preferring(plain, ["你我", "你号我"], order=3)
+    inputs = [["ni", "wo", "bei"], ["ni"], ["ni", "wo"]]  # wo and bei: one character each
+
+    def search(token_lists):
+        source = pad([plain.pinyin_vocab.encode(tokens) for tokens in token_lists])
+        rows = pad([[plain.lexicon.row(token_key(token)) for token in tokens] for tokens in token_lists])
+        return beam_search(plain.model, source, Constraint(plain.lexicon, rows), beam=2,
+                           fusion=NgramFusion([(lm, 1.0)]))
+
+    together = search(inputs)
+    for tokens, found in zip(inputs, together):
+        [alone] = search([tokens])
+        assert [ids for ids, _ in found] == [ids for ids, _ in alone]
+        assert all(abs(a - b) < 1e-5 for (_, a), (_, b) in zip(found, alone))
 
 
 def test_ngram_scores_add_to_the_model_scores_exactly():

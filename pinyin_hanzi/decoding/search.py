@@ -39,13 +39,14 @@ class Constraint:
         # per position, asked once rather than at every step: the longest list, and whether every input has
         # exactly one character; a row of one-character lists is added (widths are at least 1, and a batch of
         # no inputs still has positions)
-        # and whether some input's list is shorter (padded: a single input's never is)
+        # and whether some list is padded there: shorter than the longest, or an input's end passed (its list is
+        # <pad> alone, which the fused models must not score); a single input's never is
         self.widths = self.single = self.padded = None
         if constrained:
             lengths = self.lists[1].sum(dim=-1)
             widths = torch.cat([lengths, torch.ones(1, rows.shape[1], dtype=torch.long)]).amax(dim=0)
             self.widths, self.single = widths.tolist(), (lengths == 1).all(dim=0).tolist()
-            self.padded = (lengths != widths).any(dim=0).tolist()
+            self.padded = ((lengths != widths) | (rows == PAD_ROW)).any(dim=0).tolist()
 
     def at(self, position: int) -> tuple[torch.Tensor, torch.Tensor | None, bool]:
         """The allowed characters at ``position``: hanzi ids (n, c); (n, c) bool True at real entries, or None
