@@ -154,8 +154,8 @@ class DecodeConfig:
     # of L characters (weight 1) gains about user_weight x L; 0: the dictionary only adds its readings
     precision: str = "auto"  # conversion's matrix products on the CPU: "bf16" (beams and batches; 2-4x faster on
     # CPUs that multiply bf16 natively, emulated and slower elsewhere), "int8" (bf16, and int8 weights for the
-    # few rows of a single sentence's beam: a line converted alone takes ~0.87x the time), "fp32", or "auto" =
-    # bf16 where the CPU has native bf16 (AVX512-BF16, AMX), else fp32; on a GPU conversion runs fp32
+    # few rows of a single sentence's beam: a line converted alone takes ~0.87x bf16's time), "fp32", or
+    # "auto" = int8 where the CPU has native bf16 (AVX512-BF16, AMX), else fp32; on a GPU conversion runs fp32
 
 
 @dataclass

@@ -59,12 +59,13 @@ def resolve_precision(precision: str, device: torch.device) -> str:
 def inference_precision(precision: str, device: torch.device) -> str:
     """How conversion multiplies for decode.precision ("auto", "fp32", "bf16", "int8") on ``device``: "fp32",
     "bf16" (bf16 copies of the weights for products large enough to gain), or "int8" (bf16, and int8 weights
-    for a single sentence's few rows: see models/inference.py). "auto" is bf16 on CPUs with native bf16 (see
-    :func:`cpu_has_native_bf16`), fp32 elsewhere. On a GPU, fp32 (bf16 conversion there is unmeasured)."""
+    for a single sentence's few rows: see models/inference.py). "auto" is int8 on CPUs with native bf16 (see
+    :func:`cpu_has_native_bf16`; the held-out splits converted one line at a time score within 0.05 points of
+    bf16's), fp32 elsewhere. On a GPU, fp32 (bf16 conversion there is unmeasured)."""
     if device.type != "cpu":
         return "fp32"
     if precision == "auto":
-        return "bf16" if cpu_has_native_bf16() else "fp32"
+        return "int8" if cpu_has_native_bf16() else "fp32"
     return precision
 
 

