@@ -255,6 +255,8 @@ class CharNgramLM:
         arithmetic. Backoff form: each stored n-gram's full interpolated probability, and each context's
         backoff weight (D * distinct / total: what multiplies the lower order's probability of the
         characters not stored after it)."""
+        if self._lookup is not None:  # built: read twice a search step, without the lock
+            return self._lookup
         with self._lookup_lock:
             if self._lookup is None:
                 self._lookup = self._build_lookup() if self._stored is None else self._cached_lookup(self._stored)
