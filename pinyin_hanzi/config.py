@@ -155,7 +155,8 @@ class DecodeConfig:
     precision: str = "auto"  # conversion's matrix products on the CPU: "bf16" (beams and batches; 2-4x faster on
     # CPUs that multiply bf16 natively, emulated and slower elsewhere), "int8" (bf16, and int8 weights for the
     # few rows of a single sentence's beam: a line converted alone takes ~0.87x bf16's time), "fp32", or
-    # "auto" = int8 where the CPU has native bf16 (AVX512-BF16, AMX), else fp32; on a GPU conversion runs fp32
+    # "auto" = int8 where the CPU has native bf16 (AVX512-BF16, AMX; bf16 on Windows), else fp32; on a GPU
+    # conversion runs fp32
 
 
 @dataclass

@@ -10,6 +10,7 @@ import contextlib
 import functools
 import gc
 import os
+import sys
 from pathlib import Path
 
 import torch
@@ -61,11 +62,14 @@ def inference_precision(precision: str, device: torch.device) -> str:
     "bf16" (bf16 copies of the weights for products large enough to gain), or "int8" (bf16, and int8 weights
     for a single sentence's few rows: see models/inference.py). "auto" is int8 on CPUs with native bf16 (see
     :func:`cpu_has_native_bf16`; the held-out splits converted one line at a time score within 0.05 points of
-    bf16's), fp32 elsewhere. On a GPU, fp32 (bf16 conversion there is unmeasured)."""
+    bf16's) but bf16 on Windows, whose PyTorch builds (MSVC) have only a scalar loop for int8 weights; fp32
+    elsewhere. On a GPU, fp32 (bf16 conversion there is unmeasured)."""
     if device.type != "cpu":
         return "fp32"
     if precision == "auto":
-        return "int8" if cpu_has_native_bf16() else "fp32"
+        if not cpu_has_native_bf16():
+            return "fp32"
+        return "bf16" if sys.platform == "win32" else "int8"
     return precision
 
 

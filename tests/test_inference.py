@@ -244,6 +244,11 @@ def test_int8_weights_round_each_row_to_its_own_scale_and_are_left_out_where_the
     for rows in (1, 5, 6):
         x = torch.randn(rows, 1, 64)
         assert torch.allclose(projection(x), F.linear(x, weight, bias), atol=0.05 * float(weight.abs().amax()))
+    # an input that starts off the kernel's alignment (a view at an offset) is copied first, not read there
+    # (the kernel would crash the process)
+    x = torch.randn(5 * 64 + 3).bfloat16()[3:].view(5, 1, 64)
+    assert x.data_ptr() % 32
+    assert torch.equal(projection(x), projection(x.clone()))
     # an ``in`` the kernel would read past (it crashes rather than refuse), a kernel whose product differs, or
     # none: bf16 weights
     assert inference._int8_weights(weight[:, :40], None) is None

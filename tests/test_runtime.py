@@ -21,6 +21,8 @@ def test_conversion_runs_as_asked_on_a_cpu_and_in_fp32_on_a_gpu(monkeypatch):
     monkeypatch.setattr(runtime, "cpu_has_native_bf16", lambda: True)
     assert [inference_precision(p, cpu) for p in ("auto", "fp32", "bf16", "int8")] == ["int8", "fp32", "bf16", "int8"]
     assert {inference_precision(p, cuda) for p in ("auto", "fp32", "bf16", "int8")} == {"fp32"}
+    monkeypatch.setattr(runtime.sys, "platform", "win32")  # MSVC builds: a scalar loop for int8 weights
+    assert inference_precision("auto", cpu) == "bf16" and inference_precision("int8", cpu) == "int8"
     monkeypatch.setattr(runtime, "cpu_has_native_bf16", lambda: False)
     assert inference_precision("auto", cpu) == "fp32" and inference_precision("int8", cpu) == "int8"
 

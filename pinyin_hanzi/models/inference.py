@@ -90,8 +90,10 @@ class Projection(NamedTuple):
         rows = x.shape[:-1].numel()
         if self.int8 is not None and rows <= INT8_MAX_ROWS:
             weight, scales, bias = self.int8
-            low = x if x.dtype == torch.bfloat16 else x.to(torch.bfloat16)
-            product = _INT8_MATMUL(low.reshape(rows, -1), weight, scales).view(*x.shape[:-1], -1)
+            low = (x if x.dtype == torch.bfloat16 else x.to(torch.bfloat16)).reshape(rows, -1)
+            if low.data_ptr() % 64 or not low.is_contiguous():  # the kernel's aligned loads: see _INT8_MATMUL
+                low = low.clone(memory_format=torch.contiguous_format)
+            product = _INT8_MATMUL(low, weight, scales).view(*x.shape[:-1], -1)
             if bias is not None:
                 product += bias
             return product if keep_bf16 or x.dtype == torch.bfloat16 else product.to(x.dtype)
@@ -307,8 +309,10 @@ def _packed_linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | N
 
 
 # weight-only int8 products (x bf16 (rows, in), weight int8 (out, in), scales (out,)); None where this build lacks
-# it. Its vectorized CPU kernel reads ``in`` in whole vectors without a check: torch 2.13's crashes the process
-# (a segmentation fault, not an error) for in = 3, 8, 24, 33 or 100 on AVX-512, so only multiples of 64 take it.
+# it. Its vectorized CPU kernel (bf16 inputs only) reads x in whole, aligned vectors without a check: torch 2.13's
+# crashes the process (a segmentation fault, not an error) for in = 3, 8, 24, 33 or 100 on AVX-512, and for an
+# input that starts off a 32-byte boundary (a view at an offset). So only multiples of 64 take it, and an input
+# not 64-byte aligned is copied first. Windows builds (MSVC) compile that kernel out: a scalar loop remains.
 _INT8_MATMUL = getattr(torch, "_weight_int8pack_mm", None)
 INT8_IN_MULTIPLE = 64
 # oneDNN's linear kernel, its one overload named (the op's overload resolution costs a microsecond a call);
