@@ -99,26 +99,25 @@ class NgramFusion:
             return self._sum(context, ids)
         real = ids != PAD_ID
         count = int(real.sum())
-        if 2 * count >= real.numel():
-            total = self._sum(context, ids)
-            return total if count == real.numel() else torch.where(real, total, 0.0)
-        # mostly <pad>, as a batch's lists are, padded to the longest at each position
-        rows, columns = real.nonzero(as_tuple=True)
+        if count == real.numel():
+            return self._sum(context, ids)
+        # mostly <pad>, as a batch's lists are, padded to the longest at each position: the real entries alone
+        entries = real.nonzero(as_tuple=True) if 2 * count < real.numel() else None
+        return torch.where(real, self._sum(context, ids, entries), 0.0)
+
+    def _sum(self, context: torch.Tensor, ids: torch.Tensor,
+             entries: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+        """sum of weight x log P(ids (n, c) | context (n, m)) over the models; ``entries``: (rows, columns) of
+        the entries to score, each alone with its row's context looked up once, by the models that can (the
+        others score every entry), the rest 0."""
         total = None
         for model, weight in self.models:
-            if hasattr(model, "log_prob_entries"):  # each real entry alone, each context looked up once
-                entries = model.log_prob_entries(context, rows, ids[rows, columns])  # (R,)
-                scores = torch.zeros(ids.shape).index_put_((rows, columns), weight * entries)
+            if entries is not None and hasattr(model, "log_prob_entries"):
+                rows, columns = entries
+                scores = torch.zeros(ids.shape).index_put_(
+                    entries, weight * model.log_prob_entries(context, rows, ids[rows, columns]))  # (R,) placed
             else:
                 scores = weight * model.log_prob(context, ids)
-            total = scores if total is None else total + scores
-        return torch.where(real, total, 0.0)
-
-    def _sum(self, context: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-        """sum of weight x log P(ids (n, c) | context (n, m)) over the models, every entry scored."""
-        total = None
-        for model, weight in self.models:
-            scores = weight * model.log_prob(context, ids)
             total = scores if total is None else total + scores
         return total
 
@@ -145,7 +144,8 @@ def beam_search(model: Transformer | InferenceDecoder, source: torch.Tensor, con
         model = InferenceDecoder(model)
     batch, length = source.shape
     lengths = (source != PAD_ID).sum(dim=1).tolist()
-    on_cpu = source.device.type == "cpu"  # (moving a CPU tensor to the CPU still costs a call per step)
+    on_cpu = source.device.type == "cpu"  # asked once: a tensor's device, and a move to where it is, cost a call
+    to_device = (lambda tensor: tensor) if on_cpu else (lambda tensor: tensor.to(source.device))
     memory, cross_mask = encode(model, source)  # (b, s, d), (b, 1, 1, s) or None
     cache = model.new_cache()
     rows = 1  # decoder rows per input: one (after <s> all beams are alike) at the first step, then beam
@@ -181,8 +181,8 @@ def beam_search(model: Transformer | InferenceDecoder, source: torch.Tensor, con
         if done:
             ids, real = ids[done:], None if real is None else real[done:]
         # an input's rows share its list: the model gathers the list's output rows once, not per row
-        candidates = None if not lists else ids[:, None, :] if on_cpu else ids[:, None, :].to(source.device)
-        logits = model.decode(previous, memory, cross_mask, cache=cache, candidates=candidates)  # (b r, 1, c)
+        logits = model.decode(previous, memory, cross_mask, cache=cache,
+                              candidates=to_device(ids[:, None, :]) if lists else None)  # (b r, 1, c)
         width = logits.shape[-1]  # c
         if not on_cpu or logits.dtype != torch.float32:
             logits = logits.to("cpu", torch.float32)
@@ -194,22 +194,22 @@ def beam_search(model: Transformer | InferenceDecoder, source: torch.Tensor, con
             listed = ids if rows == 1 else ids.repeat_interleave(rows, dim=0)
             log_probs = log_probs + fusion.scores(context, listed, padded=real is not None).view(batch, rows, width)
         total = (scores[:, :rows, None] + log_probs).view(batch, rows * width)  # (b, r c)
-        if rows * width < beam:  # fewer choices than beams (a first step with a short list): dead beams
+        short = rows * width < beam  # fewer choices than beams (a first step with a short list): dead beams
+        if short:
             total = torch.cat([total, total.new_full((batch, beam - rows * width), float("-inf"))], dim=1)
-            scores, flat_index = total.topk(beam, dim=-1)  # (b, k)
+        scores, flat_index = total.topk(beam, dim=-1)  # (b, k)
+        if short:
             flat_index = flat_index.clamp(max=rows * width - 1)  # a dead beam's index points at a real entry
-        else:
-            scores, flat_index = total.topk(beam, dim=-1)
         parent = flat_index // width
         token = ids.gather(1, flat_index % width)  # (b, k) hanzi ids
         if beam > 1:
             history = history.gather(1, parent[..., None].expand_as(history))
             # the rows kept, (b k,): an input's parents are among its own rows
             order = parent.view(-1) if batch == 1 else (torch.arange(batch)[:, None] * rows + parent).view(-1)
-            cache.reorder(order if on_cpu else order.to(source.device))  # from one row per input to k after the first step
+            cache.reorder(to_device(order))  # from one row per input to k after the first step
             rows = beam  # an input's k rows share its memory (InferenceDecoder.decode): it is not repeated
         history[:, :, lead + position] = token
-        previous = token.view(batch * beam, 1) if on_cpu else token.view(batch * beam, 1).to(source.device)
+        previous = to_device(token.view(batch * beam, 1))
     final_scores[done:], final_history[done:] = scores, history
     # dead beams (fewer candidates than beams) score -inf; NaN (broken weights) stays
     final_history, final_scores = final_history[:, :, lead:].tolist(), final_scores.tolist()
