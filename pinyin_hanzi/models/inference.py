@@ -88,18 +88,12 @@ class Projection(NamedTuple):
         """x @ weight.T + bias, in x's dtype; ``keep_bf16``: a bf16 product's output stays bf16 (for a
         next product that would cast it back, or a residual addition that promotes it)."""
         rows = x.shape[:-1].numel()
-        if self.int8 is not None and rows <= INT8_MAX_ROWS:
-            weight, scales, bias = self.int8
-            low = (x if x.dtype == torch.bfloat16 else x.to(torch.bfloat16)).reshape(rows, -1)
-            if low.data_ptr() % 64 or not low.is_contiguous():  # the kernel's aligned loads: see _INT8_MATMUL
-                low = low.clone(memory_format=torch.contiguous_format)
-            product = _INT8_MATMUL(low, weight, scales).view(*x.shape[:-1], -1)
-            if bias is not None:
-                product += bias
-            return product if keep_bf16 or x.dtype == torch.bfloat16 else product.to(x.dtype)
-        if self.low is not None and rows >= self.bf16_rows:
+        int8 = self.int8 is not None and rows <= INT8_MAX_ROWS
+        if int8 or (self.low is not None and rows >= self.bf16_rows):
             low = x if x.dtype == torch.bfloat16 else x.to(torch.bfloat16)  # (a call costs a microsecond)
-            if self.low_packed is not None:
+            if int8:
+                product = _int8_linear(low, *self.int8)
+            elif self.low_packed is not None:
                 product = _packed_linear(low, self.low_packed, self.low[1])
             else:
                 product = F.linear(low, *self.low)
@@ -291,7 +285,7 @@ def _int8_weights(weight: torch.Tensor, bias: torch.Tensor | None
     int8 = quantized, scales.bfloat16(), None if bias is None else bias.bfloat16()
     try:
         probe = torch.linspace(-1, 1, 3 * weight.shape[1]).view(3, -1).bfloat16()
-        product = _INT8_MATMUL(probe, int8[0], int8[1]).float()
+        product = _int8_linear(probe, *int8[:2], None).float()
     except (RuntimeError, NotImplementedError):
         return None
     dequantized = quantized.float() * int8[1].float()[:, None]  # the kernel's own weights: its arithmetic checked
@@ -306,6 +300,16 @@ def _rows_for(macs: int, weight: torch.Tensor) -> int:
 
 def _packed_linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     return _LINEAR_POINTWISE(x, packed, bias, "none", [], "")
+
+
+def _int8_linear(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None
+                 ) -> torch.Tensor:
+    """x (..., in) bf16 times int8 weights (out, in) with their scales (out,), + bias -> (..., out) bf16."""
+    flat = x.reshape(-1, x.shape[-1])
+    if flat.data_ptr() % 64 or not flat.is_contiguous():  # the kernel's aligned loads: see _INT8_MATMUL
+        flat = flat.clone(memory_format=torch.contiguous_format)
+    product = _INT8_MATMUL(flat, weight, scales).view(*x.shape[:-1], -1)
+    return product if bias is None else product.add_(bias)
 
 
 # weight-only int8 products (x bf16 (rows, in), weight int8 (out, in), scales (out,)); None where this build lacks
