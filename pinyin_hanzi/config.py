@@ -152,6 +152,12 @@ class DecodeConfig:
     # when a converter is made ("" = none); translate.py and serve.py --user-words override it
     user_weight: float = 2.0  # weight of the user dictionary's word model in the search: a finished user word
     # of L characters (weight 1) gains about user_weight x L; 0: the dictionary only adds its readings
+    history: str = ""  # a user history (a file of committed text, lm/history.py): conversions prefer what the
+    # user committed before (Converter.learn), and what is learned is saved there; "" = in memory only, empty
+    # at start; translate.py and serve.py --history override it
+    history_weight: float = 1.0  # weight of the history's cache model in the search (lm/history_lm.py: a
+    # character gains as much as the user's text makes it likelier than everyday text); 0: nothing is learned
+    history_clauses: int = 100000  # the most clauses a history keeps (the oldest are forgotten first)
     precision: str = "auto"  # conversion's matrix products on the CPU: "bf16" (beams and batches; 2-4x faster on
     # CPUs that multiply bf16 natively, emulated and slower elsewhere), "int8" (bf16, and int8 weights for the
     # few rows of a single sentence's beam: a line converted alone takes ~0.87x bf16's time), "fp32", or
@@ -193,6 +199,7 @@ LIMITS: dict[str, tuple[float, float]] = {
     "decode.lm_max_ngrams": (0, 10**12),
     "decode.lm_phrases": (0, 1000), "decode.word_weight": (0, 100), "decode.word_min_frequency": (0, 1),
     "decode.word_contrast": (0, 1), "decode.reading_margin": (0, 1000), "decode.user_weight": (0, 100),
+    "decode.history_weight": (0, 100), "decode.history_clauses": (1, 10**6),
 }
 MAX_NBEST = 50  # the most candidates per line the Converter and translate.py --nbest give (not a config key)
 

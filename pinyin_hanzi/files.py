@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, TextIO
 
 from pinyin_hanzi.errors import OutputError, PinyinHanziError
 
@@ -110,16 +110,17 @@ def _holder(path: Path) -> str:
     return "unknown"
 
 
-@contextmanager
-def locked(path: str | Path, *, busy: Callable[[str], str] | None = None,
-           wait: Callable[[str], None] | None = None) -> Iterator[None]:
-    """Hold an exclusive lock on the file ``path`` (created if needed) for the block.
+def hold_lock(path: str | Path, *, busy: Callable[[str], str] | None = None,
+              wait: Callable[[str], None] | None = None) -> TextIO:
+    """Take an exclusive lock on the file ``path`` (created if needed) and return the open lock file: the
+    lock is held until it is closed (or the process ends).
 
     If another process holds it: without ``wait``, OutputError(``busy(pid)``); with it, call ``wait(pid)``
     (to say why nothing happens) and block until the other process is done."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+", encoding="utf-8") as handle:  # "a+": never truncate the owner's pid before locking
+    handle = open(path, "a+", encoding="utf-8")  # "a+": never truncate the owner's pid before locking
+    try:
         if fcntl is not None:
             try:
                 fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -133,4 +134,15 @@ def locked(path: str | Path, *, busy: Callable[[str], str] | None = None,
         handle.truncate()
         handle.write(f"{os.getpid()}\n")
         handle.flush()
+    except BaseException:
+        handle.close()
+        raise
+    return handle
+
+
+@contextmanager
+def locked(path: str | Path, *, busy: Callable[[str], str] | None = None,
+           wait: Callable[[str], None] | None = None) -> Iterator[None]:
+    """Hold an exclusive lock on the file ``path`` for the block: see :func:`hold_lock`."""
+    with hold_lock(path, busy=busy, wait=wait):
         yield  # closing the file releases the lock

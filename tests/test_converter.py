@@ -611,7 +611,7 @@ def test_several_batches_are_searched_side_by_side_with_the_results_of_one_threa
 
 
 def test_a_search_of_a_few_lines_runs_on_a_few_threads_and_gives_the_callers_count_back(monkeypatch):
-    from pinyin_hanzi.decoding.converter import FEW_LINES, FEW_LINES_THREADS
+    from pinyin_hanzi.decoding.threads import FEW_LINES, FEW_LINES_THREADS
 
     converter = untrained_converter(seed=5)
     search, seen = converter._search_rows, []

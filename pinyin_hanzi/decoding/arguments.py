@@ -141,10 +141,10 @@ def decode_changes(method: str, changes: dict) -> dict:
             value = [names] if isinstance(names, str) else list(names)
         elif name == "shuangpin":
             typing_options(method, None, value)
-        elif name == "user_words" and isinstance(value, os.PathLike) and not isinstance(value, bytes):
+        elif name in ("user_words", "history") and isinstance(value, os.PathLike) and not isinstance(value, bytes):
             value = os.fspath(value)  # a path, as from_checkpoint takes one
             if not isinstance(value, str):
-                raise ConfigError(f"{method}(): user_words={shown(value)} is invalid: expected a str or Path")
+                raise ConfigError(f"{method}(): {name}={shown(value)} is invalid: expected a str or Path")
         elif kind in ("int", "float"):
             check_range(f"decode.{name}", value, name)
             value = float(value) if kind == "float" else value  # as a config file's 1 becomes 1.0

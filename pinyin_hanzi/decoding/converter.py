@@ -18,7 +18,6 @@ from __future__ import annotations
 import itertools
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
@@ -34,8 +33,11 @@ from pinyin_hanzi.decoding import arguments
 from pinyin_hanzi.decoding.planning import CLAUSE_END_MARK, Candidate, Plan, Planner, assemble
 from pinyin_hanzi.decoding.search import Constraint, Hypothesis, beam_search
 from pinyin_hanzi.decoding.settings import SearchSettings, TypingOptions
+from pinyin_hanzi.decoding.threads import parallel_searches
 from pinyin_hanzi.errors import ConfigError, DataError
 from pinyin_hanzi.lm.char_ngram import CharNgramLM
+from pinyin_hanzi.lm.history import History
+from pinyin_hanzi.lm.history_lm import HistoryLM
 from pinyin_hanzi.lm.syllable import SyllableBigrams
 from pinyin_hanzi.lm.user_words import UserWords
 from pinyin_hanzi.lm.word import WordLexiconLM
@@ -106,6 +108,10 @@ class Converter:
     the prefix begins) and the context choose the character, which works for common words (``bei j`` ->
     北京) but is weaker than a model trained with abbreviations.
 
+    :meth:`learn` keeps text the user committed in :attr:`history` (lm/history.py; in the file decode.history,
+    if one is named, loaded here), whose cache model :attr:`history_lm` (lm/history_lm.py) is fused with
+    decode.history_weight at any beam while the history holds anything; :meth:`forget` forgets it.
+
     decode.user_words names a user dictionary (lm/user_words.py), read here: :attr:`user_words` holds it (its
     ``note`` says what it left out; None without one), :attr:`user_lm` its model, fused with
     decode.user_weight at any beam, and its readings are added to :attr:`lexicon`.
@@ -153,6 +159,10 @@ class Converter:
                                syllable_lm=syllable_lm, split_penalty=self.decode.split_penalty,
                                reading_margin=self.decode.reading_margin,
                                abbreviation_penalty=self.decode.abbreviation_penalty)
+        # last: it takes the history file's lock, which nothing after it may fail to give back
+        self.history = History(self.decode.history or None, max_clauses=self.decode.history_clauses)
+        self.history_lm = HistoryLM(hanzi_vocab, reference=char_lm)
+        self.history.listen(self.history_lm)
 
     beam = property(lambda self: self.decode.beam, doc="the beam convert() and candidates() use: decode.beam")
     constrained = property(lambda self: self.decode.constrained, doc="whether conversions are constrained "
@@ -164,12 +174,13 @@ class Converter:
     def from_checkpoint(cls, path: str | Path | None = None, *, device: str = "cpu", lm_weight: float | None = None,
                         word_weight: float | None = None, user_words: str | Path | None = None,
                         user_weight: float | None = None, precision: str | None = None,
-                        log: Callable[[str], None] | None = None) -> Converter:
+                        history: str | Path | None = None, log: Callable[[str], None] | None = None) -> Converter:
         """A converter for the checkpoint at ``path`` (None: see :func:`resolve_checkpoint`), with its
         decode settings (decode.prefixes, decode.fuzzy and decode.shuangpin included; a checkpoint older
         than them reads full pinyin, with prefixes on only for a model trained with abbreviations), syllable
         model, character n-gram model and word model. ``lm_weight``, ``word_weight``, ``user_words`` (a user
-        dictionary's path, "" none), ``user_weight`` and ``precision`` ("auto", "fp32", "bf16", "int8") replace the
+        dictionary's path, "" none), ``user_weight``, ``history`` (a history file's path, "" none) and
+        ``precision`` ("auto", "fp32", "bf16", "int8") replace the
         checkpoint's decode.* keys of those names (``config.decode`` then holds them too); ``log`` receives a
         note when such a weight is > 0 but the checkpoint has no such model, and the user dictionary's note on
         what it left out. ``device``: cpu, cuda, cuda:N, mps or auto. Raises CheckpointError (one line) for a
@@ -179,7 +190,7 @@ class Converter:
         arguments.loading_options("from_checkpoint", path=path, log=log)
         weights = arguments.decode_changes("from_checkpoint", {"lm_weight": lm_weight, "word_weight": word_weight,
                                                                "user_words": user_words, "user_weight": user_weight,
-                                                               "precision": precision})
+                                                               "precision": precision, "history": history})
         device = arguments.inference_device(device)
         path, _ = resolve_checkpoint(path)
         # The reading tables (pure Python, 0.2 s) are built on a second thread while the checkpoint's tensors
@@ -205,10 +216,12 @@ class Converter:
     @classmethod
     def from_pretrained(cls, *, device: str = "cpu", lm_weight: float | None = None, word_weight: float | None = None,
                         user_words: str | Path | None = None, user_weight: float | None = None,
-                        precision: str | None = None, log: Callable[[str], None] | None = None) -> Converter:
+                        precision: str | None = None, history: str | Path | None = None,
+                        log: Callable[[str], None] | None = None) -> Converter:
         """A converter for the shipped model (pinyin_hanzi/pretrained/model.pt); see :meth:`from_checkpoint`."""
         return cls.from_checkpoint(SHIPPED_MODEL, device=device, lm_weight=lm_weight, word_weight=word_weight,
-                                   user_words=user_words, user_weight=user_weight, precision=precision, log=log)
+                                   user_words=user_words, user_weight=user_weight, precision=precision,
+                                   history=history, log=log)
 
     # ------------------------------------------------------------------------------------ call settings
 
@@ -236,7 +249,8 @@ class Converter:
         return replace(self.decode, **checked)
 
     def _search_settings(self, decode: DecodeConfig) -> SearchSettings:
-        return SearchSettings.from_config(decode, char_lm=self.char_lm, word_lm=self.word_lm, user_lm=self.user_lm)
+        return SearchSettings.from_config(decode, char_lm=self.char_lm, word_lm=self.word_lm, user_lm=self.user_lm,
+                                          history_lm=self.history_lm if len(self.history_lm) else None)
 
     def _typing_options(self, decode: DecodeConfig) -> TypingOptions:
         return TypingOptions.from_config(decode, trained_with_prefixes=self.trained_with_prefixes)
@@ -251,6 +265,21 @@ class Converter:
         found = self.convert_lines(lines)
         outputs = [candidates[0].text for candidates in found]
         return outputs[0] if isinstance(text, str) else outputs
+
+    def learn(self, text: str) -> list[str]:
+        """Keep ``text``, what the user committed (hanzi; punctuation and anything else may be in it), in the
+        user history: conversions from then on prefer it (lm/history_lm.py), and a history file (decode.history)
+        keeps it. Returns the clauses kept (cut at punctuation; those without a hanzi are not kept). DataError
+        (one line) unless ``text`` is a str."""
+        return self.history.learn(arguments.text_line(text, "learn"))
+
+    def forget(self, text: str | None = None) -> int:
+        """Forget the whole user history (None), or the clauses holding ``text``; a history file is rewritten
+        to match. Returns how many clauses were forgotten. DataError (one line) unless ``text`` is None or a
+        non-empty str."""
+        if text is not None and not arguments.text_line(text, "forget"):
+            raise DataError("forget(): text='' would forget everything: call forget() for that")
+        return self.history.forget(text)
 
     def candidates(self, text: str, n: int = 5) -> list[Candidate]:
         """Up to ``n`` distinct conversions of a typed line, best first (beam: the larger of ``beam`` and n).
@@ -431,40 +460,3 @@ class Converter:
             remaining += [i for i in indices if found[i] is None and plan.priors[i] >= bar]
         decode(remaining)
         return found
-
-
-# A search of a few lines multiplies a few rows by each weight a step: intra-op threads beyond a few only add
-# OpenMP's synchronisation. One line at a time through the API on a 16-core Xeon (AMX): 16 threads 24.7 ms a
-# line in fp32 and 60.2 in bf16 (oneDNN's bf16 kernels split tiny products worst), 4 threads 19.2 / 19.4 ms.
-FEW_LINES, FEW_LINES_THREADS = 4, 4
-
-
-def parallel_searches(jobs: list[int], device: torch.device) -> Callable:
-    """How independent searches of ``jobs`` lines each run on a CPU: side by side on ``min(len(jobs), torch
-    threads)`` Python threads, the torch threads shared among them, and searches of at most FEW_LINES lines on
-    at most FEW_LINES_THREADS torch threads; in turn in the caller's thread on a GPU or where that leaves one
-    worker. A batch's decoder step is a few small products that two threads split poorly (1.2x on two cores),
-    while two searches at once use both cores: the GIL is free in most of a step (torch's and numpy's kernels)."""
-    threads = torch.get_num_threads()
-    workers = min(len(jobs), threads)
-    share = threads // max(workers, 1)
-    if max(jobs, default=0) <= FEW_LINES:
-        share = min(share, FEW_LINES_THREADS)
-    if device.type != "cpu" or (workers <= 1 and share == threads):
-        return lambda function, items: list(map(function, items))
-    if workers <= 1:
-        def run(function, items):
-            torch.set_num_threads(share)  # the caller's own count (per thread), given back after
-            try:
-                return list(map(function, items))
-            finally:
-                torch.set_num_threads(threads)
-
-        return run
-
-    def run(function, items):
-        # torch's thread count is per thread: each worker sets its own share, the caller's stays as it is
-        with ThreadPoolExecutor(workers, initializer=torch.set_num_threads, initargs=(share,)) as pool:
-            return list(pool.map(function, items))
-
-    return run

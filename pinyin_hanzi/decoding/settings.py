@@ -31,7 +31,8 @@ class SearchSettings:
 
     @classmethod
     def from_config(cls, decode: DecodeConfig, *, char_lm: LanguageModel | None = None,
-                    word_lm: LanguageModel | None = None, user_lm: LanguageModel | None = None) -> SearchSettings:
+                    word_lm: LanguageModel | None = None, user_lm: LanguageModel | None = None,
+                    history_lm: LanguageModel | None = None) -> SearchSettings:
         """The search ``decode`` asks for (its beam is the call's: see :func:`pinyin_hanzi.config.search_beam`).
 
         A model is fused where it is there and its weight (decode.lm_weight, decode.word_weight,
@@ -41,12 +42,14 @@ class SearchSettings:
         greedy search that has chosen a word's first characters finishes it as the user wants. A reading with
         an abbreviated syllable (``b j``) is searched at least at decode.prefix_beam: each such place allows
         the characters of every syllable it may begin, and a beam of the usual width loses the right one
-        among them."""
+        among them. The user history's cache model (history_lm.py), too, at any beam: a greedy search learns.
+        """
         beam = decode.beam
         fused = [(model, weight) for model, weight in ((char_lm, decode.lm_weight), (word_lm, decode.word_weight))
                  if model is not None and weight > 0 and beam > 1]
-        if user_lm is not None and decode.user_weight > 0:
-            fused.append((user_lm, decode.user_weight))
+        fused += [(model, weight) for model, weight in ((user_lm, decode.user_weight),
+                                                         (history_lm, decode.history_weight))
+                  if model is not None and weight > 0]
         return cls(beam=beam, prefix_beam=max(beam, decode.prefix_beam) if beam > 1 else beam,
                    constrained=decode.constrained, fusion=NgramFusion(fused) if fused else None)
 
