@@ -77,7 +77,8 @@ def write_output(text: str) -> None:
 
 
 def load_converter(checkpoint: str | None = None, *, device: str = "cpu", lm_weight: float | None = None,
-                   word_weight: float | None = None, user_words: str | None = None, user_weight: float | None = None):
+                   word_weight: float | None = None, user_words: str | None = None, user_weight: float | None = None,
+                   history: str | None = None):
     """The Converter every tool converts with: ``checkpoint``, else the one $PINYIN_HANZI_CHECKPOINT names,
     else the shipped model (see :func:`pinyin_hanzi.decoding.converter.resolve_checkpoint`). A default model is named
     on stderr, and so are notes about decoding (a weight given for a model the checkpoint lacks), so that
@@ -90,7 +91,7 @@ def load_converter(checkpoint: str | None = None, *, device: str = "cpu", lm_wei
     if checkpoint is None:
         print(f"using {origin}: {path}", file=sys.stderr, flush=True)
     return Converter.from_checkpoint(path, device=device, lm_weight=lm_weight, word_weight=word_weight,
-                                     user_words=user_words, user_weight=user_weight,
+                                     user_words=user_words, user_weight=user_weight, history=history,
                                      log=lambda note: print(note, file=sys.stderr, flush=True))
 
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pinyin_hanzi.cli import check_bounds, check_image_path, load_converter, max_threads, run, write_output
+from pinyin_hanzi.cli import learning
 from pinyin_hanzi.cli.line_stream import MAX_LINE_BYTES, check_input, line_batches
 from pinyin_hanzi.config import LIMITS, MAX_NBEST, shown
 from pinyin_hanzi.errors import DataError, OutputError
@@ -163,12 +164,6 @@ def _nbest_table(conversions) -> str:
                      f"{' '.join(c.read_as)}".rstrip() for rank, (c, score) in enumerate(zip(conversions, scores), 1))
 
 
-def _convert_and_print(converter, lines: list[str], options: dict, printer: _Printer,
-                       chinese_punctuation: bool = False) -> None:
-    found = converter.convert_lines(lines, nbest=printer.nbest, chinese_punctuation=chinese_punctuation, **options)
-    printer.print(lines, found)
-
-
 def _draw_attention(converter, line: str, options: dict, args) -> None:
     from pinyin_hanzi.visualize import save_figure, sentence_attention  # matplotlib: --attention only
 
@@ -191,21 +186,6 @@ def _draw_attention(converter, line: str, options: dict, args) -> None:
     if note:
         print(f"note: {note}", file=sys.stderr)
     print(f"attention image written to {args.attention}", file=sys.stderr)
-
-
-def _interactive(convert) -> int:
-    """Lines typed at a terminal, each converted and printed by ``convert([line])`` as it is entered."""
-    print("type pinyin (e.g. ni hao, nihao, ni3hao3) and press Enter; Ctrl-D to quit", file=sys.stderr)
-    while True:
-        try:
-            line = _check_typed(input("pinyin> "), "that line")
-        except EOFError:
-            print(file=sys.stderr)
-            return 0
-        except (UnicodeDecodeError, DataError):  # one bad line should not end the session
-            print("error: that line is not valid UTF-8", file=sys.stderr)
-            continue
-        convert([line])
 
 
 def _conversion_options(args) -> dict:
@@ -232,6 +212,10 @@ def _fail_fast(args) -> None:
             check_checkpoint_path(path)  # CheckpointError for a missing file or a directory
     if args.evaluate is None and not args.text:  # lines come from --input FILE or standard input
         check_input(args.input or "-")
+    if args.history:  # a damaged or foreign history, or one another process learns into
+        from pinyin_hanzi.lm.history import History
+
+        History(args.history).close()
     for path in {args.user_words, args.compare_user_words} - {None, ""}:
         from pinyin_hanzi.lm.user_words import UserWords
 
@@ -253,6 +237,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_decoding_arguments(parser)
     _add_output_arguments(parser)
     _add_evaluation_arguments(parser)
+    _add_history_arguments(parser)
     parser.add_argument("--batch-size", type=int, default=256, help="sentences decoded together (default 256)")
     parser.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N, mps, or auto: CUDA, then "
                         "MPS, then the CPU")
@@ -289,6 +274,17 @@ def _add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
                              "trained with abbreviations (default: the checkpoint's decode.prefixes)")
     parser.add_argument("--unconstrained", action="store_true",
                         help="let the model choose any character (the checkpoint's decode.constrained=false does too)")
+
+
+def _add_history_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--history", metavar="FILE",
+                        help="a user history: what you accept at the prompt (or --session commits) is learned into "
+                             "FILE and preferred from then on; loaded at start, saved as it grows ('none': none; "
+                             "default: the checkpoint's decode.history, else in memory only)")
+    parser.add_argument("--forget", action="store_true", help="with --history: empty that history, then exit")
+    parser.add_argument("--session", metavar="FILE",
+                        help="a typing session: each line 'pinyin<TAB>committed hanzi' is converted (printed) and "
+                             "then the committed text is learned; '-' for stdin")
 
 
 def _add_output_arguments(parser: argparse.ArgumentParser) -> None:
@@ -336,8 +332,12 @@ def _parse(argv) -> argparse.Namespace:
         if args.input is not None or args.evaluate is not None:
             parser.error("give pinyin text, --input FILE or --evaluate SPLIT_OR_FILE, not several")
         args.text, args.input = [], "-"
-    if sum([bool(args.text), args.input is not None, args.evaluate is not None]) > 1:
-        parser.error("give pinyin text, --input FILE or --evaluate SPLIT_OR_FILE, not several")
+    if sum([bool(args.text), args.input is not None, args.evaluate is not None, args.session is not None]) > 1:
+        parser.error("give pinyin text, --input FILE, --session FILE or --evaluate SPLIT_OR_FILE, not several")
+    if args.forget and not args.history:
+        parser.error("--forget needs --history FILE: the history to empty")
+    if args.session == "":
+        parser.error("--session needs a file name ('-' for standard input)")
     check_bounds(parser, [("--beam", args.beam, *LIMITS["decode.beam"]), ("--nbest", args.nbest, 1, MAX_NBEST),
                           ("--batch-size", args.batch_size, *LIMITS["decode.batch_sentences"]),
                           ("--lm-weight", args.lm_weight, *LIMITS["decode.lm_weight"]),
@@ -360,7 +360,7 @@ def _parse(argv) -> argparse.Namespace:
         if unknown:
             parser.error(f"--fuzzy: unknown pair {shown(unknown[0])} (known: {', '.join(FUZZY_PAIRS)})")
         args.fuzzy = frozenset(names)
-    for name in ("user_words", "compare_user_words"):  # 'none' as --fuzzy and --shuangpin take it: ""
+    for name in ("user_words", "compare_user_words", "history"):  # 'none' as --fuzzy and --shuangpin take it: ""
         if getattr(args, name) in ("none", ""):
             setattr(args, name, "")
     return args
@@ -377,8 +377,10 @@ def _set_threads(threads: int) -> None:
 
 def _translate(argv) -> int:
     args = _parse(argv)
+    if args.forget:
+        return learning.forget(args.history)
     _fail_fast(args)
-    interactive = args.input is None and args.evaluate is None and (args.text or sys.stdin.isatty())
+    interactive = args.input is None and args.evaluate is None and (args.text or args.session or sys.stdin.isatty())
     threads = args.threads or (1 if interactive else 0)
     if args.threads:
         _set_threads(args.threads)
@@ -386,7 +388,7 @@ def _translate(argv) -> int:
     if args.evaluate is not None and not _is_prepared_split(args.evaluate):
         user_pairs = _read_pairs(args.evaluate)  # before loading the model: a bad file fails at once
     weights = {"device": args.device, "lm_weight": args.lm_weight, "word_weight": args.word_weight,
-               "user_words": args.user_words, "user_weight": args.user_weight}
+               "user_words": args.user_words, "user_weight": args.user_weight, "history": args.history}
     converter = load_converter(args.checkpoint, **weights)  # on every core unless --threads: bulk table work
     from pinyin_hanzi.runtime import startup_done  # (torch is loaded by now)
 
@@ -396,31 +398,47 @@ def _translate(argv) -> int:
         # synchronisation than it gains (10-syllable sentence, shared 2-core machine: several times slower
         # with 2 threads).
         _set_threads(threads)
+    try:
+        if args.evaluate is not None:
+            weights["history"] = ""  # one history, one owner: the compared model learns nothing
+            if args.compare_user_words is not None:
+                weights["user_words"] = args.compare_user_words
+            other = load_converter(args.compare, **weights) if args.compare is not None else None
+            return _evaluate(converter, args, _conversion_options(args), user_pairs, other)
+        return _convert(converter, args)
+    finally:
+        converter.history.close()  # saves what was learned: translate.py ends with os._exit, no atexit
+
+
+def _convert(converter, args) -> int:
+    """Convert what the command line names: its text, a --session, the prompt, or --input / stdin's lines."""
     options = _conversion_options(args)
-    if args.evaluate is not None:
-        if args.compare_user_words is not None:
-            weights["user_words"] = args.compare_user_words
-        other = load_converter(args.compare, **weights) if args.compare is not None else None
-        return _evaluate(converter, args, options, user_pairs, other)
     # On a terminal a person reads the n best one per line; piped, a program reads one line per input line.
     printer = _Printer(nbest=args.nbest, json=args.json, verbose=args.verbose,
                        table=args.nbest > 1 and not args.json and sys.stdout.isatty())
 
-    def convert(lines: list[str]) -> None:
-        _convert_and_print(converter, lines, options, printer, args.chinese_punctuation)
+    def candidates(lines: list[str], nbest: int = 1) -> list:
+        return converter.convert_lines(lines, nbest=max(nbest, printer.nbest),
+                                       chinese_punctuation=args.chinese_punctuation, **options)
+
+    def show(line: str, found: list) -> None:
+        printer.print([line], [found[: printer.nbest]])
 
     if args.text:
         if args.attention:  # first: a line it cannot draw fails before any output
             _draw_attention(converter, " ".join(args.text), options, args)
-        convert(split_lines(" ".join(args.text)))
-        return 0
-    if args.input is None and sys.stdin.isatty():
-        return _interactive(convert)
-    # Lines that are ready (a file: all of them) go to the converter many batches at a time, up to about a
-    # megabyte: it sorts them by length before it batches them, and a batch of lines of like length decodes
-    # with little padding (2,000 held-out everyday sentences, one thread: 21 s instead of 35 in calls of 256).
-    for lines in line_batches(args.input or "-", args.batch_size * LINES_PER_CALL, max_chars=1 << 20):
-        convert(lines)
+        lines = split_lines(" ".join(args.text))
+        printer.print(lines, candidates(lines))
+    elif args.session is not None:
+        learning.session(converter, args.session, candidates, show)
+    elif args.input is None and sys.stdin.isatty():
+        learning.interactive(learning.Prompt(converter, candidates, show), _check_typed)
+    else:
+        # Lines that are ready (a file: all of them) go to the converter many batches at a time, up to about a
+        # megabyte: it sorts them by length before it batches them, and a batch of lines of like length decodes
+        # with little padding (2,000 held-out everyday sentences, one thread: 21 s instead of 35 in calls of 256).
+        for lines in line_batches(args.input or "-", args.batch_size * LINES_PER_CALL, max_chars=1 << 20):
+            printer.print(lines, candidates(lines))
     return 0
 
 

@@ -1,0 +1,227 @@
+"""The user history (lm/history.py: committed text, its file) and its cache model (lm/history_lm.py), through
+the API and the CLI: a word learned once is converted right the next time, forget() forgets it, the file
+survives a kill -9 while it is saved, and a damaged file is one error line and left as it was."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import FRESH_ENV, ROOT
+from pinyin_hanzi.data.vocab import Vocab
+from pinyin_hanzi.errors import DataError, OutputError
+from pinyin_hanzi.lm import history as history_module
+from pinyin_hanzi.lm.history import HEADER, History, clauses_of
+from pinyin_hanzi.lm.history_lm import HistoryLM
+
+SPECIALS = ["<pad>", "<s>", "</s>", "<unk>"]
+
+
+def _model(text: str = "甲乙丙丁化石燃料核武器和") -> tuple[HistoryLM, Vocab]:
+    vocab = Vocab(SPECIALS + sorted(set(text)))
+    return HistoryLM(vocab), vocab
+
+
+def test_commits_are_cut_into_clauses_with_a_hanzi_each():
+    assert clauses_of("化石燃料，核武器。\nabc\n  你好  ") == ["化石燃料，", "核武器。", "你好"]
+    assert clauses_of("hello, world") == [] and clauses_of("") == []
+    long = "好" * (history_module.MAX_CLAUSE + 5)
+    assert [len(clause) for clause in clauses_of(long)] == [history_module.MAX_CLAUSE, 5]
+
+
+def test_the_cache_model_is_witten_bell_over_the_committed_text_and_zero_elsewhere():
+    model, vocab = _model()
+    history = History()
+    history.listen(model)
+    history.learn("甲乙甲丙")
+    ids = vocab.ids
+    context = torch.tensor([[1, ids["甲"]], [ids["丁"], ids["甲"]], [1, 1]])
+    candidates = torch.tensor([[ids["乙"], ids["丙"], ids["丁"]]] * 3)
+    probs = model.cache_probs(context, candidates)
+    # unigrams: 甲 2/4, 乙 1/4, 丙 1/4; after 甲: 乙 once, 丙 once (2 seen, 2 distinct): (1 + 2 x 1/4) / 4
+    assert np.allclose(probs[2], [0.25, 0.25, 0.0])
+    assert np.allclose(probs[0], [(1 + 2 * 0.25) / 4, (1 + 2 * 0.25) / 4, 0.0])
+    assert np.allclose(probs[1], probs[0])  # 丁甲 never seen: the order below, the same
+    scores = model.log_prob(context, candidates)
+    assert (scores[:, :2] > 0).all() and (scores[:, 2] == 0).all()
+
+
+def test_the_bound_forgets_the_oldest_and_the_counts_follow_what_is_kept():
+    model, vocab = _model()
+    history = History(max_clauses=2)
+    history.listen(model)
+    for text in ("甲乙", "丙丁", "化石"):
+        history.learn(text)
+    assert list(history.clauses) == ["丙丁", "化石"]
+    fresh, _ = _model()
+    fresh.added(list(history.clauses))
+    assert np.array_equal(model.unigrams, fresh.unigrams) and len(model) == len(fresh) == 4
+    assert model.totals[1] == fresh.totals[1] and model.followers[1] == fresh.followers[1]
+    history.learn("甲乙，丙丁，化石燃料")  # one commit past the bound alone keeps its last clauses
+    assert list(history.clauses) == ["丙丁，", "化石燃料"] and len(model) == 6
+    assert history.forget() == 2 and len(model) == 0 and not model.followers[1] and not model.unigrams.any()
+
+
+def test_a_history_file_round_trips_and_keeps_its_format(tmp_path):
+    path = tmp_path / "history.txt"
+    history = History(path)
+    history.learn("化石燃料的燃烧，核武器")
+    history.close()
+    text = path.read_text(encoding="utf-8")
+    assert text.splitlines()[0] == HEADER and text.splitlines()[2:] == ["化石燃料的燃烧，", "核武器"]
+    again = History(path)
+    assert list(again.clauses) == ["化石燃料的燃烧，", "核武器"]
+    assert again.forget("燃烧") == 1 and list(again.clauses) == ["核武器"]
+    again.close()
+    assert path.read_text(encoding="utf-8").splitlines()[2:] == ["核武器"]
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"\xff\xfe\x00junk", "is damaged: not UTF-8"),
+    ("我们去北京吧\n".encode(), "is not a pinyin_hanzi history"),
+    (b"", "is not a pinyin_hanzi history"),
+])
+def test_a_damaged_or_foreign_file_is_one_error_and_left_as_it_was(tmp_path, content, message):
+    path = tmp_path / "history.txt"
+    path.write_bytes(content)
+    with pytest.raises(DataError, match=message) as raised:
+        History(path)
+    assert "\n" not in str(raised.value) and path.read_bytes() == content
+    directory = tmp_path / "folder"
+    directory.mkdir()
+    with pytest.raises(DataError, match="is a directory"):
+        History(directory)
+
+
+def test_one_process_owns_a_history_file(tmp_path):
+    path = tmp_path / "history.txt"
+    first = History(path)
+    with pytest.raises(OutputError, match="in use by process"):
+        History(path)
+    first.close()
+    History(path).close()
+
+
+def test_learning_saves_in_the_background_atomically(tmp_path, monkeypatch):
+    monkeypatch.setattr(history_module, "SAVE_DELAY", 0.05)
+    path = tmp_path / "history.txt"
+    history = History(path)
+    history.learn("核武器")
+    deadline = time.monotonic() + 10
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert path.read_text(encoding="utf-8").splitlines()[2:] == ["核武器"]
+    assert [name.name for name in tmp_path.iterdir() if name.name.endswith(".tmp")] == []
+    history.close()
+
+
+KILLED_WRITER = """
+import sys
+from pinyin_hanzi.lm.history import History
+history = History(sys.argv[1])
+for index in range(10**6):
+    history.learn("第%d句话，化石燃料" % index)
+    history.save()
+"""
+
+
+def test_a_history_file_survives_kill_9_during_saves(tmp_path):
+    path = tmp_path / "history.txt"
+    for attempt in range(3):
+        process = subprocess.Popen([sys.executable, "-c", KILLED_WRITER, str(path)], env=FRESH_ENV, cwd=ROOT)
+        deadline = time.monotonic() + 30
+        while not path.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.05 * attempt)
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait()
+        history = History(path)  # the old file or the new one, whole: it loads
+        clauses = list(history.clauses)
+        history.close()
+        assert clauses and all(clause.endswith(("，", "化石燃料")) for clause in clauses)
+
+
+def test_a_converter_learns_a_word_once_and_forgets_it(shipped_converter):
+    converter = shipped_converter  # shared: its history is emptied again below, whatever happens
+    try:
+        assert converter.convert("he wu qi") == "和武器"  # the shipped model's mistake, learned from below
+        assert converter.search_settings().fusion.models[-1][0] is not converter.history_lm  # empty: not fused
+        assert converter.learn("核武器。") == ["核武器。"]
+        assert converter.search_settings().fusion.models[-1][0] is converter.history_lm
+        assert converter.convert("he wu qi") == "核武器"
+        assert converter.convert("wo men qu bei jing ba") == "我们去北京吧"  # what it knew stays
+        assert converter.forget("武器") == 1 and converter.convert("he wu qi") == "和武器"
+        converter.learn("核武器")
+        assert converter.forget() == 1 and converter.convert("he wu qi") == "和武器"
+        for bad in (None, b"bytes", 3):
+            with pytest.raises(DataError, match="learn"):
+                converter.learn(bad)
+        with pytest.raises(DataError, match="forget"):
+            converter.forget("")
+    finally:
+        converter.forget()
+
+
+def _translate(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "translate.py"), *args], input=stdin, capture_output=True,
+                          text=True, env=FRESH_ENV, cwd=ROOT, timeout=120)
+
+
+def test_a_session_prints_each_conversion_before_its_line_is_learned_and_keeps_the_history(tmp_path):
+    session, history = tmp_path / "session.tsv", tmp_path / "history.txt"
+    session.write_text("he wu qi\t核武器\nhe wu qi\t核武器\n\nni hao\n", encoding="utf-8")
+    result = _translate("--session", str(session), "--history", str(history))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["和武器", "核武器", "", "你好"]
+    assert history.read_text(encoding="utf-8").splitlines()[2:] == ["核武器", "核武器"]
+    again = _translate("--session", "-", "--history", str(history), stdin="he wu qi\n")  # loaded from the file
+    assert again.stdout == "核武器\n" and history.read_text(encoding="utf-8").splitlines()[2:] == ["核武器"] * 2
+    forgot = _translate("--history", str(history), "--forget")
+    assert forgot.returncode == 0 and "forgot 2 clause(s)" in forgot.stderr
+    assert history.read_text(encoding="utf-8").splitlines()[0] == HEADER and len(history.read_text().splitlines()) == 2
+    history.write_bytes(b"not a history\n")
+    damaged = _translate("--history", str(history), "he wu qi")
+    assert damaged.returncode == 2 and damaged.stderr.strip().splitlines()[-1].startswith("error: ")
+    assert "Traceback" not in damaged.stderr and history.read_bytes() == b"not a history\n"
+    assert _translate("--forget").returncode == 2  # --forget needs --history
+
+
+def test_the_prompt_learns_a_correction_and_an_accepted_choice(tmp_path):
+    import pty
+
+    controller, terminal = pty.openpty()
+    process = subprocess.Popen([sys.executable, str(ROOT / "translate.py"), "--history", str(tmp_path / "h.txt")],
+                               stdin=terminal, stdout=terminal, stderr=terminal, cwd=ROOT, env=FRESH_ENV)
+    os.close(terminal)
+    output = b""
+
+    def until(text: str, times: int = 1) -> None:
+        nonlocal output
+        deadline = time.monotonic() + 60
+        while output.count(text.encode()) < times and time.monotonic() < deadline:
+            output += os.read(controller, 4096)
+
+    try:
+        until("pinyin> ")
+        os.write(controller, "he wu qi\n".encode())
+        until("和武器")
+        os.write(controller, "核武器\n".encode())  # a correction typed in hanzi
+        until("learned: 核武器")
+        os.write(controller, "he wu qi\n".encode())
+        until("1 核武器")
+        os.write(controller, b"\n")  # Enter accepts the first
+        until("learned: 核武器", times=2)
+        os.write(controller, b"\x04")
+        assert process.wait(timeout=60) == 0
+    finally:
+        process.kill()
+        os.close(controller)
+    assert "Traceback" not in output.decode(errors="replace")
+    assert (tmp_path / "h.txt").read_text(encoding="utf-8").splitlines()[2:] == ["核武器", "核武器"]
