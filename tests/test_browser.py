@@ -1,6 +1,6 @@
 """The web IME page in a real browser: headless Chromium (Debian's chromium + chromium-driver, driven by
 Selenium, never a downloaded browser) types pinyin into the page served by the real service, sees candidates,
-commits them and reads the text back. CI installs chromium (.ci/run); elsewhere the test skips without it.
+commits them (which the service learns) and reads the text back. CI installs chromium (.ci/run); elsewhere the test skips without it.
 
 With PINYIN_HANZI_SCREENSHOTS=DIR it also writes the page's screenshots (ime_candidates.png, ime_attention.png)
 there: docs/images/ holds them, made with a CJK font installed (fonts-wqy-microhei)."""
@@ -66,10 +66,15 @@ def page(tmp_path_factory):
 
 @pytest.fixture
 def editor(page):
+    return _fresh_editor(page)
+
+
+def _fresh_editor(driver):
+    """The editor of the page loaded anew, empty and focused."""
     from selenium.webdriver.common.by import By
 
-    page.get(page.base_url + "/")
-    element = page.find_element(By.ID, "editor")
+    driver.get(driver.base_url + "/")
+    element = driver.find_element(By.ID, "editor")
     element.click()
     return element
 
@@ -151,6 +156,22 @@ def test_backspace_edits_and_escape_cancels(page, editor):
     text_becomes(page, editor, "谢谢")
     editor.send_keys(Keys.BACKSPACE)  # no composition: Backspace edits the text itself
     text_becomes(page, editor, "谢")
+
+
+def test_a_word_chosen_once_comes_first_the_next_time(page, editor):
+    """Committing a candidate teaches the service (POST /learn): typed again, it is the first candidate."""
+    import httpx
+
+    httpx.post(page.base_url + "/forget", json={}).raise_for_status()  # what the tests before committed
+    editor.send_keys("hewuqi")
+    shown = candidates_for(page, "hewuqi")
+    assert shown[0] == "和武器" and "核武器" in shown
+    editor.send_keys(str(shown.index("核武器") + 1))
+    text_becomes(page, editor, "核武器")
+    editor = _fresh_editor(page)  # no 核武器 before the cursor as context
+    editor.send_keys("hewuqi")
+    assert candidates_for(page, "hewuqi")[0] == "核武器"
+    httpx.post(page.base_url + "/forget", json={}).raise_for_status()
 
 
 def test_a_hint_names_a_font_package_while_the_page_cannot_draw_hanzi(page, editor):

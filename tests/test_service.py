@@ -173,6 +173,17 @@ BAD_REQUESTS = [
     ("attention, empty", "POST", "/attention", {"json": {"text": "", "syllables": []}}, 422, "syllables"),
     ("attention, syllables a string", "POST", "/attention", {"json": {"text": "你", "syllables": "ni"}}, 422,
      "syllables"),
+    ("learn, no text", "POST", "/learn", {"json": {}}, 422, "text"),
+    ("learn, text a list", "POST", "/learn", {"json": {"text": ["核武器"]}}, 422, "text"),
+    ("learn, text too long", "POST", "/learn", {"json": {"text": "核" * (LIMITS.max_line_chars + 1)}}, 413, "text"),
+    ("learn, unknown field", "POST", "/learn", {"json": {"text": "核武器", "weight": 2}}, 422, "weight"),
+    ("learn, lone surrogate", "POST", "/learn", {"content": b'{"text": "\\ud800"}', "headers": JSON}, 422, "text"),
+    ("learn, not declared JSON", "POST", "/learn", {"content": b'{"text": "x"}', "headers":
+                                                   {"Content-Type": "text/plain"}}, 415, "body"),
+    ("forget, empty text", "POST", "/forget", {"json": {"text": ""}}, 422, "text"),
+    ("forget, text a number", "POST", "/forget", {"json": {"text": 5}}, 422, "text"),
+    ("forget, text too long", "POST", "/forget", {"json": {"text": "x" * (LIMITS.max_line_chars + 1)}}, 413, "text"),
+    ("GET /learn", "GET", "/learn", {}, 405, None),
     ("GET /convert", "GET", "/convert", {}, 405, None),
     ("unknown path", "GET", "/nowhere", {}, 404, None),
 ]

@@ -10,7 +10,8 @@ import os
 import signal
 import sys
 import time
-from typing import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Sequence
 
 import uvicorn
 
@@ -25,7 +26,10 @@ from pinyin_hanzi.serving.connections import (
     protocol_class,
 )
 from pinyin_hanzi.serving.limits import Limits
-from pinyin_hanzi.serving.worker import ModelProcess
+from pinyin_hanzi.serving.worker import ModelProcess, checkpoint_history, describe
+
+if TYPE_CHECKING:
+    from pinyin_hanzi.lm.history import History
 
 LOG_REPEAT_INTERVAL_S = 10.0
 
@@ -47,6 +51,10 @@ def _parser() -> argparse.ArgumentParser:
                         help="a user dictionary (one word a line, optionally its pinyin and a weight): its words "
                              "are preferred where the syllables allow them ('none': none; default: the "
                              "checkpoint's decode.user_words)")
+    parser.add_argument("--history", metavar="FILE",
+                        help="a user history: what POST /learn (and the web page, on every commit) learns is "
+                             "preferred from then on, loaded from FILE at start and saved there as it grows "
+                             "('none': none; default: the checkpoint's decode.history, else in memory only)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch intra-op threads of the model process (default 1: the server needs a core "
@@ -96,8 +104,9 @@ def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> No
                           ("--body-timeout", args.body_timeout, 0.05, 3600),
                           ("--keep-alive-timeout", args.keep_alive_timeout, 0.05, 3600),
                           ("--send-timeout", args.send_timeout, 0.05, 3600)])
-    if args.user_words == "none":
-        args.user_words = ""
+    for name in ("user_words", "history"):
+        if getattr(args, name) == "none":
+            setattr(args, name, "")
     if args.workers is not None and args.workers > 1 and args.worker == "thread":
         parser.error(f"--workers {args.workers}: 1 with --worker thread")
     if args.workers is None:
@@ -140,10 +149,13 @@ def _main(argv: Sequence[str] | None = None) -> int:
     # lifespan ends), restores the handlers it found and raises the signal again; these handlers turn that
     # last signal (or one while the model loads) into a normal return, exit status 0.
     previous = {sig: signal.signal(sig, _raise_stopped) for sig in (signal.SIGINT, signal.SIGTERM)}
-    model = None
+    model = history = None
     try:
+        if args.history is not None:  # before the model loads: a damaged file, or one in use, fails at once
+            history = _open_history(args.history)
         model, checkpoint = _load_model(args)
-        _serve(args, model, checkpoint, listener, give_up)
+        history = _model_history(args, model, history)
+        _serve(args, model, checkpoint, listener, give_up, history)
     except _Stopped:
         pass
     finally:
@@ -152,6 +164,8 @@ def _main(argv: Sequence[str] | None = None) -> int:
             process.stop()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        if history is not None:
+            history.close()  # saves what is left, and gives the file up
     if fatal:
         raise PinyinHanziError(f"stopped: {fatal[0]}")
     print("stopped", file=sys.stderr, flush=True)
@@ -164,7 +178,7 @@ def _load_model(args: argparse.Namespace):
         import torch  # only here: with model processes (the default) the server process never loads torch
 
         torch.set_num_threads(args.threads)
-        model = load_converter(args.checkpoint, device=args.device, user_words=args.user_words)
+        model = load_converter(args.checkpoint, device=args.device, user_words=args.user_words, history="")
         return model, getattr(model, "checkpoint", None)
     model = [ModelProcess(args.checkpoint, device=args.device, threads=args.threads, user_words=args.user_words)
              for _ in range(args.workers)]
@@ -182,7 +196,31 @@ def _load_model(args: argparse.Namespace):
     return model, model[0].info["checkpoint"]
 
 
-def _serve(args: argparse.Namespace, model, checkpoint, listener, give_up) -> None:
+def _open_history(path: str | Path | None, max_clauses: int | None = None) -> History:
+    """The user history in the file ``path`` ("" or None: in memory), which this process then owns. DataError
+    or OutputError (one line) for a file that is no history or that another process holds."""
+    from pinyin_hanzi.lm.history import MAX_CLAUSES, History  # not before the port is bound: pypinyin, ~0.5 s
+
+    return History(path or None, max_clauses=max_clauses or MAX_CLAUSES)
+
+
+def _model_history(args: argparse.Namespace, model, given: History | None) -> History:
+    """The user history the service learns into: ``given`` (--history), else the checkpoint's decode.history,
+    else one in memory, keeping as many clauses as the models keep theirs (their decode.history_clauses). The
+    models were made with a history in memory: the service hands them what this one holds and learns."""
+    thread = not isinstance(model, list)
+    keep = (describe(model) if thread else model[0].info)["history_clauses"]
+    if given is not None:
+        if given.max_clauses == (keep or given.max_clauses):
+            return given
+        given.close()  # opened before the model said how many clauses it keeps: again, with that bound
+        return _open_history(given.path, keep)
+    # asked of the model, which has the checkpoint (and torch) at hand: this process has neither
+    path = checkpoint_history(model) if thread else model[0].call("checkpoint_history")
+    return _open_history(path, keep)
+
+
+def _serve(args: argparse.Namespace, model, checkpoint, listener, give_up, history: History) -> None:
     """Run uvicorn on ``listener`` with the limits of the command line until it is stopped."""
     # the web stack loads once the model is loading (see _load_model), not before the port is bound
     from pinyin_hanzi.serving.middleware import LOCAL_HOSTS
@@ -205,7 +243,7 @@ def _serve(args: argparse.Namespace, model, checkpoint, listener, give_up) -> No
     listener.keep_free(capacity)
     host, port = listener.getsockname()[:2]
     app = create_app(model, limits=limits, batching=not args.no_batching, max_wait_ms=args.max_wait_ms,
-                     max_batch_lines=args.max_batch_lines, on_fatal=give_up,
+                     max_batch_lines=args.max_batch_lines, on_fatal=give_up, history=history,
                      allowed_hosts=[*LOCAL_HOSTS, args.host, *args.allow_host])
     # Requests in flight get up to 30 s to finish at shutdown (a slice of a large request takes about one).
     config = uvicorn.Config(app, log_level=args.log_level, access_log=args.access_log, timeout_graceful_shutdown=30,
@@ -219,8 +257,10 @@ def _serve(args: argparse.Namespace, model, checkpoint, listener, give_up) -> No
     shown = f"[{host}]" if ":" in host else host
     decoding = "the model on a thread" if args.worker == "thread" else (
         f"{args.workers} model process{'es' if args.workers > 1 else ''}")
-    print(f"serving {checkpoint or 'the shipped model'} on http://{shown}:{port} (API: /docs; {decoding})",
-          file=sys.stderr, flush=True)
+    clauses = f"{len(history)} clause{'' if len(history) == 1 else 's'}"
+    learning = f"learning into {history.path}, {clauses}" if history.path else "learning in memory"
+    print(f"serving {checkpoint or 'the shipped model'} on http://{shown}:{port} (API: /docs; {decoding}; "
+          f"{learning})", file=sys.stderr, flush=True)
     uvicorn.Server(config).run(sockets=[listener])
 
 

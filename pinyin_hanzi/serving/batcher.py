@@ -1,6 +1,7 @@
 """The service's dynamic batcher (:class:`DynamicBatcher`): it feeds the model, a process of its own
 (:class:`~pinyin_hanzi.serving.worker.ModelProcess`) or a thread, with the lines of the requests that
-arrive together, in slices of bounded cost, and restarts a model process that dies."""
+arrive together, in slices of bounded cost, hands each model the changes of the user history before its next
+call (:class:`~pinyin_hanzi.serving.learning.SharedHistory`), and restarts a model process that dies."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from pinyin_hanzi.errors import PinyinHanziError
+from pinyin_hanzi.lm.history import MAX_CLAUSES, History
+from pinyin_hanzi.serving.learning import SharedHistory
 from pinyin_hanzi.serving.limits import RequestError
 from pinyin_hanzi.serving.worker import ModelThread, WorkerDied
 
@@ -53,16 +56,24 @@ class DynamicBatcher:
     restarted, unless model processes died more than ``max_restarts`` times within ``restart_window_s`` or
     one cannot load the model again: then ``fatal`` says why, every request gets 503 and
     ``on_fatal(message)`` is called (the command line stops the service with that message).
+
+    ``history`` (default: an empty one in memory) is the user history the service learns into
+    (``self.history``, a :class:`SharedHistory`): a model takes calls only once it holds what the history
+    holds (at start, and after a restart), and each call on a model first applies the changes made since its
+    last one, in the same job on the model's thread.
     """
 
     def __init__(self, model, *, max_wait_ms: float = 5.0, max_lines: int = 64, enabled: bool = True,
                  slice_cost: float = 500.0, max_restarts: int = 3, restart_window_s: float = 60.0,
-                 on_fatal: Callable[[str], None] | None = None):
+                 on_fatal: Callable[[str], None] | None = None, history: History | None = None):
         models = model if isinstance(model, (list, tuple)) else [model]
         if not models:
             raise ValueError("no model to serve")
         self.models = [ModelThread(m) if hasattr(m, "convert_lines") else m for m in models]  # a converter
         self.info = self.models[0].info
+        if history is None:
+            history = History(max_clauses=self.info.get("history_clauses") or MAX_CLAUSES)
+        self.history = SharedHistory(history, len(self.models))
         self.max_wait_s, self.max_lines, self.enabled = max_wait_ms / 1000, max_lines, enabled
         self.slice_cost = slice_cost
         self.max_restarts, self.restart_window_s, self.on_fatal = max_restarts, restart_window_s, on_fatal
@@ -84,9 +95,8 @@ class DynamicBatcher:
         self._executors = [ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"model{index}")
                            for index in range(len(self.models))]
         self._idle = asyncio.Queue()
-        for index in range(len(self.models)):
-            self._idle.put_nowait(index)
         self._arrived = asyncio.Event()
+        await asyncio.gather(*(self._catch_up(index) for index in range(len(self.models))))
         self._workers = [asyncio.create_task(self._run()), asyncio.create_task(self._watch())]
 
     async def stop(self) -> None:
@@ -132,15 +142,36 @@ class DynamicBatcher:
         self._idle.put_nowait(index)
         return result
 
-    async def _call(self, index: int, kind: str, *args) -> Any:
+    async def _call(self, index: int, kind: str | None, *args) -> Any:
         """On model ``index``, which the caller holds (took from the idle ones) and gives back, unless this
-        raises _ModelLost: then its process died, and it is given back once restarted."""
+        raises _ModelLost: then its process died, and it is given back once restarted. The history's changes
+        the model has not applied yet go first, in the same job (``kind`` None: only they)."""
+        changes = self.history.take(index)
         try:
-            return await asyncio.get_running_loop().run_in_executor(self._executors[index],
-                                                                     self.models[index].call, kind, *args)
+            return await asyncio.get_running_loop().run_in_executor(self._executors[index], self._on_model,
+                                                                     index, changes, kind, args)
         except WorkerDied as error:
             self._died(index, str(error))
             raise _ModelLost(503, f"{error}; it is being restarted: try again in a few seconds") from None
+
+    def _on_model(self, index: int, changes: list, kind: str | None, args: tuple) -> Any:
+        """On model ``index``'s thread: apply the history's ``changes``, then make the call."""
+        model = self.models[index]
+        if changes:
+            try:
+                model.call("history", changes)
+            except WorkerDied:
+                raise
+            except Exception as error:  # a conversion without what was learned, rather than none
+                LOG.error("the model could not learn: %s: %s", type(error).__name__, error)
+        return model.call(kind, *args) if kind is not None else None
+
+    async def _catch_up(self, index: int) -> None:
+        """Give model ``index`` (started or restarted, held by no one) what the history holds, then make it
+        free for calls; if its process dies meanwhile, it is restarted instead."""
+        with contextlib.suppress(_ModelLost):
+            await self._call(index, None)
+            self._idle.put_nowait(index)
 
     async def _acquire(self) -> int:
         """The next free model whose process is alive (one found dead meanwhile is restarted)."""
@@ -199,6 +230,7 @@ class DynamicBatcher:
 
     async def _restart_model(self, index: int) -> None:
         LOG.warning("restarting the model process")
+        self.history.restarted(index)  # the new process starts with an empty history
         try:
             await asyncio.get_running_loop().run_in_executor(self._executors[index], self.models[index].restart)
         except PinyinHanziError as error:
@@ -206,7 +238,7 @@ class DynamicBatcher:
             return
         LOG.warning("the model process is back (pid %s)", self.models[index].state()["pid"])
         self._last_death = None
-        self._idle.put_nowait(index)
+        await self._catch_up(index)
 
     def _give_up(self, message: str) -> None:
         self.fatal = message

@@ -4,9 +4,9 @@ the JSON of one conversion (:func:`conversion_body`)."""
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Annotated, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
 from pinyin_hanzi.text.pinyin import syllables as known_syllables
 
@@ -29,6 +29,9 @@ def _check_unicode(text: str) -> str:
     return text
 
 
+Text = Annotated[str, AfterValidator(_check_unicode)]  # a str that is Unicode text (422 for a lone surrogate)
+
+
 class ConvertRequest(_Strict):
     text: str | list[str] = Field(description="typed pinyin (e.g. 'ni hao', 'nihao', 'ni3hao3'), or a list of "
                                               "such texts, converted as one batch")
@@ -45,13 +48,34 @@ class ConvertRequest(_Strict):
 
 
 class AttentionRequest(_Strict):
-    text: str = Field(description="a conversion's characters, one per syllable")
+    text: Text = Field(description="a conversion's characters, one per syllable")
     syllables: list[str] = Field(description="the syllables (model tokens) that text was read as")
 
-    @field_validator("text")
-    @classmethod
-    def _unicode(cls, text: str) -> str:
-        return _check_unicode(text)
+
+class LearnRequest(_Strict):
+    text: Text = Field(description="text the user committed (hanzi; punctuation and line ends cut it into "
+                                   "clauses, and the clauses with a hanzi are learned)")
+
+
+def _some_text(text: str) -> str:
+    if not text:
+        raise ValueError("'' would forget everything: send {} for that")
+    return text
+
+
+class ForgetRequest(_Strict):
+    text: Annotated[Text, AfterValidator(_some_text)] | None = Field(
+        None, description="forget the learned clauses holding this text; absent or null: everything")
+
+
+class Learned(BaseModel):
+    learned: list[str] = Field(description="the clauses learned (none where the text holds no hanzi)")
+    clauses: int = Field(description="clauses in the user history now")
+
+
+class Forgotten(BaseModel):
+    forgotten: int = Field(description="clauses forgotten")
+    clauses: int = Field(description="clauses in the user history now")
 
 
 class Piece(BaseModel):
@@ -107,6 +131,7 @@ class Health(BaseModel):
     lines: int = Field(description="texts converted so far")
     largest_call: int = Field(description="most texts converted in one call")
     decoding: int = Field(description="texts in the calls in progress")
+    learned: int = Field(description="clauses in the user history (POST /learn)")
 
 
 def _pieces(candidate) -> list[dict]:

@@ -1,7 +1,8 @@
 """The HTTP service: the Python API (``Converter``) behind FastAPI + uvicorn, and the web IME page.
 
 Endpoints: ``POST /convert`` (one text, or a list of texts), ``POST /attention`` (the cross-attention of one
-conversion, for the page's learner panel), ``GET /health``, ``GET /`` (the page, ``pinyin_hanzi/serving/web/``) and
+conversion, for the page's learner panel), ``POST /learn`` and ``POST /forget`` (the user history:
+serving/learning.py), ``GET /health``, ``GET /`` (the page, ``pinyin_hanzi/serving/web/``) and
 the framework's OpenAPI pages (``/docs``, ``/openapi.json``).
 
 The model runs in a process of its own (:class:`~pinyin_hanzi.serving.worker.ModelProcess`), so the event loop
@@ -25,8 +26,8 @@ stops the service. The connections below the app (timeouts, their number) are pi
 
 This module builds the app (:func:`create_app`: routes and error handlers) from its parts: the request and
 response bodies (schemas.py), what a request may hold and how one is refused (limits.py), the checks made
-before any route (middleware.py), the work estimate (request_cost.py), the batcher (batcher.py) and the
-model process (worker.py).
+before any route (middleware.py), the work estimate (request_cost.py), the batcher (batcher.py), the user
+history it shares with the models (learning.py) and the model process (worker.py).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from pinyin_hanzi import __version__
 from pinyin_hanzi.config import search_beam
 from pinyin_hanzi.errors import PinyinHanziError
+from pinyin_hanzi.lm.history import History
 from pinyin_hanzi.serving.batcher import DynamicBatcher
 from pinyin_hanzi.serving.limits import Limits, RequestError, check_attention, check_cost, check_lines
 from pinyin_hanzi.serving.middleware import LOCAL_HOSTS, BodyCheck, HostCheck, InternalErrors, error_response
@@ -56,7 +58,11 @@ from pinyin_hanzi.serving.schemas import (
     BatchConversion,
     Conversion,
     ConvertRequest,
+    ForgetRequest,
+    Forgotten,
     Health,
+    Learned,
+    LearnRequest,
     conversion_body,
 )
 
@@ -67,13 +73,14 @@ LOG = logging.getLogger("pinyin_hanzi.serving.service")  # one logger for the wh
 
 def create_app(model, *, limits: Limits = Limits(), batching: bool = True, max_wait_ms: float = 5.0,
                max_batch_lines: int = 64, allowed_hosts: Iterable[str] = LOCAL_HOSTS,
-               on_fatal: Callable[[str], None] | None = None) -> FastAPI:
+               on_fatal: Callable[[str], None] | None = None, history: History | None = None) -> FastAPI:
     """The FastAPI app serving ``model``: a list of started :class:`ModelProcess` (what serve.py runs; its
     owner stops them), or a ``Converter`` (run on a thread of this process), loaded once and shared by all
-    requests. It answers requests whose Host is one of ``allowed_hosts`` (see :class:`HostCheck`).
-    Its batcher starts and stops with the app's lifespan (uvicorn, or ``with TestClient(app)``)."""
+    requests. It answers requests whose Host is one of ``allowed_hosts`` (see :class:`HostCheck`), and learns
+    into ``history`` (default: one in memory; its owner closes it), which the models made with a history in
+    memory are given. Its batcher starts and stops with the app's lifespan (uvicorn, or ``with TestClient(app)``)."""
     batcher = DynamicBatcher(model, max_wait_ms=max_wait_ms, max_lines=max_batch_lines, enabled=batching,
-                             slice_cost=limits.slice_cost, on_fatal=on_fatal)
+                             slice_cost=limits.slice_cost, on_fatal=on_fatal, history=history)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -89,6 +96,7 @@ def create_app(model, *, limits: Limits = Limits(), batching: bool = True, max_w
     app.state.batcher, app.state.limits = batcher, limits
     _add_error_handlers(app)
     _add_conversion_routes(app, batcher, limits)
+    _add_learning_routes(app, batcher, limits)
     _add_service_routes(app, batcher)
     app.add_middleware(BodyCheck, max_bytes=limits.max_body_bytes)
     app.add_middleware(HostCheck, allowed=allowed_hosts)
@@ -160,6 +168,25 @@ def _add_conversion_routes(app: FastAPI, batcher: DynamicBatcher, limits: Limits
         return {"chars": list(request.text), "syllables": list(request.syllables), "layers": layers}
 
 
+def _add_learning_routes(app: FastAPI, batcher: DynamicBatcher, limits: Limits) -> None:
+    history = batcher.history  # changed here, on the event loop's thread only (see SharedHistory)
+
+    @app.post("/learn", response_model=Learned, responses={413: {"description": "a text over the limit"},
+                                                          422: {"description": "no text, or not a string"}})
+    async def learn(request: LearnRequest):
+        """Learn text the user committed: conversions asked for from now on prefer it."""
+        check_lines([request.text], limits)
+        return {"learned": history.learn(request.text), "clauses": len(history)}
+
+    @app.post("/forget", response_model=Forgotten, responses={413: {"description": "a text over the limit"},
+                                                             422: {"description": "text empty or not a string"}})
+    async def forget(request: ForgetRequest):
+        """Forget the learned clauses holding ``text``, or (no text) everything learned."""
+        if request.text is not None:
+            check_lines([request.text], limits)
+        return {"forgotten": history.forget(request.text), "clauses": len(history)}
+
+
 def _add_service_routes(app: FastAPI, batcher: DynamicBatcher) -> None:
     info = batcher.info
 
@@ -170,7 +197,7 @@ def _add_service_routes(app: FastAPI, batcher: DynamicBatcher) -> None:
         body = {"status": "unavailable" if reason else "ok", "error": reason, "checkpoint": info["checkpoint"],
                 "beam": info["beam"], "batching": batcher.enabled, "workers": batcher.workers(),
                 "calls": batcher.calls, "lines": batcher.lines, "largest_call": batcher.largest_call,
-                "decoding": batcher.decoding}
+                "decoding": batcher.decoding, "learned": len(batcher.history)}
         return JSONResponse(body, status_code=503 if reason else 200)
 
     @app.get("/", include_in_schema=False)

@@ -2,7 +2,8 @@
 or :class:`ModelThread` (the server's own process, for tests with stand-in converters and for comparison).
 
 Both answer the same blocking ``call(kind, *args)`` (``"convert"``: ``Converter.convert_lines``;
-``"attention"``: :func:`attention_layers`), made by the service's one model thread, one call at a time.
+``"attention"``: :func:`attention_layers`; ``"history"``: :func:`update_history`; ``"checkpoint_history"``:
+:func:`checkpoint_history`), made by the model's one thread in the server, one call at a time.
 
 Why a process: the search is Python code that holds the interpreter lock while it runs. In one process the
 event loop (HTTP parsing, JSON, validation) then waits for the model, so requests reach the batcher late and
@@ -48,13 +49,40 @@ def attention_layers(converter, text: str, syllables: Sequence[str]) -> list[lis
     return [layer[0].float().mean(dim=0).tolist() for layer in maps["cross"]]  # (h, t, s) -> (t, s)
 
 
-CALLS = {"convert": convert, "attention": attention_layers}
+def update_history(converter, changes: Sequence[tuple[str, object]]) -> None:
+    """Apply what the server's history learned (``("extend", clauses)``) or forgot (``("forget", text)``) to
+    the converter's own, in memory (serving/learning.py), in order."""
+    for change, value in changes:
+        if change == "extend":
+            converter.history.extend(value)
+        else:
+            converter.history.forget(value)
+
+
+def checkpoint_history(converter) -> str:
+    """The history file the converter's checkpoint names (its decode.history; "" none): serve.py's default.
+    The converter itself was made with history "" (the server owns the file), so its config no longer says."""
+    if not getattr(converter, "checkpoint", None):
+        return ""
+    import torch
+
+    from pinyin_hanzi.checkpoint import CONFIG_KEY
+    from pinyin_hanzi.config import config_from_dict
+
+    # memory-mapped: only the small config is read, not the weights (the model is loaded already)
+    state = torch.load(converter.checkpoint, map_location="cpu", weights_only=True, mmap=True)
+    return config_from_dict(state[CONFIG_KEY], str(converter.checkpoint)).decode.history
+
+
+CALLS = {"convert": convert, "attention": attention_layers, "history": update_history,
+         "checkpoint_history": checkpoint_history}
 
 
 def describe(converter) -> dict:
     """What the server needs to know of the model without holding it: its default beam, its checkpoint, how
-    it reads input and cuts it into windows (for request_cost.CostModel) and how many positions its
-    attention spans (a stand-in converter in the tests may lack the latter two: None)."""
+    it reads input and cuts it into windows (for request_cost.CostModel), how many positions its attention
+    spans and how many clauses its history keeps (a stand-in converter in the tests may lack the latter:
+    None)."""
     checkpoint = getattr(converter, "checkpoint", None)
     model_config = getattr(getattr(converter, "model", None), "config", None)
     reads = hasattr(converter, "typing_options")  # a stand-in converter in the tests has no settings of its own
@@ -65,7 +93,8 @@ def describe(converter) -> dict:
             "prefix_beam": converter.decode.prefix_beam if reads else None,
             "prefixes": typing.prefixes if typing else False, "fuzzy": sorted(typing.fuzzy) if typing else [],
             "shuangpin": typing.shuangpin if typing else None,
-            "max_positions": getattr(model_config, "max_positions", None)}
+            "max_positions": getattr(model_config, "max_positions", None),
+            "history_clauses": converter.decode.history_clauses if reads else None}
 
 
 class ModelThread:
@@ -227,8 +256,9 @@ class ModelProcess:
 
 
 def _worker(conn, checkpoint: str | None, device: str, threads: int, user_words: str | None = None) -> None:
-    """The worker process: load the model (with the user dictionary ``user_words``, if given), then answer calls
-    until told to stop or the server is gone."""
+    """The worker process: load the model (with the user dictionary ``user_words``, if given, and a history in
+    memory: the server owns the history file and tells this process what it learns), then answer calls until
+    told to stop or the server is gone."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     gc.disable()  # until the model is loaded (runtime.startup_done)
     import torch  # the model process's own: the server process, which imports this module, never loads torch
@@ -238,7 +268,7 @@ def _worker(conn, checkpoint: str | None, device: str, threads: int, user_words:
 
     torch.set_num_threads(threads)
     try:
-        converter = Converter.from_checkpoint(checkpoint, device=device, user_words=user_words,
+        converter = Converter.from_checkpoint(checkpoint, device=device, user_words=user_words, history="",
                                               log=lambda note: print(note, file=sys.stderr, flush=True))
         message = ("ready", describe(converter))
     except PinyinHanziError as error:

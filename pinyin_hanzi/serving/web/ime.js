@@ -1,5 +1,6 @@
 // The web IME: pinyin typed into the editor is held as a composition (not written into the text), converted by
-// POST /convert with the hanzi before the cursor as context, and committed as the chosen candidate's hanzi.
+// POST /convert with the hanzi before the cursor as context, and committed as the chosen candidate's hanzi,
+// which the service learns (POST /learn): conversions from then on prefer what the user chose.
 // Keys are handled one at a time, in order: a commit waits for the conversion of exactly what was typed before
 // it, so fast typing ("wo xiang qu" + Space) commits what a slow typist would see.
 "use strict";
@@ -27,6 +28,7 @@ let pending = Promise.resolve();  // the conversion of the current preedit (a co
 let timer = null;
 let sequence = 0;             // answers to older conversions are dropped
 let attention = null;         // the latest /attention answer
+let learning = Promise.resolve();  // the latest /learn (a conversion waits for it, so that it prefers what was learned)
 const keyQueue = [];
 let draining = false;
 
@@ -59,6 +61,7 @@ function schedule() {
 
 async function convert(typed, id) {
   const context = contextBeforeCursor();
+  await learning;
   try {
     const response = await fetch("/convert", {
       method: "POST", headers: { "Content-Type": "application/json" },
@@ -156,8 +159,17 @@ async function commit(index) {
   const candidate = converted.candidates[index];
   if (!candidate) return;
   insert(candidate.shown);
+  learn(candidate.shown);
   preedit = "";
   schedule();
+}
+
+function learn(text) {
+  learning = fetch("/learn", {
+    method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ text }),
+  }).then(async response => {
+    if (!response.ok) throw new Error((await response.json()).error || response.statusText);
+  }).catch(error => { statusView.textContent = `learning failed: ${error.message}`; });
 }
 
 function move(step) {
