@@ -135,33 +135,33 @@ def held_out(page: str) -> bool:
 
 # ------------------------------------------------------------------------------------------------ fetching
 
-def cached_deb(raw_dir: Path) -> Path | None:
-    """The package's .deb already in ``raw_dir`` (the newest, should there be several), or None."""
-    debs = sorted(raw_dir.glob(f"{PACKAGE}_*.deb"), key=lambda path: (path.stat().st_mtime, path.name))
+def cached_deb(raw_dir: Path, package: str = PACKAGE) -> Path | None:
+    """``package``'s .deb already in ``raw_dir`` (the newest, should there be several), or None."""
+    debs = sorted(raw_dir.glob(f"{package}_*.deb"), key=lambda path: (path.stat().st_mtime, path.name))
     return debs[-1] if debs else None
 
 
-def fetch_deb(raw_dir: Path) -> Path:
-    """The package's .deb in ``raw_dir``, downloaded with ``apt-get download`` first if it is not there.
+def fetch_deb(raw_dir: Path, package: str = PACKAGE) -> Path:
+    """``package``'s .deb in ``raw_dir``, downloaded with ``apt-get download`` first if it is not there.
     Raises DataError (one line) when apt-get is missing or fails."""
-    deb = cached_deb(raw_dir)
+    deb = cached_deb(raw_dir, package)
     if deb is not None:
         return deb
     if shutil.which("apt-get") is None:
-        raise DataError(f"apt-get not found: this fetches Debian's {PACKAGE} package with it; elsewhere download "
-                        f"its .deb (https://packages.debian.org/stable/all/{PACKAGE}/download) and pass --deb FILE")
+        raise DataError(f"apt-get not found: this fetches Debian's {package} package with it; elsewhere download "
+                        f"its .deb (https://packages.debian.org/stable/all/{package}/download) and pass --deb FILE")
     raw_dir.mkdir(parents=True, exist_ok=True)
     # Into a folder of its own, moved into place when complete: a download cut short never passes for the cache.
     downloading = raw_dir / f".download-{os.getpid()}"
     downloading.mkdir()
     try:
-        print(f"downloading {PACKAGE} with apt-get into {raw_dir} ...", file=sys.stderr, flush=True)
-        result = subprocess.run(["apt-get", "download", PACKAGE], cwd=downloading, capture_output=True, text=True)
-        fetched = sorted(downloading.glob(f"{PACKAGE}_*.deb"))
+        print(f"downloading {package} with apt-get into {raw_dir} ...", file=sys.stderr, flush=True)
+        result = subprocess.run(["apt-get", "download", package], cwd=downloading, capture_output=True, text=True)
+        fetched = sorted(downloading.glob(f"{package}_*.deb"))
         if result.returncode != 0 or not fetched:
             errors = [line for line in result.stderr.splitlines() if line.startswith("E:")]
             last = (errors or result.stderr.strip().splitlines() or ["no output"])[-1]
-            raise DataError(f"apt-get download {PACKAGE} failed ({last}); run apt-get update first, "
+            raise DataError(f"apt-get download {package} failed ({last}); run apt-get update first, "
                             f"or download the .deb by hand and pass --deb FILE")
         os.replace(fetched[0], raw_dir / fetched[0].name)
     finally:
