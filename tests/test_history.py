@@ -225,3 +225,25 @@ def test_the_prompt_learns_a_correction_and_an_accepted_choice(tmp_path):
         os.close(controller)
     assert "Traceback" not in output.decode(errors="replace")
     assert (tmp_path / "h.txt").read_text(encoding="utf-8").splitlines()[2:] == ["核武器", "核武器"]
+
+
+def test_a_full_disk_at_save_is_one_error_and_keeps_the_file_and_what_was_learned(tmp_path, monkeypatch):
+    import errno
+
+    path = tmp_path / "history.txt"
+    history = History(path)
+    history.learn("核武器")
+    history.save()
+    before = path.read_bytes()
+    history.learn("化石燃料")
+
+    def full(descriptor):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(history_module.os, "fsync", full)
+    with pytest.raises(OutputError, match="cannot save history .*: disk full"):
+        history.save()
+    assert path.read_bytes() == before and not list(tmp_path.glob(".*.tmp"))
+    monkeypatch.undo()
+    history.close()  # what failed to be saved is saved at the next chance
+    assert path.read_text(encoding="utf-8").splitlines()[2:] == ["核武器", "化石燃料"]

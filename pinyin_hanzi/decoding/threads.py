@@ -11,10 +11,11 @@ from typing import Callable
 
 import torch
 
-# A search of a few lines multiplies a few rows by each weight a step: intra-op threads beyond a few only add
-# OpenMP's synchronisation. One line at a time through the API on a 16-core Xeon (AMX): 16 threads 24.7 ms a
-# line in fp32 and 60.2 in bf16 (oneDNN's bf16 kernels split tiny products worst), 4 threads 19.2 / 19.4 ms.
-FEW_LINES, FEW_LINES_THREADS = 4, 4
+# A search of a few lines multiplies a few rows by each weight a step: intra-op threads only add OpenMP's
+# synchronisation, and where another process wants the cores too, OpenMP's spinning threads wait for each
+# other: one line through the API on a busy 2-core machine took 7-48 ms from one run of 100 to the next on two
+# threads, a steady time on one (bench/history_speed.py; docs/benchmarks.md, "Learning from the user").
+FEW_LINES, FEW_LINES_THREADS = 4, 1
 
 
 def parallel_searches(jobs: list[int], device: torch.device) -> Callable:

@@ -26,7 +26,7 @@ Saving: the whole file is written to a temporary file beside it, flushed to disk
 reader (or a process killed mid-save, ``kill -9`` included) sees the old file or the new one, never half of
 one. Learning saves in the background, at most once a :data:`SAVE_DELAY` (a kill loses at most that much);
 :meth:`History.save` and the end of the process save what is left. One process at a time owns a history
-file (an OS lock, released however the process ends): a second gets a DataError naming the first.
+file (an OS lock, released however the process ends): a second gets an OutputError naming the first.
 """
 
 from __future__ import annotations
@@ -68,8 +68,8 @@ class History:
     """Committed clauses, oldest first, bounded; kept in ``path`` when one is given (loaded here if it exists).
 
     ``listeners`` are told of each change: ``added(clauses)``, ``removed(clauses)`` (what the bound or
-    :meth:`forget` dropped). DataError (one line) for a file that is no history, unreadable, or owned by
-    another process; the file is then left as it is."""
+    :meth:`forget` dropped). DataError (one line) for a file that is no history or unreadable, OutputError for
+    one another process owns; the file is then left as it is."""
 
     def __init__(self, path: str | Path | None = None, *, max_clauses: int = MAX_CLAUSES):
         self.path = Path(path) if path else None
