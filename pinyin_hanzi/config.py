@@ -155,7 +155,7 @@ class DecodeConfig:
     history: str = ""  # a user history (a file of committed text, lm/history.py): conversions prefer what the
     # user committed before (Converter.learn), and what is learned is saved there; "" = in memory only, empty
     # at start; translate.py and serve.py --history override it
-    history_weight: float = 1.0  # weight of the history's cache model in the search (lm/history_lm.py: a
+    history_weight: float = 1.5  # weight of the history's cache model in the search (lm/history_lm.py: a
     # character gains as much as the user's text makes it likelier than everyday text); 0: nothing is learned
     history_clauses: int = 100000  # the most clauses a history keeps (the oldest are forgotten first)
     precision: str = "auto"  # conversion's matrix products on the CPU: "bf16" (beams and batches; 2-4x faster on

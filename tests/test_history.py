@@ -42,15 +42,18 @@ def test_the_cache_model_is_witten_bell_over_the_committed_text_and_zero_elsewhe
     history.listen(model)
     history.learn("甲乙甲丙")
     ids = vocab.ids
-    context = torch.tensor([[1, ids["甲"]], [ids["丁"], ids["甲"]], [1, 1]])
-    candidates = torch.tensor([[ids["乙"], ids["丙"], ids["丁"]]] * 3)
+    start, after_jia = [1, 1], [1, ids["甲"]]
+    context = torch.tensor([after_jia, [ids["丁"], ids["甲"]], [ids["乙"], ids["甲"]], start])
+    candidates = torch.tensor([[ids["乙"], ids["丙"], ids["丁"], ids["甲"]]] * 4)
     probs = model.cache_probs(context, candidates)
-    # unigrams: 甲 2/4, 乙 1/4, 丙 1/4; after 甲: 乙 once, 丙 once (2 seen, 2 distinct): (1 + 2 x 1/4) / 4
-    assert np.allclose(probs[2], [0.25, 0.25, 0.0])
-    assert np.allclose(probs[0], [(1 + 2 * 0.25) / 4, (1 + 2 * 0.25) / 4, 0.0])
-    assert np.allclose(probs[1], probs[0])  # 丁甲 never seen: the order below, the same
+    # after 甲: 乙 once, 丙 once (2 seen, 2 distinct): 1/4 each; 丁甲 never seen: the same; after 乙甲 only 丙
+    # (1 seen, 1 distinct): half the order below, plus 1/2
+    assert np.allclose(probs, [[0.25, 0.25, 0, 0], [0.25, 0.25, 0, 0], [0.125, 0.625, 0, 0], [0, 0, 0, 0]])
     scores = model.log_prob(context, candidates)
-    assert (scores[:, :2] > 0).all() and (scores[:, 2] == 0).all()
+    # at a clause's start: the provisional credit of a committed character; none for 丁, never committed
+    assert (scores[3, :2] > 0).all() and scores[3, 2] == 0 and scores[3, 3] > 0
+    # after 甲: 乙 and 丙 followed it and keep both terms; 丁 and 甲 never did: 甲's credit is taken back
+    assert (scores[0, :2] > scores[3, :2]).all() and scores[0, 2] == -scores[3, 3] and scores[0, 3] == 0
 
 
 def test_the_bound_forgets_the_oldest_and_the_counts_follow_what_is_kept():

@@ -1,26 +1,32 @@
 """What the search learns from a user's history: a cache model of the committed text, fused into the search.
 
-A user who typed 化石燃料 once types it again, ten clauses later. The static models have seen too little of
-such words (化石 is rare in the training text) and convert them wrong again. A cache model, counted from the
-committed clauses alone (lm/history.py), knows better: P_cache(c | h) is the interpolated (Witten-Bell)
-n-gram probability of character c after the characters h before it, over the history's n-grams of orders
-1..``order``, and 0 for a character the user never committed.
+A user who typed 核武器 once types it again, ten clauses later. The static models have seen too little of
+such words and convert them wrong again (和武器). A cache model, counted from the committed clauses alone
+(lm/history.py), knows better. Two terms, both 0 for text the user never committed:
 
-Fused as the change it makes to a static model of the text: the search adds
+- In context: P_cache(c | h) is the interpolated (Witten-Bell) probability of character c after the
+  characters h before it over the history's n-grams of orders 2..``order`` (0 where c never followed h's
+  last character), fused as the change it makes to a static model of the text:
 
-    log((1 - λ) P_ref(c | h) + λ P_cache(c | h)) - log P_ref(c | h)  (+ log(1 - λ), the same for every c)
-      = log(1 + κ P_cache(c | h) / P_ref(c | h)),   κ = λ / (1 - λ)
+      log((1 - λ) P_ref(c | h) + λ P_cache(c | h)) - log P_ref(c | h)  (+ log(1 - λ), the same for every c)
+        = log(1 + κ P_cache(c | h) / P_ref(c | h)),   κ = λ / (1 - λ)
 
-times decode.history_weight, where P_ref is the checkpoint's character n-gram model (lm/char_ngram.py). So a
-character gains in proportion to how much more likely the user's text makes it than everyday text does: a
-rare term the user committed (递质 after 神经) gains most, a character that is common anyway (的, 是) almost
-nothing, and one the user never committed exactly nothing: learning leaves text outside the history alone.
-Without a character n-gram model P_ref is 1/V (V hanzi). The measurements that chose this form, λ and the
-order are in docs/benchmarks.md ("Learning from the user").
+  where P_ref is the checkpoint's character n-gram model (lm/char_ngram.py; 1/V without one): a character
+  gains as much as the user's text makes it likelier than everyday text does there, so a rare term (武器
+  after 核) gains much and a pair that is common anyway (我们) almost nothing.
+- Provisional, for a word's first character, which has no committed context yet: the same ratio over
+  unigrams, log(1 + κ P_cache(c) / P_ref(c)), taken back at the next character unless the two followed each
+  other in the history (as a user dictionary credits a word's beginning: lm/user_words.py). Without it a
+  beam search drops the word's first character before the word can be finished; kept, it turned 吗 into 妈
+  after 妈妈 had been committed (at full weight learning cost 0.56 point of CER on held-out People's Daily
+  1998 typed in order).
+
+The sum is weighted by decode.history_weight. Its form, λ, the order and the weight were chosen on documents
+the evaluation never types: docs/benchmarks.md, "Learning from the user".
 
 Counts change as the history does (``added``, ``removed``: the history's listener calls), in time linear in
-the clauses' length, so learning a clause costs microseconds; lookups read Python dicts (the contexts a
-search step asks for, a handful) and the candidates that follow them.
+the clauses' length; lookups read Python dicts (the contexts a search step asks for, a handful of rows) and
+the candidates that follow them.
 """
 
 from __future__ import annotations
@@ -46,6 +52,7 @@ class HistoryLM:
     def __init__(self, hanzi_vocab: Vocab, reference=None, *, order: int = ORDER,
                  interpolation: float = INTERPOLATION):
         self.order, self.reference = order, reference
+        self._credit: np.ndarray | None = None  # (V,) each character's provisional credit, while counts stay
         self.kappa = interpolation / (1 - interpolation)
         self.vocab_size = len(hanzi_vocab)
         self.ids = {token: index for token, index in hanzi_vocab.ids.items() if len(token) == 1 and is_hanzi(token)}
@@ -85,6 +92,7 @@ class HistoryLM:
     def _count(self, clauses: list[str], sign: int) -> None:
         size = self.vocab_size
         with self._lock:
+            self._credit = None
             for clause in clauses:
                 for run in self._runs(clause):
                     self.characters += sign * len(run)
@@ -110,12 +118,11 @@ class HistoryLM:
     # ------------------------------------------------------------------------------------------- lookups
 
     def cache_probs(self, context: torch.Tensor, candidates: torch.Tensor) -> np.ndarray:
-        """P_cache(candidate | context): context (n, m) hanzi ids, oldest first (<s> and other specials
-        before a clause's start end the context); candidates (n, c) -> (n, c) float64."""
+        """P_cache(candidate | context) over the orders 2..order: context (n, m) hanzi ids, oldest first (<s>
+        and other specials before a clause's start end the context); candidates (n, c) -> (n, c) float64."""
         candidates = candidates.numpy()
         with self._lock:
-            total = self.unigrams.sum()
-            probs = self.unigrams.take(candidates) / max(total, 1.0)  # (n, c) the unigram level
+            probs = np.zeros(candidates.shape)  # (n, c): the orders above the unigrams (see _credit)
             rows = context[:, -(self.order - 1):].tolist() if self.order > 1 else [[]] * len(candidates)
             columns, columns_of = None, None
             for r, row in enumerate(rows):
@@ -145,11 +152,35 @@ class HistoryLM:
         return probs
 
     def log_prob(self, context: torch.Tensor, candidates: torch.Tensor) -> torch.Tensor:
-        """The fused term of the module's docstring, log(1 + κ P_cache / P_ref), for candidates (n, c) after
-        context (n, m) -> (n, c) float32: 0 for a character the history never holds."""
+        """The fused terms of the module's docstring for candidates (n, c) after context (n, m) -> (n, c)
+        float32: 0 for a character the history never holds."""
         probs = self.cache_probs(context, candidates)
         if self.reference is not None:
             probs /= np.exp(self.reference.log_prob(context, candidates).numpy().astype(np.float64))
         else:
             probs /= self.uniform
-        return torch.from_numpy(np.log1p(self.kappa * probs).astype(np.float32))
+        scores = np.log1p(self.kappa * probs) + self._provisional(context, candidates.numpy())
+        return torch.from_numpy(scores.astype(np.float32))
+
+    def _provisional(self, context: torch.Tensor, candidates: np.ndarray) -> np.ndarray:
+        """Each candidate's credit for being a character the user committed, log(1 + κ P_cache(c) / P_ref(c))
+        over the unigrams alone, less the credit its predecessor got where the two never followed each other
+        in the history: a committed word's first character is kept in the beam while its word may still
+        come, and a character alone out of its word's context ends up with nothing."""
+        with self._lock:
+            if self._credit is None:
+                reference = (np.exp(self.reference.unigram_log_probs.numpy().astype(np.float64))
+                             if self.reference is not None else np.full(self.vocab_size, self.uniform))
+                cache = self.unigrams / max(self.unigrams.sum(), 1.0)
+                self._credit = np.log1p(self.kappa * cache / reference[: self.vocab_size])
+            credit = self._credit
+            last = context[:, -1].numpy().clip(0, self.vocab_size - 1)
+            owed = np.where(last >= 4, credit.take(last), 0.0)  # (n,)
+            result = credit.take(candidates) - owed[:, None]
+            for r in np.flatnonzero(owed):
+                following = self.followers[1].get(int(last[r]))
+                if following:
+                    continued = np.fromiter((index in following for index in candidates[r].tolist()), bool,
+                                            len(candidates[r]))
+                    result[r, continued] += owed[r]
+        return result
