@@ -19,6 +19,7 @@ from pinyin_hanzi.data.vocab import Vocab
 from pinyin_hanzi.errors import DataError, OutputError
 from pinyin_hanzi.lm import history as history_module
 from pinyin_hanzi.lm.history import HEADER, History, clauses_of
+from pinyin_hanzi.lm import history_lm as history_module_lm
 from pinyin_hanzi.lm.history_lm import HistoryLM
 
 SPECIALS = ["<pad>", "<s>", "</s>", "<unk>"]
@@ -54,6 +55,7 @@ def test_the_cache_model_is_witten_bell_over_the_committed_text_and_zero_elsewhe
     assert (scores[3, :2] > 0).all() and scores[3, 2] == 0 and scores[3, 3] > 0
     # after 甲: 乙 and 丙 followed it and keep both terms; 丁 and 甲 never did: 甲's credit is taken back
     assert (scores[0, :2] > scores[3, :2]).all() and scores[0, 2] == -scores[3, 3] and scores[0, 3] == 0
+    assert model._provisional(np.array([1]), candidates[:1].numpy(), None)[0, 2] == 0
 
 
 def test_the_bound_forgets_the_oldest_and_the_counts_follow_what_is_kept():
@@ -66,10 +68,12 @@ def test_the_bound_forgets_the_oldest_and_the_counts_follow_what_is_kept():
     fresh, _ = _model()
     fresh.added(list(history.clauses))
     assert np.array_equal(model.unigrams, fresh.unigrams) and len(model) == len(fresh) == 4
-    assert model.totals[1] == fresh.totals[1] and model.followers[1] == fresh.followers[1]
+    assert model.totals[1] == fresh.totals[1] and model.grams[1] == fresh.grams[1]
+    assert model.distinct[2] == fresh.distinct[2]
     history.learn("甲乙，丙丁，化石燃料")  # one commit past the bound alone keeps its last clauses
     assert list(history.clauses) == ["丙丁，", "化石燃料"] and len(model) == 6
-    assert history.forget() == 2 and len(model) == 0 and not model.followers[1] and not model.unigrams.any()
+    assert history.forget() == 2 and len(model) == 0 and not model.grams[1] and not model.unigrams.any()
+    assert not model.totals[2] and not model.distinct[2]
 
 
 def test_a_history_file_round_trips_and_keeps_its_format(tmp_path):
@@ -250,3 +254,39 @@ def test_a_full_disk_at_save_is_one_error_and_keeps_the_file_and_what_was_learne
     monkeypatch.undo()
     history.close()  # what failed to be saved is saved at the next chance
     assert path.read_text(encoding="utf-8").splitlines()[2:] == ["核武器", "化石燃料"]
+
+
+def test_the_reference_is_looked_up_only_where_the_cache_has_something_and_gives_the_dense_ratio():
+    from pinyin_hanzi.lm.char_ngram import CharNgramLM
+
+    model, vocab = _model()
+    reference = CharNgramLM.count([vocab.encode(list("甲乙丙丁甲丙化石")), vocab.encode(list("核武器和"))], len(vocab))
+    model.reference = reference
+    history = History()
+    history.listen(model)
+    history.learn("甲乙甲丙，核武器")
+    ids = vocab.ids
+    context = torch.tensor([[1, ids["甲"]], [ids["乙"], ids["甲"]], [1, ids["核"]], [1, 1]])
+    candidates = torch.tensor([[ids[char] for char in "乙丙丁武"]] * 4)
+    probs = model.cache_probs(context, candidates)
+    dense = np.log1p(model.kappa * probs / np.exp(reference.log_prob(context, candidates).numpy()))
+    _, continued = model._context_counts(context.numpy(), candidates.numpy())
+    provisional = model._provisional(context.numpy()[:, -1], candidates.numpy(), continued)
+    in_context = model.log_prob(context, candidates).numpy() - provisional
+    assert np.allclose(in_context, dense, atol=1e-5) and (dense[:3] > 0).sum() == 5 and (dense[3] == 0).all()
+
+
+def test_clauses_counted_at_once_give_the_counts_of_clauses_counted_one_by_one():
+    text = "甲乙丙丁化石燃料核武器和"
+    clauses = ["".join(text[(i * 7 + j) % len(text)] for j in range(3 + i % 9)) + ("，" if i % 4 else "x丁")
+               for i in range(600)]
+    one_by_one, vocab = _model(text)
+    for clause in clauses:
+        one_by_one.added([clause])
+    at_once, _ = _model(text)
+    at_once.added(clauses)
+    assert sum(map(len, clauses)) >= history_module_lm.BULK_CHARACTERS
+    assert np.array_equal(one_by_one.unigrams, at_once.unigrams) and len(one_by_one) == len(at_once)
+    for k in (1, 2):
+        assert one_by_one.grams[k] == at_once.grams[k] and one_by_one.totals[k] == at_once.totals[k]
+        assert one_by_one.distinct[k] == at_once.distinct[k]

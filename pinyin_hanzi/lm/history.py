@@ -43,7 +43,7 @@ from typing import Iterable
 
 from pinyin_hanzi.errors import DataError, OutputError
 from pinyin_hanzi.files import hold_lock, open_input, os_error_reason
-from pinyin_hanzi.text.pinyin import is_hanzi
+from pinyin_hanzi.text.pinyin import HANZI_CLASS
 
 HEADER = "# pinyin_hanzi history 1"
 COMMENT = ("# one committed clause a line, oldest first; edit freely, or clear it with: "
@@ -53,15 +53,21 @@ MAX_CHARACTERS = 2_000_000  # all clauses together: about 6 MB of UTF-8 at most
 MAX_CLAUSE = 200  # characters: a longer clause is kept in pieces
 MAX_FILE_BYTES = 64 * 2**20  # a larger file is no history (and would be read whole)
 SAVE_DELAY = 1.0  # seconds: learning saves at most this often
+_HANZI = re.compile(f"[{HANZI_CLASS}]")
 _CLAUSE_ENDS = re.compile(r"(?<=[。！？；，!?;])|\r\n|[\n\r\u2028\u2029]")
 
 
 def clauses_of(text: str) -> list[str]:
     """The clauses of committed text as a history keeps them: cut at line ends and after clause
     punctuation, stripped, in pieces of at most MAX_CLAUSE characters, those with a hanzi."""
-    pieces = (clause[start : start + MAX_CLAUSE] for clause in map(str.strip, _CLAUSE_ENDS.split(text)) if clause
-              for start in range(0, len(clause), MAX_CLAUSE))
-    return [piece.strip() for piece in pieces if any(is_hanzi(char) for char in piece)]
+    pieces = []
+    for clause in _CLAUSE_ENDS.split(text):
+        clause = clause.strip()
+        if len(clause) > MAX_CLAUSE:
+            pieces += [clause[start : start + MAX_CLAUSE].strip() for start in range(0, len(clause), MAX_CLAUSE)]
+        elif clause:
+            pieces.append(clause)
+    return [piece for piece in pieces if _HANZI.search(piece)]
 
 
 class History:
@@ -167,7 +173,7 @@ class History:
         if not lines or lines[0].strip() != HEADER:
             raise DataError(f"{self.path} is not a pinyin_hanzi history (its first line is not '{HEADER}'): "
                             f"name another file, or move this one away")
-        clauses = [clause for line in lines[1:] if not line.lstrip().startswith("#") for clause in clauses_of(line)]
+        clauses = clauses_of("\n".join(line for line in lines[1:] if not line.lstrip().startswith("#")))
         self._append(clauses, changed=False)
 
     def save(self) -> None:

@@ -25,14 +25,13 @@ The sum is weighted by decode.history_weight. Its form, λ, the order and the we
 the evaluation never types: docs/benchmarks.md, "Learning from the user".
 
 Counts change as the history does (``added``, ``removed``: the history's listener calls), in time linear in
-the clauses' length; lookups read Python dicts (the contexts a search step asks for, a handful of rows) and
-the candidates that follow them.
+the clauses' length (a file loaded at start: all at once, with numpy). They are kept in Python dicts keyed by
+n-grams' ids as digits in base V, which a step looks up for its few rows' contexts and candidates.
 """
 
 from __future__ import annotations
 
 import threading
-from collections import defaultdict
 
 import numpy as np
 import torch
@@ -42,6 +41,7 @@ from pinyin_hanzi.text.pinyin import is_hanzi
 
 ORDER = 3  # n-grams of up to this many characters: contexts of up to ORDER - 1
 INTERPOLATION = 0.1  # λ, the cache model's share of the mixture
+BULK_CHARACTERS = 4096  # clauses added at once with more characters than this are counted with numpy
 
 
 class HistoryLM:
@@ -52,16 +52,18 @@ class HistoryLM:
     def __init__(self, hanzi_vocab: Vocab, reference=None, *, order: int = ORDER,
                  interpolation: float = INTERPOLATION):
         self.order, self.reference = order, reference
-        self._credit: np.ndarray | None = None  # (V,) each character's provisional credit, while counts stay
         self.kappa = interpolation / (1 - interpolation)
         self.vocab_size = len(hanzi_vocab)
         self.ids = {token: index for token, index in hanzi_vocab.ids.items() if len(token) == 1 and is_hanzi(token)}
         self.uniform = 1 / max(len(self.ids), 1)
         self.unigrams = np.zeros(self.vocab_size, dtype=np.float64)  # counts
-        # context length k (1..order-1) -> context key (ids in base V, oldest first) -> next id -> count
-        self.followers: list[dict[int, dict[int, int]]] = [defaultdict(dict) for _ in range(order)]
-        self.totals: list[dict[int, int]] = [defaultdict(int) for _ in range(order)]  # the same contexts' counts
+        # per context length k (1..order-1; [0] unused): n-gram (k ids and the next, in base V, oldest first) ->
+        # count; context -> its count (N) and the number of distinct characters seen after it (T)
+        self.grams: list[dict[int, int]] = [{} for _ in range(order)]
+        self.totals: list[dict[int, int]] = [{} for _ in range(order)]
+        self.distinct: list[dict[int, int]] = [{} for _ in range(order)]
         self.characters = 0
+        self._credit: np.ndarray | None = None  # (V,) each character's provisional credit, while counts stay
         self._lock = threading.Lock()  # counts change (learning) while searches on other threads read them
 
     def __len__(self) -> int:
@@ -71,7 +73,10 @@ class HistoryLM:
     # -------------------------------------------------------------------------------------------- counts
 
     def added(self, clauses: list[str]) -> None:
-        self._count(clauses, 1)
+        if sum(map(len, clauses)) >= BULK_CHARACTERS:
+            self._count_bulk(clauses)
+        else:
+            self._count(clauses, 1)
 
     def removed(self, clauses: list[str]) -> None:
         self._count(clauses, -1)
@@ -82,7 +87,7 @@ class HistoryLM:
         for char in clause:
             index = self.ids.get(char)
             if index is None:
-                if len(run) > 0:
+                if run:
                     runs.append(run)
                 run = []
             else:
@@ -98,89 +103,122 @@ class HistoryLM:
                     self.characters += sign * len(run)
                     np.add.at(self.unigrams, run, sign)
                     for k in range(1, self.order):
-                        followers, totals = self.followers[k], self.totals[k]
                         for end in range(k, len(run)):
-                            key = 0
+                            context = 0
                             for index in run[end - k : end]:
-                                key = key * size + index
-                            following = followers[key]
-                            count = following.get(run[end], 0) + sign
-                            if count > 0:
-                                following[run[end]] = count
-                            else:
-                                following.pop(run[end], None)
-                                if not following:
-                                    del followers[key]
-                            totals[key] += sign
-                            if totals[key] <= 0:
-                                del totals[key]
+                                context = context * size + index
+                            self._add(k, context, context * size + run[end], sign)
+
+    def _add(self, k: int, context: int, gram: int, sign: int) -> None:
+        grams, totals, distinct = self.grams[k], self.totals[k], self.distinct[k]
+        count = grams.get(gram, 0) + sign
+        if count > 0:
+            grams[gram] = count
+            if count == sign:  # a new one
+                distinct[context] = distinct.get(context, 0) + 1
+        else:
+            del grams[gram]
+            distinct[context] -= 1
+        totals[context] = totals.get(context, 0) + sign
+        if totals[context] <= 0:
+            del totals[context], distinct[context]
+
+    def _count_bulk(self, clauses: list[str]) -> None:
+        """:meth:`added` for many clauses at once (a history file being loaded): the same counts, found with
+        numpy (every n-gram of all the clauses at once) instead of a Python step per character."""
+        size = self.vocab_size
+        codes = np.frombuffer("\n".join(clauses).encode("utf-32-le"), dtype=np.uint32)  # "\n" ends every run
+        distinct, inverse = np.unique(codes, return_inverse=True)
+        ids = np.array([self.ids.get(chr(code), -1) for code in distinct.tolist()], dtype=np.int64)[inverse]
+        valid = ids >= 0
+        with self._lock:
+            self._credit = None
+            self.characters += int(valid.sum())
+            self.unigrams += np.bincount(ids[valid], minlength=size)
+            context, whole = np.zeros(len(ids), dtype=np.int64), valid.copy()  # at i: the k ids before i
+            for k in range(1, self.order):
+                context[k:] = context[k:] + ids[: len(ids) - k].clip(0) * size ** (k - 1)  # k-th before: digit k - 1
+                whole[k:] &= valid[: len(ids) - k]
+                whole[:k] = False
+                grams, counts = np.unique(context[whole] * size + ids[whole], return_counts=True)
+                contexts = grams // size
+                starts = np.flatnonzero(np.r_[True, contexts[1:] != contexts[:-1]]) if len(grams) else grams
+                merged = [(self.grams[k], grams, counts),
+                          (self.totals[k], contexts[starts], np.add.reduceat(counts, starts) if len(grams) else counts),
+                          (self.distinct[k], contexts[starts], np.diff(np.r_[starts, len(grams)]))]
+                for table, keys, values in merged:
+                    if table:
+                        for key, value in zip(keys.tolist(), values.tolist()):
+                            table[key] = table.get(key, 0) + value
+                    else:  # a file loaded into an empty history: in one call
+                        table.update(zip(keys.tolist(), values.tolist()))
 
     # ------------------------------------------------------------------------------------------- lookups
+
+    def _context_counts(self, context: np.ndarray, candidates: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        """P_cache(candidate | context) over the orders 2..order, (n, c) float64, and whether each candidate
+        followed the context's last character in the history ((n, c) bool; None where no row's last character
+        was committed)."""
+        size, rows = self.vocab_size, len(candidates)
+        probs, continued = np.zeros(candidates.shape), None
+        key, seen = np.zeros(rows, dtype=np.int64), np.ones(rows, dtype=bool)
+        for k in range(1, self.order):
+            index = context[:, -k]
+            seen &= (index >= 4) & (index < size)  # <pad> <s> </s> <unk>: the clause starts there
+            key = key + index.clip(0, size - 1) * size ** (k - 1)  # the last k ids, oldest first
+            totals = np.array([self.totals[k].get(x, 0) for x in key.tolist()], dtype=np.float64) * seen
+            live = np.flatnonzero(totals)
+            if not len(live):
+                break  # a longer context holds a shorter one: none seen either
+            distinct = np.array([self.distinct[k][x] for x in key[live].tolist()], dtype=np.float64)
+            grams, table = (key[live, None] * size + candidates[live]).tolist(), self.grams[k]
+            counts = np.array([[table.get(gram, 0) for gram in row] for row in grams], dtype=np.float64)
+            probs[live] = (probs[live] * distinct[:, None] + counts) / (totals[live] + distinct)[:, None]
+            if k == 1:
+                continued = np.zeros(candidates.shape, dtype=bool)
+                continued[live] = counts > 0
+        return probs, continued
 
     def cache_probs(self, context: torch.Tensor, candidates: torch.Tensor) -> np.ndarray:
         """P_cache(candidate | context) over the orders 2..order: context (n, m) hanzi ids, oldest first (<s>
         and other specials before a clause's start end the context); candidates (n, c) -> (n, c) float64."""
-        candidates = candidates.numpy()
         with self._lock:
-            probs = np.zeros(candidates.shape)  # (n, c): the orders above the unigrams (see _credit)
-            rows = context[:, -(self.order - 1):].tolist() if self.order > 1 else [[]] * len(candidates)
-            columns, columns_of = None, None
-            for r, row in enumerate(rows):
-                key = 0
-                for k in range(1, len(row) + 1):
-                    index = row[-k]
-                    if index < 4 or index >= self.vocab_size:  # <pad> <s> </s> <unk>: the clause starts here
-                        break
-                    key = key + index * self.vocab_size ** (k - 1)  # the last k ids in base V, oldest first
-                    following = self.followers[k].get(key)
-                    if not following:
-                        break  # a longer context holds this one: not seen either
-                    count, distinct = self.totals[k][key], len(following)
-                    probs[r] *= distinct / (count + distinct)
-                    if columns is None or not np.array_equal(candidates[r], columns):
-                        columns = candidates[r]
-                        columns_of = {index: j for j, index in enumerate(columns.tolist())}
-                    share = 1 / (count + distinct)
-                    if len(following) <= len(columns_of):
-                        for index, times in following.items():
-                            if (j := columns_of.get(index)) is not None:
-                                probs[r, j] += times * share
-                    else:
-                        for index, j in columns_of.items():
-                            if times := following.get(index):
-                                probs[r, j] += times * share
-        return probs
+            return self._context_counts(context.numpy(), candidates.numpy())[0]
 
     def log_prob(self, context: torch.Tensor, candidates: torch.Tensor) -> torch.Tensor:
         """The fused terms of the module's docstring for candidates (n, c) after context (n, m) -> (n, c)
-        float32: 0 for a character the history never holds."""
-        probs = self.cache_probs(context, candidates)
-        if self.reference is not None:
-            probs /= np.exp(self.reference.log_prob(context, candidates).numpy().astype(np.float64))
-        else:
-            probs /= self.uniform
-        scores = np.log1p(self.kappa * probs) + self._provisional(context, candidates.numpy())
+        float32: 0 for a character the history never holds. P_ref is looked up only where P_cache is not 0,
+        a few entries of a step (the reference's own lookups for all of them cost as much as its fusion)."""
+        with self._lock:
+            probs, continued = self._context_counts(context.numpy(), candidates.numpy())
+            scores = self._provisional(context.numpy()[:, -1], candidates.numpy(), continued)
+        rows, columns = probs.nonzero()
+        if len(rows):
+            found = probs[rows, columns]
+            if self.reference is None:
+                reference = self.uniform
+            elif hasattr(self.reference, "log_prob_entries"):
+                reference = np.exp(self.reference.log_prob_entries(context, torch.from_numpy(rows),
+                                                                   candidates[rows, columns]).numpy().astype(np.float64))
+            else:
+                reference = np.exp(self.reference.log_prob(context, candidates).numpy().astype(np.float64))[rows, columns]
+            scores[rows, columns] += np.log1p(self.kappa * found / reference)
         return torch.from_numpy(scores.astype(np.float32))
 
-    def _provisional(self, context: torch.Tensor, candidates: np.ndarray) -> np.ndarray:
+    def _provisional(self, last: np.ndarray, candidates: np.ndarray, continued: np.ndarray | None) -> np.ndarray:
         """Each candidate's credit for being a character the user committed, log(1 + κ P_cache(c) / P_ref(c))
-        over the unigrams alone, less the credit its predecessor got where the two never followed each other
-        in the history: a committed word's first character is kept in the beam while its word may still
-        come, and a character alone out of its word's context ends up with nothing."""
-        with self._lock:
-            if self._credit is None:
-                reference = (np.exp(self.reference.unigram_log_probs.numpy().astype(np.float64))
-                             if self.reference is not None else np.full(self.vocab_size, self.uniform))
-                cache = self.unigrams / max(self.unigrams.sum(), 1.0)
-                self._credit = np.log1p(self.kappa * cache / reference[: self.vocab_size])
-            credit = self._credit
-            last = context[:, -1].numpy().clip(0, self.vocab_size - 1)
-            owed = np.where(last >= 4, credit.take(last), 0.0)  # (n,)
-            result = credit.take(candidates) - owed[:, None]
-            for r in np.flatnonzero(owed):
-                following = self.followers[1].get(int(last[r]))
-                if following:
-                    continued = np.fromiter((index in following for index in candidates[r].tolist()), bool,
-                                            len(candidates[r]))
-                    result[r, continued] += owed[r]
+        over the unigrams alone, less the credit of the character before it (``last``, (n,)) where the two
+        never followed each other in the history (``continued`` False): a committed word's first character is
+        kept in the beam while its word may still come, and a character alone out of its word's context ends up
+        with nothing. Under the lock."""
+        if self._credit is None:
+            reference = (np.exp(self.reference.unigram_log_probs.numpy().astype(np.float64))
+                         if self.reference is not None else np.full(self.vocab_size, self.uniform))
+            cache = self.unigrams / max(self.unigrams.sum(), 1.0)
+            self._credit = np.log1p(self.kappa * cache / reference[: self.vocab_size])
+        last = last.clip(0, self.vocab_size - 1)
+        owed = np.where(last >= 4, self._credit.take(last), 0.0)  # (n,)
+        result = self._credit.take(candidates) - owed[:, None]
+        if continued is not None:
+            result += owed[:, None] * continued
         return result
