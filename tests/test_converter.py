@@ -602,12 +602,14 @@ def test_several_batches_are_searched_side_by_side_with_the_results_of_one_threa
         torch.set_num_threads(threads)
     assert side_by_side == alone
     # the first pass's 4 batches on (up to) 2 pool threads of one torch thread each (a pool thread that starts
-    # late may find the others' batches all taken); a pass of one batch (the alternative reading of xian) runs
-    # in the caller's thread, on its 2
-    workers = {ident for ident, count in seen if count == 1}
-    assert 1 <= len(workers) <= 2 and threading.get_ident() not in workers
-    assert sum(count == 1 for _, count in seen) == 4
-    assert all(count == 2 and ident not in workers for ident, count in seen if count != 1)
+    # late may find the others' batches all taken); a pass of one batch (the alternative reading of xian, a
+    # few lines) runs in the caller's thread, on FEW_LINES_THREADS
+    from pinyin_hanzi.decoding.threads import FEW_LINES_THREADS
+
+    workers = {ident for ident, _ in seen} - {threading.get_ident()}
+    assert 1 <= len(workers) <= 2 and all(count == 1 for ident, count in seen if ident in workers)
+    assert sum(ident in workers for ident, _ in seen) == 4
+    assert [count for ident, count in seen if ident not in workers] == [FEW_LINES_THREADS] * (len(seen) - 4)
 
 
 def test_a_search_of_a_few_lines_runs_on_a_few_threads_and_gives_the_callers_count_back(monkeypatch):

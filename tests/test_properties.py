@@ -94,7 +94,7 @@ def test_translate_prints_one_line_per_input_line(converter, lines, nbest, as_js
     printer = translate._Printer(nbest=nbest, json=as_json, table=False)  # piped output
     output = io.StringIO()
     with contextlib.redirect_stdout(output):
-        translate._convert_and_print(converter, lines, {"beam": 3, "constrained": True}, printer)
+        printer.print(lines, converter.convert_lines(lines, nbest=nbest, beam=max(3, nbest), constrained=True))
     assert output.getvalue().count("\n") == len(lines)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import unicodedata
 from dataclasses import dataclass
@@ -212,10 +213,10 @@ def _fail_fast(args) -> None:
             check_checkpoint_path(path)  # CheckpointError for a missing file or a directory
     if args.evaluate is None and not args.text:  # lines come from --input FILE or standard input
         check_input(args.input or "-")
-    if args.history:  # a damaged or foreign history, or one another process learns into
-        from pinyin_hanzi.lm.history import History
+    if args.history and os.path.lexists(args.history):  # a damaged or foreign history
+        from pinyin_hanzi.lm.history import read_file
 
-        History(args.history).close()
+        read_file(args.history)
     for path in {args.user_words, args.compare_user_words} - {None, ""}:
         from pinyin_hanzi.lm.user_words import UserWords
 

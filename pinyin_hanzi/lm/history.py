@@ -70,6 +70,25 @@ def clauses_of(text: str) -> list[str]:
     return [piece for piece in pieces if _HANZI.search(piece)]
 
 
+def read_file(path: str | Path) -> list[str]:
+    """The lines of the history file ``path`` after its header; DataError (one line) for a file that is
+    missing, unreadable, too large, not UTF-8 or without the header (the file is left as it is)."""
+    with open_input(path, "history file", DataError) as handle:
+        data = handle.read(MAX_FILE_BYTES + 1)
+    if len(data) > MAX_FILE_BYTES:
+        raise DataError(f"history {path} is larger than {MAX_FILE_BYTES // 2**20} MiB: not a history file")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise DataError(f"history {path} is damaged: not UTF-8 at byte {error.start}; move it away to start "
+                        f"a new one") from None
+    lines = text.splitlines()
+    if not lines or lines[0].strip() != HEADER:
+        raise DataError(f"{path} is not a pinyin_hanzi history (its first line is not '{HEADER}'): name another "
+                        f"file, or move this one away")
+    return lines[1:]
+
+
 class History:
     """Committed clauses, oldest first, bounded; kept in ``path`` when one is given (loaded here if it exists).
 
@@ -160,21 +179,9 @@ class History:
     # ------------------------------------------------------------------------------------------- the file
 
     def _load(self) -> None:
-        with open_input(self.path, "history file", DataError) as handle:
-            data = handle.read(MAX_FILE_BYTES + 1)
-        if len(data) > MAX_FILE_BYTES:
-            raise DataError(f"history {self.path} is larger than {MAX_FILE_BYTES // 2**20} MiB: not a history file")
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError as error:
-            raise DataError(f"history {self.path} is damaged: not UTF-8 at byte {error.start}; move it away "
-                            f"(or clear it with --forget) to start a new one") from None
-        lines = text.splitlines()
-        if not lines or lines[0].strip() != HEADER:
-            raise DataError(f"{self.path} is not a pinyin_hanzi history (its first line is not '{HEADER}'): "
-                            f"name another file, or move this one away")
-        clauses = clauses_of("\n".join(line for line in lines[1:] if not line.lstrip().startswith("#")))
-        self._append(clauses, changed=False)
+        lines = read_file(self.path)
+        self._append(clauses_of("\n".join(line for line in lines if not line.lstrip().startswith("#"))),
+                     changed=False)
 
     def save(self) -> None:
         """Write the file now if anything changed since it was last written (atomically: see the module).
