@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pinyin_hanzi.cli import translate
+from pinyin_hanzi.cli.printing import Printer
 from pinyin_hanzi.errors import PinyinHanziError
 from pinyin_hanzi.text.pinyin import syllables
 from pinyin_hanzi.text.shuangpin import LAYOUTS
@@ -91,7 +92,7 @@ def test_translate_prints_one_line_per_input_line(converter, lines, nbest, as_js
     """translate.py's output path (formatting, --nbest, --json) over any text: one line per input line.
     Its input lines never hold a line end (it splits its input by typed_input.split_lines), so neither do these."""
     lines = [" ".join(split_lines(line)) for line in lines]
-    printer = translate._Printer(nbest=nbest, json=as_json, table=False)  # piped output
+    printer = Printer(nbest=nbest, json=as_json, table=False)  # piped output
     output = io.StringIO()
     with contextlib.redirect_stdout(output):
         printer.print(lines, converter.convert_lines(lines, nbest=nbest, beam=max(3, nbest), constrained=True))

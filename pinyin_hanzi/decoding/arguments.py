@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 
 import torch
 
-from pinyin_hanzi.config import PRECISIONS, PREFIX_MODES, DecodeConfig, check_range, shown
+from pinyin_hanzi.config import MAX_NBEST, PRECISIONS, PREFIX_MODES, DecodeConfig, check_range, shown
 from pinyin_hanzi.errors import CheckpointError, ConfigError, DataError
 
 # U+D800..U+DFFF are no characters: a lone one comes from a bad "\ud800" escape or a "surrogateescape" decoder,
@@ -208,3 +208,29 @@ def inference_device(device) -> torch.device:
             raise ConfigError(f"device={name!r}, but MPS is not available here: use cpu, or auto")
         return chosen
     raise ConfigError(f"device={name!r} cannot convert: {DEVICES_HINT}")
+
+
+def check_call(*, nbest: int = 1, batch_size: int = 1, alternatives_limit: int = 1) -> None:
+    """ConfigError (one line) for a conversion call's number outside its range: batch_size as
+    decode.batch_sentences, nbest 1..MAX_NBEST, alternatives_limit 1..64."""
+    check_range("decode.batch_sentences", batch_size, "batch_size")
+    for value, label, high in ((nbest, "nbest", MAX_NBEST), (alternatives_limit, "alternatives_limit", 64)):
+        if not (isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= high):
+            raise ConfigError(f"{label}={shown(value)} is invalid: expected an integer in 1..{high}")
+
+
+def search_arguments(lists, keys) -> tuple[list[list[str]], list[list[str]] | None]:
+    """``Converter.search``'s token lists and key lists (None: none given), checked: DataError (one line) unless
+    both are lists of non-empty lists of str, with as many keys as tokens."""
+    lists = token_lists(lists, "search")
+    if keys is not None:
+        keys = token_lists(keys, "search", "key_lists")
+        if len(keys) != len(lists):
+            raise DataError(f"search(): {len(keys)} key lists for {len(lists)} token lists")
+    for index, tokens in enumerate(lists):
+        if not tokens:
+            raise DataError(f"search(): token list {index} is empty: the model needs at least one token")
+        if keys is not None and len(keys[index]) != len(tokens):
+            raise DataError(f"search(): key list {index} has {len(keys[index])} keys for "
+                            f"{len(tokens)} tokens: expected one key per token")
+    return lists, keys

@@ -25,8 +25,7 @@ from typing import Callable, Iterable, Sequence
 import torch
 
 from pinyin_hanzi.checkpoint import load_for_inference
-from pinyin_hanzi.config import (MAX_NBEST, Config, DecodeConfig, check_range, search_beam, shown,
-                                 validate_config)
+from pinyin_hanzi.config import Config, DecodeConfig, search_beam, validate_config
 from pinyin_hanzi.data.batches import pad
 from pinyin_hanzi.data.vocab import Vocab
 from pinyin_hanzi.decoding import arguments
@@ -34,7 +33,7 @@ from pinyin_hanzi.decoding.planning import CLAUSE_END_MARK, Candidate, Plan, Pla
 from pinyin_hanzi.decoding.search import Constraint, Hypothesis, beam_search
 from pinyin_hanzi.decoding.settings import SearchSettings, TypingOptions
 from pinyin_hanzi.decoding.threads import parallel_searches
-from pinyin_hanzi.errors import ConfigError, DataError
+from pinyin_hanzi.errors import DataError
 from pinyin_hanzi.lm.char_ngram import CharNgramLM
 from pinyin_hanzi.lm.history import History
 from pinyin_hanzi.lm.history_lm import HistoryLM
@@ -50,15 +49,6 @@ from pinyin_hanzi.text.typed_input import PREFIX_TOKENS, is_literal_key
 
 SHIPPED_MODEL = Path(__file__).resolve().parents[1] / "pretrained" / "model.pt"
 CHECKPOINT_VARIABLE = "PINYIN_HANZI_CHECKPOINT"
-
-
-def _check_call(*, nbest: int = 1, batch_size: int = 1, alternatives_limit: int = 1) -> None:
-    """ConfigError (one line) for a conversion call's number outside its range: batch_size as
-    decode.batch_sentences, nbest 1..MAX_NBEST, alternatives_limit 1..64."""
-    check_range("decode.batch_sentences", batch_size, "batch_size")
-    for value, label, high in ((nbest, "nbest", MAX_NBEST), (alternatives_limit, "alternatives_limit", 64)):
-        if not (isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= high):
-            raise ConfigError(f"{label}={shown(value)} is invalid: expected an integer in 1..{high}")
 
 
 def _build_reading_tables() -> None:
@@ -230,7 +220,7 @@ class Converter:
         """What a conversion call with these arguments searches with (None: decode.beam, decode.constrained):
         its beam (at least ``nbest``), the wider beam of a reading with abbreviations, constrained or not, the
         fused language models. ConfigError (one line) for a number out of range or a flag that is no bool."""
-        _check_call(nbest=nbest)
+        arguments.check_call(nbest=nbest)
         return self._search_settings(self._for_call("search_settings", nbest, beam=beam, constrained=constrained))
 
     def typing_options(self, *, prefixes: bool | str | None = None, fuzzy: Iterable[str] | None = None,
@@ -306,7 +296,7 @@ class Converter:
         ``lines`` is a list (tuple, ...) of str without lone surrogates (a str alone is refused: its characters
         would be taken for lines), ConfigError for a flag that is not a bool."""
         lines = arguments.text_lines(lines, "convert_lines", single=False)
-        _check_call(nbest=nbest, batch_size=batch_size, alternatives_limit=alternatives_limit)
+        arguments.check_call(nbest=nbest, batch_size=batch_size, alternatives_limit=alternatives_limit)
         arguments.check_flags("convert_lines", chinese_punctuation=chinese_punctuation)
         decode = self._for_call("convert_lines", nbest, beam=beam, constrained=constrained, prefixes=prefixes,
                                 fuzzy=fuzzy, shuangpin=shuangpin)
@@ -322,7 +312,7 @@ class Converter:
         ``constrained``. Token lists longer than the window are converted window by window. DataError (one line)
         unless ``token_lists`` is a list of lists of str."""
         token_lists = arguments.token_lists(token_lists, "convert_tokens")
-        _check_call(batch_size=batch_size)
+        arguments.check_call(batch_size=batch_size)
         settings = self._search_settings(self._for_call("convert_tokens", beam=beam, constrained=constrained))
         window = self.planner.window
         pieces = [(i, list(tokens[start : start + window]))
@@ -341,27 +331,12 @@ class Converter:
         best first, searched as :meth:`search_settings` resolves ``beam`` and ``constrained`` (at exactly that
         beam: no wider beam for abbreviations). No fallbacks, no chunking. DataError (one line) unless both are
         lists of non-empty lists of str, with as many keys as tokens; ConfigError for a beam out of range."""
-        token_lists, key_lists = self._search_arguments(token_lists, key_lists)
+        token_lists, key_lists = arguments.search_arguments(token_lists, key_lists)
         settings = self._search_settings(self._for_call("search", beam=beam, constrained=constrained))
         if not token_lists:
             return []
         key_lists = key_lists or [[token_key(token) for token in tokens] for tokens in token_lists]
         return self._search(token_lists, key_lists, settings.beam, settings)
-
-    @staticmethod
-    def _search_arguments(token_lists, key_lists) -> tuple[list[list[str]], list[list[str]] | None]:
-        token_lists = arguments.token_lists(token_lists, "search")
-        if key_lists is not None:
-            key_lists = arguments.token_lists(key_lists, "search", "key_lists")
-            if len(key_lists) != len(token_lists):
-                raise DataError(f"search(): {len(key_lists)} key lists for {len(token_lists)} token lists")
-        for index, tokens in enumerate(token_lists):
-            if not tokens:
-                raise DataError(f"search(): token list {index} is empty: the model needs at least one token")
-            if key_lists is not None and len(key_lists[index]) != len(tokens):
-                raise DataError(f"search(): key list {index} has {len(key_lists[index])} keys for "
-                                f"{len(tokens)} tokens: expected one key per token")
-        return token_lists, key_lists
 
     # ------------------------------------------------------------------------------------------ decoding
 
