@@ -36,7 +36,7 @@ import threading
 import numpy as np
 import torch
 
-from pinyin_hanzi.data.vocab import Vocab
+from pinyin_hanzi.data.vocab import UNK_ID, Vocab
 from pinyin_hanzi.text.pinyin import is_hanzi
 
 ORDER = 3  # n-grams of up to this many characters: contexts of up to ORDER - 1
@@ -164,7 +164,7 @@ class HistoryLM:
         key, seen = np.zeros(rows, dtype=np.int64), np.ones(rows, dtype=bool)
         for k in range(1, self.order):
             index = context[:, -k]
-            seen &= (index >= 4) & (index < size)  # <pad> <s> </s> <unk>: the clause starts there
+            seen &= (index > UNK_ID) & (index < size)  # <pad> <s> </s> <unk> (ids up to UNK_ID): a clause's start
             key = key + index.clip(0, size - 1) * size ** (k - 1)  # the last k ids, oldest first
             totals = np.array([self.totals[k].get(x, 0) for x in key.tolist()], dtype=np.float64) * seen
             live = np.flatnonzero(totals)
@@ -217,7 +217,7 @@ class HistoryLM:
             cache = self.unigrams / max(self.unigrams.sum(), 1.0)
             self._credit = np.log1p(self.kappa * cache / reference[: self.vocab_size])
         last = last.clip(0, self.vocab_size - 1)
-        owed = np.where(last >= 4, self._credit.take(last), 0.0)  # (n,)
+        owed = np.where(last > UNK_ID, self._credit.take(last), 0.0)  # (n,): nothing before a clause's start
         result = self._credit.take(candidates) - owed[:, None]
         if continued is not None:
             result += owed[:, None] * continued
