@@ -1,6 +1,6 @@
 """Preparation at any size (data/prepare.py, annotate.py, merge.py, store.py, inputs.py): the same bytes for any
-number of workers or shards, a user's files, folders, globs and gzip, bad lines counted, missing files refused
-before any work, and the token store read back."""
+number of workers or shards, a user's files, folders, globs and gzip, bad lines counted, missing or cut files
+refused in one line, the token store read back, and the summary (with its warnings) said at the end."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from pinyin_hanzi.cli.train import main
 from pinyin_hanzi.config import DataConfig
 from pinyin_hanzi.data import annotate as annotate_module
 from pinyin_hanzi.data import examples as examples_module
@@ -19,7 +20,7 @@ from pinyin_hanzi.data.prepare import export_train_tsv
 from pinyin_hanzi.data.store import TokenStore
 from pinyin_hanzi.errors import DataError
 
-from conftest import TINY_SENTENCES, plain_pypinyin_tokens
+from conftest import TINY_SENTENCES, plain_pypinyin_tokens, tiny_config_dict, write_config
 
 # Enough lines, of varied clauses, that a small unit size cuts them into many units over several documents.
 LINES = [f"{sentence[:-1]}，第{n}次{sentence[-1]}" for n in range(12) for sentence in TINY_SENTENCES]
@@ -170,3 +171,65 @@ def test_stored_lengths_come_in_the_narrowest_type_that_holds_them(tmp_path):
         split = StoredSplit(ids, ids, offsets, offsets_path=tmp_path / "valid.offsets.bin")  # read from the file
         assert split.lengths.dtype == dtype and split.lengths.tolist() == lengths
         assert StoredSplit(ids, ids, offsets).lengths.tolist() == lengths  # and from offsets in memory
+
+
+def test_preparation_ends_with_one_summary_and_warns_of_splits_and_vocabularies_too_small(tmp_path, capsys):
+    # A user's own small text, half of it repeated: what was dropped, and why the numbers mean little, is said.
+    corpus = tmp_path / "mine.txt"
+    corpus.write_text("\n".join(LINES[:60] + LINES[:30] + ["", "hello"]) + "\n", encoding="utf-8")
+    config = tiny_config_dict(tmp_path, corpus)
+    config["train"]["language_models"] = []  # --prepare-only counts none: this test is about the summary
+    status = main(["--config", str(write_config(tmp_path / "mine.yaml", config)), "--prepare-only", "--workers", "1"])
+    captured = capsys.readouterr()
+    stats = json.loads(captured.out)
+    written, lines = stats["store"]["examples"], captured.err.strip().splitlines()
+    assert status == 0 and "Traceback" not in captured.err and "error" not in captured.err, captured.err
+    assert lines[0].startswith(f"prepared 92 lines into examples: train {written['train']}, valid {written['valid']}, "
+                               f"test {written['test']}; left out: {stats['skipped']['duplicate example']} duplicate "
+                               f"example, ")  # the most first
+    assert "1 clause without hanzi" in lines[0] and "1 empty line" in lines[0]
+    assert lines[0].endswith(f"; vocabulary: {stats['vocab']['hanzi']} hanzi tokens, {stats['vocab']['pinyin']} "
+                             f"pinyin tokens")
+    assert stats["skipped"]["duplicate example"] >= 30  # (the 30 repeated lines, clause by clause)
+    assert lines[1].startswith(f"warning: the validation split has {written['valid']} and the test split has "
+                               f"{written['test']} examples, fewer than 100: ")
+    assert lines[1].endswith("add text or raise data.valid_per_mille (now 150) and data.test_per_mille (now 150)")
+    assert lines[2].startswith(f"warning: the hanzi vocabulary has {stats['vocab']['hanzi']} tokens, fewer than 1,000")
+    assert "--init-from pinyin_hanzi/pretrained/model.pt" in lines[2] and len(lines) == 3
+
+
+def test_a_corpus_large_enough_gets_the_summary_without_warnings(tmp_path, corpus, monkeypatch):
+    monkeypatch.setattr("pinyin_hanzi.data.prepare.MIN_HELD_OUT_EXAMPLES", 1)
+    monkeypatch.setattr("pinyin_hanzi.data.prepare.MIN_HANZI_VOCAB", 10)
+    messages = []
+    out = prepare(_config(tmp_path, {str(corpus): 1.5}, "large"), workers=1, log=messages.append)
+    stats = json.loads((out / "stats.json").read_text(encoding="utf-8"))
+    written = stats["store"]["examples"]
+    assert len(messages) == 1 and messages[0].startswith(  # weight 1.5: some examples are trained on twice
+        f"prepared {stats['lines']} lines into examples: train {written['train']} ({stats['examples']['train']} an "
+        f"epoch, with the source weights), valid {written['valid']}, test {written['test']}; left out: ")
+    assert "left out: " in messages[0] and "1 tsv line without a tab" in messages[0]
+
+
+def test_a_file_whose_name_has_glob_characters_is_read_as_that_file(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    Path("bracket[1].txt").write_text("\n".join(LINES[:80]) + "\n", encoding="utf-8")
+    Path("bracket1.txt").write_text("这个文件不该被读到。\n", encoding="utf-8")  # what the name matches as a glob
+    out = prepare(_config(tmp_path, {"bracket[1].txt": 1.0}, "bracket"), workers=1)
+    assert json.loads((out / "stats.json").read_text(encoding="utf-8"))["lines"] == 80
+    with pytest.raises(DataError, match=r"matches no file ending in .*, and no file has that very name .*"
+                                        r"put each in brackets: 'nothing\[\[\]1\]\.txt'\)$"):
+        prepare(_config(tmp_path, {"nothing[1].txt": 1.0}, "nothing"), workers=1)
+
+
+@pytest.mark.parametrize("lines", [1, 3], ids=["one line", "the last of three"])
+def test_a_corpus_cut_short_in_a_character_says_so_not_to_convert_it(tmp_path, capsys, lines):
+    corpus = tmp_path / "cut.txt"
+    text = "".join(sentence + "\n" for sentence in TINY_SENTENCES[: lines - 1]) + TINY_SENTENCES[lines]
+    corpus.write_bytes(text.encode("utf-8")[:-2])  # a copy stopped two bytes into the last character
+    config = write_config(tmp_path / "cut.yaml", tiny_config_dict(tmp_path, corpus))
+    status = main(["--config", str(config), "--prepare-only", "--workers", "1"])
+    err = capsys.readouterr().err
+    assert status == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert err.startswith(f"error: corpus file {corpus} ends in the middle of a character (byte ")
+    assert err.rstrip().endswith("was it cut short? copy it again") and "convert" not in err

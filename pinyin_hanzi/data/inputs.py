@@ -28,6 +28,12 @@ def is_text_file_name(name: str) -> bool:
     return name.lower().endswith(SUFFIXES)
 
 
+def is_glob(name: str) -> bool:
+    """Whether a source name is read as a glob: it has glob characters and names no existing file or folder
+    as it is (``bracket[1].txt`` is that file where there is one, not a pattern that matches ``bracket1.txt``)."""
+    return bool(_GLOB_CHARACTERS & set(name)) and not os.path.lexists(name)
+
+
 def names_user_text(name: str) -> bool:
     """Whether a ``data.sources`` entry that is no named source names the user's own text: a text file
     (:data:`SUFFIXES`), a glob, or a folder (a path with a slash, or an existing folder). A bare unknown word
@@ -45,11 +51,13 @@ def user_files(name: str) -> list[Path]:
     """The files a ``data.sources`` entry that is not a named source stands for, in a fixed order: the file
     itself, a folder's text files (:data:`SUFFIXES`, recursively, sorted by path), or a glob's matches (sorted).
     DataError (one line) when it names nothing usable."""
-    if _GLOB_CHARACTERS & set(name):
+    if is_glob(name):
         matches = sorted(Path(match) for match in glob.glob(name, recursive=True))
         files = [path for path in matches if path.is_file() and is_text_file_name(path.name)]
         if not files:
-            raise DataError(f"corpus source {name!r} matches no file ending in {', '.join(SUFFIXES)}")
+            raise DataError(f"corpus source {name!r} matches no file ending in {', '.join(SUFFIXES)}, and no file "
+                            f"has that very name (*, ? and [ make it a glob; to match them literally put each "
+                            f"in brackets: {glob.escape(name)!r})")
         return files
     path = Path(name)
     if path.is_dir():
@@ -66,7 +74,7 @@ def user_files(name: str) -> list[Path]:
 def tag_of(name: str) -> str:
     """A user source's short name, for file names: a file's name without its suffixes (``my_text`` for
     ``my_text.txt.gz``), a folder's name, or a glob's last folder without glob characters."""
-    if _GLOB_CHARACTERS & set(name):
+    if is_glob(name):
         fixed = [part for part in Path(name).parts if not _GLOB_CHARACTERS & set(part)]
         return fixed[-1] if fixed else "text"
     path = Path(name)
@@ -131,6 +139,9 @@ class TextLines:
             try:
                 yield from raw.decode("utf-8-sig" if number == 1 else "utf-8").splitlines()
             except UnicodeDecodeError as error:
+                if error.reason == "unexpected end of data":  # only the last line can end without its newline
+                    raise DataError(f"{self.what} {self.path} ends in the middle of a character (byte "
+                                    f"{offset + error.start}): was it cut short? copy it again") from None
                 raise DataError(f"{self.what} {self.path} is not UTF-8 (byte {offset + error.start}): convert it "
                                 f"to UTF-8") from None
             offset += len(raw)

@@ -22,12 +22,20 @@ from pinyin_hanzi.data.annotate import UNIT_CHARACTERS, Part, annotate_into, uni
 from pinyin_hanzi.data.examples import SPLITS, document_examples
 from pinyin_hanzi.data.inputs import TextLines, approximate_bytes, tag_of
 from pinyin_hanzi.data.merge import TEST, TRAIN, VALID, Merged, tsv_lines, vocab_from_counts, write_splits
-from pinyin_hanzi.data.store import TokenStore
+from pinyin_hanzi.data.store import INTEGRITY_KEY, TokenStore, integrity_hashes
 from pinyin_hanzi.data.vocab import UNK, save_vocab
 from pinyin_hanzi.errors import DataError
 from pinyin_hanzi.text.typed_input import PREFIX_TOKENS
 
 PART_NAME = "part-{index}-of-{count}"
+# Below these, the summary after preparation warns (see preparation_summary). A validation or test split of
+# fewer examples gives accuracies too coarse to compare (one example is over 1%; best.pt is chosen on
+# validation); a hanzi vocabulary of fewer tokens is a corpus too small to train a model from scratch
+# (everyday text uses about 3,000 characters), where fine-tuning the shipped model serves better.
+MIN_HELD_OUT_EXAMPLES = 100
+MIN_HANZI_VOCAB = 1000
+FINE_TUNE = ("python train.py --config configs/finetune.yaml --init-from pinyin_hanzi/pretrained/model.pt "
+             "with your files in data.sources (docs/training.md#fine-tune-on-your-own-domain)")
 
 
 def default_workers() -> int:
@@ -85,9 +93,11 @@ def annotate_shard(config, folder: Path, *, shard: tuple[int, int] = (0, 1), wor
     return folder
 
 
-def merge_parts(config, parts: list[Path], out: Path, fingerprint: dict, started: float) -> dict:
+def merge_parts(config, parts: list[Path], out: Path, fingerprint: dict, started: float,
+                log: Callable[[str], None] | None = None) -> dict:
     """The prepared data of ``parts`` (:func:`annotate_shard` folders covering every shard) written into the
-    folder ``out``; returns its stats (also written to stats.json, last)."""
+    folder ``out``; returns its stats (also written to stats.json, last, with the hashes the store verifies:
+    :func:`store.integrity_hashes`). ``log`` is told :func:`preparation_summary`."""
     opened = [Part.open(folder) for folder in parts]
     merged = Merged(opened)
     merged.drop_duplicates()
@@ -120,7 +130,10 @@ def merge_parts(config, parts: list[Path], out: Path, fingerprint: dict, started
     stats["store"]["files"] = {path.name: path.stat().st_size for path in sorted(out.iterdir())
                                if not path.name.startswith(".")}
     stats["data_fingerprint"] = content_hash(out)
+    stats[INTEGRITY_KEY] = integrity_hashes(out, stats)
     (out / "stats.json").write_text(json.dumps(stats, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
+    for line in preparation_summary(config, stats) if log is not None else ():
+        log(line)
     return stats
 
 
@@ -129,11 +142,40 @@ def build(config, out: Path, fingerprint: dict, *, workers: int, log: Callable[[
     ``out`` (removed once merged), then merge it into ``out``."""
     started = time.time()
     part = annotate_shard(config, out / ".part", workers=workers, fingerprint=fingerprint, log=log)
-    stats = merge_parts(config, [part], out, fingerprint, started)
+    stats = merge_parts(config, [part], out, fingerprint, started, log)
     for file in part.iterdir():
         file.unlink()
     part.rmdir()
     return stats
+
+
+def preparation_summary(config, stats: dict) -> list[str]:
+    """What preparation made of the corpus, said once it is done: one line (lines read, examples per split,
+    what was left out by reason, the vocabularies' sizes), then a ``warning:`` line where the validation or
+    test split (:data:`MIN_HELD_OUT_EXAMPLES`) or the hanzi vocabulary (:data:`MIN_HANZI_VOCAB`) is too small
+    to mean much. Nothing here is an error: training goes on."""
+    written, epoch = stats["store"]["examples"], stats["examples"]["train"]
+    weighted = f" ({epoch:,} an epoch, with the source weights)" if epoch != written["train"] else ""
+    splits = f"train {written['train']:,}{weighted}, valid {written['valid']:,}, test {written['test']:,}"
+    left_out = [f"{count:,} {reason}" for reason, count in stats["skipped"].items() if "not dropped" not in reason]
+    kept = [f"{count:,} {reason}" for reason, count in stats["skipped"].items() if "not dropped" in reason]
+    lines = [f"prepared {stats['lines']:,} lines into examples: {splits}; left out: {', '.join(left_out) or 'none'}"
+             f"{''.join(f'; {note}' for note in kept)}; vocabulary: {stats['vocab']['hanzi']:,} hanzi tokens, "
+             f"{stats['vocab']['pinyin']:,} pinyin tokens"]
+    small = [(name, written[split], f"data.{split}_per_mille (now {getattr(config, f'{split}_per_mille')})")
+             for split, name in (("valid", "validation"), ("test", "test"))
+             if written[split] < MIN_HELD_OUT_EXAMPLES]
+    if small:
+        counts = " and ".join(f"the {name} split has {count:,}" for name, count, _ in small)
+        lines.append(f"warning: {counts} examples, fewer than {MIN_HELD_OUT_EXAMPLES}: an accuracy measured on so "
+                     f"few means little (best.pt is chosen on validation); add text or raise "
+                     f"{' and '.join(setting for _, _, setting in small)}")
+    if stats["vocab"]["hanzi"] < MIN_HANZI_VOCAB:
+        lines.append(f"warning: the hanzi vocabulary has {stats['vocab']['hanzi']:,} tokens, fewer than "
+                     f"{MIN_HANZI_VOCAB:,}: a model trained from scratch on this text converts no other character; "
+                     f"to adapt a model to a small text of your own, fine-tune the shipped model instead: "
+                     f"{FINE_TUNE}")
+    return lines
 
 
 def content_hash(out: str | Path) -> str:

@@ -12,10 +12,17 @@ mapping (see :meth:`StoredSplit.examples`): a mapped page once read stays in the
 
 beside the vocabularies (``pinyin_vocab.txt``, ``hanzi_vocab.txt``), human-readable ``valid.tsv`` /
 ``test.tsv`` (per source too) and ``stats.json``, whose ``store`` entry lists the arrays' types and sizes.
+
+The store is checked as it is opened, so that damage that keeps the files' sizes (a disk error, a copy cut
+short and padded, an edit) is one DataError naming the file instead of an IndexError deep in training, or
+worse, training on wrong examples: the vocabularies and stats.json against the hashes preparation recorded
+(:func:`integrity_hashes`; a store prepared before them has none and gets the other checks), the types and
+sizes stats.json lists, and, the first time a split is opened, its values (:meth:`TokenStore.split`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import mmap
 from collections.abc import Iterable, Iterator
@@ -26,8 +33,13 @@ import numpy as np
 
 from pinyin_hanzi.data.vocab import UNK_ID, Vocab, load_vocab
 from pinyin_hanzi.errors import DataError
+from pinyin_hanzi.files import os_error_reason
 
 STORE_SPLITS = ("train", "valid", "test")
+INTEGRITY_KEY = "integrity"  # stats.json's entry of hashes (see integrity_hashes)
+VOCAB_FILES = {"source": "pinyin_vocab.txt", "target": "hanzi_vocab.txt"}
+CHECK_BLOCK = 1 << 20  # items read at a time by the checks: a few MB whatever the store's size (faster than larger)
+PREPARE_AGAIN = "delete {folder} and prepare the data again (python train.py --config CONFIG --prepare-only)"
 
 
 def id_dtype(vocab_size: int) -> np.dtype:
@@ -161,6 +173,74 @@ class StoredSplit:
             yield _mapped(_read(ids, int(offsets[0]), int(offsets[-1])), id_map), np.diff(offsets), weights
 
 
+def split_problem(name: str, split: StoredSplit, examples: int, vocab_sizes: tuple[int, int]
+                  ) -> tuple[str, str] | None:
+    """(file, what is wrong) for the first damage found in split ``name``, else None: its arrays' lengths
+    against each other and ``examples``; offsets from 0, never decreasing, ending at the split's last token
+    (so none is negative or past the end); source and target ids of real tokens (from <unk>'s id) below the
+    ``vocab_sizes`` (pinyin, hanzi); copies of at least 1. Vectorised, read :data:`CHECK_BLOCK` items at a
+    time from the files (not through the mapping, whose pages would stay in memory)."""
+    tokens = len(split.source)
+    if len(split.offsets) != examples + 1:
+        return f"{name}.offsets.bin", f"{len(split.offsets):,} offsets for {examples:,} examples (stats.json)"
+    if len(split.target) != tokens:
+        return f"{name}.target.bin", f"{len(split.target):,} ids for the {tokens:,} of {name}.source.bin"
+    if split.copies is not None and len(split.copies) != examples:
+        return "train.copies.bin", f"{len(split.copies):,} counts for {examples:,} examples"
+    problems = ((f"{name}.offsets.bin", _offsets_problem(split.offsets, tokens)),
+                (f"{name}.source.bin", _ids_problem(split.source, vocab_sizes[0], "pinyin_vocab.txt")),
+                (f"{name}.target.bin", _ids_problem(split.target, vocab_sizes[1], "hanzi_vocab.txt")),
+                ("train.copies.bin", _copies_problem(split.copies)))
+    return next(((file, why) for file, why in problems if why is not None), None)
+
+
+def _pieces(array: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
+    """(start, ``array[start:start + CHECK_BLOCK]``) over the whole array, read from its file."""
+    for start in range(0, len(array), CHECK_BLOCK):
+        yield start, _read(array, start, min(start + CHECK_BLOCK, len(array)))
+
+
+def _offsets_problem(offsets: np.ndarray, tokens: int) -> str | None:
+    previous = 0
+    for start, piece in _pieces(offsets):
+        first_wrong = start == 0 and piece[0] != 0
+        if first_wrong or piece[0] < previous or (piece[1:] < piece[:-1]).any():  # where: only once found
+            return _offsets_said(piece, start, previous, tokens)
+        previous = piece[-1]
+    if previous != tokens:
+        return f"the last offset is {int(previous):,}, not the split's {tokens:,} tokens"
+    return None
+
+
+def _offsets_said(piece: np.ndarray, start: int, previous: int, tokens: int) -> str:
+    """What is wrong with a ``piece`` of offsets that falls somewhere (``previous``: the offset before it)."""
+    outside = (piece < 0) | (piece > tokens)
+    if outside.any():  # say the one that is wrong, not the good one after it, which falls from it
+        at = int(np.argmax(outside))
+        return f"offset {start + at:,} is {int(piece[at]):,}, outside 0..{tokens:,} (the split's tokens)"
+    if start == 0 and piece[0] != 0:
+        return f"the first offset is {int(piece[0]):,}, not 0"
+    at = int(np.argmax(np.diff(piece, prepend=previous) < 0))
+    before = int(piece[at - 1]) if at else int(previous)
+    return f"offset {start + at:,} is {int(piece[at]):,}, below the {before:,} before it"
+
+
+def _ids_problem(ids: np.ndarray, vocab_size: int, vocab_file: str) -> str | None:
+    for start, piece in _pieces(ids):
+        if piece.min() < UNK_ID or piece.max() >= vocab_size:
+            at = int(np.argmax((piece < UNK_ID) | (piece >= vocab_size)))
+            return (f"id {int(piece[at]):,} at token {start + at:,}, outside {UNK_ID}..{vocab_size - 1}: "
+                    f"{vocab_file} has {vocab_size:,} tokens")
+    return None
+
+
+def _copies_problem(copies: np.ndarray | None) -> str | None:
+    for start, piece in _pieces(copies if copies is not None else np.zeros(0, np.uint8)):
+        if piece.min() < 1:
+            return f"example {start + int(np.argmax(piece < 1)):,} is trained on 0 times an epoch"
+    return None
+
+
 def _read(array: np.ndarray, start: int, stop: int) -> np.ndarray:
     """``array[start:stop]``, read from the file where ``array`` maps one: a pass over a whole split (counting)
     through the mapping would leave every page it read in the process's memory (RSS)."""
@@ -208,8 +288,30 @@ def _mapped(ids: np.ndarray, id_map: np.ndarray | None) -> np.ndarray:
     return ids if id_map is None else id_map[ids]
 
 
+def integrity_hashes(folder: str | Path, stats: dict) -> dict[str, str]:
+    """What preparation records in stats.json under :data:`INTEGRITY_KEY` and :class:`TokenStore` verifies:
+    the sha256 (16 hex digits) of each vocabulary file, and of ``stats`` itself without that entry and
+    ``seconds`` (the one entry in which two preparations of the same data differ). A character swapped in a
+    vocabulary keeps every size; the store's ids would then name the wrong characters."""
+    hashes = {name: _file_digest(Path(folder) / name) for name in VOCAB_FILES.values()}
+    kept = {key: value for key, value in stats.items() if key not in (INTEGRITY_KEY, "seconds")}
+    canonical = json.dumps(kept, sort_keys=True, ensure_ascii=False)  # the same for any layout of the file
+    hashes["stats.json"] = hashlib.sha256(canonical.encode()).hexdigest()[:16]
+    return hashes
+
+
+def _file_digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+
+
+def _reason(error: OSError) -> str:
+    return "missing" if isinstance(error, FileNotFoundError) else os_error_reason(error)
+
+
 class TokenStore:
-    """A prepared-data folder's token store and vocabularies (see the module docstring)."""
+    """A prepared-data folder's token store and vocabularies (see the module docstring). Opening it checks
+    the vocabularies and stats.json; :meth:`split` checks a split's files the first time it opens it. Damage
+    is a DataError (one line) naming the file and saying to prepare the data again."""
 
     def __init__(self, folder: str | Path):
         self.folder = Path(folder)
@@ -219,32 +321,95 @@ class TokenStore:
         except (OSError, ValueError, KeyError, TypeError):
             raise DataError(f"{self.folder} holds no token store: prepare the data first "
                             f"(python train.py --config CONFIG --prepare-only)") from None
-        self.pinyin_vocab: Vocab = load_vocab(self.folder / "pinyin_vocab.txt")
-        self.hanzi_vocab: Vocab = load_vocab(self.folder / "hanzi_vocab.txt")
+        self._check_hashes(stats)
+        self.pinyin_vocab: Vocab = self._vocab(VOCAB_FILES["source"])
+        self.hanzi_vocab: Vocab = self._vocab(VOCAB_FILES["target"])
+        self._check_layout()
+        self._checked: set[str] = set()  # the splits whose files were checked (once per store opened)
+
+    def damaged(self, file: str, why: str) -> DataError:
+        """The error for damage found in ``file`` of this store (one line: the file, why, what to do)."""
+        return DataError(f"{self.folder / file} is damaged ({why}): {PREPARE_AGAIN.format(folder=self.folder)}")
+
+    def _check_hashes(self, stats: dict) -> None:
+        recorded = stats.get(INTEGRITY_KEY)
+        if recorded is None:  # prepared before the hashes were recorded: the other checks still apply
+            return
+        try:
+            found = integrity_hashes(self.folder, stats)
+        except OSError as error:
+            raise self.damaged(Path(error.filename or "").name or "stats.json", _reason(error)) from None
+        if not isinstance(recorded, dict):
+            raise self.damaged("stats.json", f"its {INTEGRITY_KEY} entry is no table of hashes")
+        for name, digest in found.items():
+            if recorded.get(name) != digest:
+                where = "it" if name == "stats.json" else "stats.json"
+                raise self.damaged(name, f"its content hash is {digest}, not {recorded.get(name)} as {where} "
+                                         f"recorded when the data was prepared")
+
+    def _vocab(self, name: str) -> Vocab:
+        try:
+            return load_vocab(self.folder / name)
+        except OSError as error:
+            raise self.damaged(name, _reason(error)) from None
+        except UnicodeDecodeError as error:
+            raise self.damaged(name, f"not UTF-8 at byte {error.start}") from None
+        except ValueError as error:  # no specials first, a token twice
+            raise self.damaged(name, str(error)) from None
+
+    def _check_layout(self) -> None:
+        """stats.json's ``store`` entry: the id types a preparation writes for these vocabularies (an unknown
+        type would reach np.memmap), and a count of examples for each split it names."""
+        for side, vocab in (("source", self.pinyin_vocab), ("target", self.hanzi_vocab)):
+            found, expected = self.layout.get(f"{side}_dtype"), str(id_dtype(len(vocab)))
+            if found != expected:
+                raise self.damaged("stats.json", f"store.{side}_dtype is {found!r}, not {expected}, the type of the "
+                                                 f"ids of {VOCAB_FILES[side]}'s {len(vocab):,} tokens")
+        examples = self.layout.get("examples")
+        if not (isinstance(examples, dict) and set(examples) <= set(STORE_SPLITS) and all(
+                type(count) is int and count >= 0 for count in examples.values())):
+            raise self.damaged("stats.json", "store.examples is no count of examples per split")
+        files = self.layout.get("files", {})  # (absent in a store prepared before it was written)
+        if not (isinstance(files, dict) and all(type(size) is int for size in files.values())):
+            raise self.damaged("stats.json", "store.files is no table of file sizes")
 
     def split(self, name: str, *, pinyin_vocab: Vocab | None = None, hanzi_vocab: Vocab | None = None
               ) -> StoredSplit:
         """The split ``name`` (train, valid or test), memory-mapped (nothing is read until it is used); its ids
-        in ``pinyin_vocab`` / ``hanzi_vocab`` where given (a model's), else in the store's."""
-        if name not in self.layout.get("examples", {}):
+        in ``pinyin_vocab`` / ``hanzi_vocab`` where given (a model's), else in the store's. The first time a
+        split is opened its files are checked (:func:`split_problem`; for 100M tokens 0.3-0.5 s in the page
+        cache, under 1 s from disk: bench/store_check.py): a DataError names a damaged one."""
+        if name not in self.layout["examples"]:
             raise DataError(f"{self.folder} has no {name} split in its token store")
-
-        def mapped(file: str, dtype) -> np.ndarray:
-            path = self.folder / file
-            if path.stat().st_size == 0:  # np.memmap refuses an empty file
-                return np.zeros(0, dtype)
-            return np.memmap(path, dtype=dtype, mode="r")
-
-        split = StoredSplit(mapped(f"{name}.source.bin", self.layout["source_dtype"]),
-                            mapped(f"{name}.target.bin", self.layout["target_dtype"]),
-                            mapped(f"{name}.offsets.bin", np.int64),
-                            mapped("train.copies.bin", np.uint8) if name == "train" else None,
+        split = StoredSplit(self._mapped(f"{name}.source.bin", self.layout["source_dtype"]),
+                            self._mapped(f"{name}.target.bin", self.layout["target_dtype"]),
+                            self._mapped(f"{name}.offsets.bin", np.int64),
+                            self._mapped("train.copies.bin", np.uint8) if name == "train" else None,
                             self.folder / f"{name}.offsets.bin")
-        if len(split) != self.layout["examples"][name] or split.offsets[-1] != len(split.source):
-            raise DataError(f"the token store in {self.folder} is damaged ({name} split): prepare it again "
-                            f"(python train.py --config CONFIG --prepare-only, after deleting the folder)")
+        if name not in self._checked:
+            problem = split_problem(name, split, self.layout["examples"][name],
+                                    (len(self.pinyin_vocab), len(self.hanzi_vocab)))
+            if problem is not None:
+                raise self.damaged(*problem)
+            self._checked.add(name)
         return split.in_vocabs((self.pinyin_vocab, self.hanzi_vocab),
                                (pinyin_vocab or self.pinyin_vocab, hanzi_vocab or self.hanzi_vocab))
+
+    def _mapped(self, file: str, dtype) -> np.ndarray:
+        """``file`` mapped as an array of ``dtype``; damaged unless it has the size stats.json lists (where it
+        lists sizes) and a whole number of items."""
+        path, dtype = self.folder / file, np.dtype(dtype)
+        try:
+            size = path.stat().st_size
+        except OSError as error:
+            raise self.damaged(file, _reason(error)) from None
+        recorded = self.layout.get("files", {}).get(file, size)
+        if size != recorded or size % dtype.itemsize:
+            raise self.damaged(file, f"{size:,} bytes, not {recorded:,}" if size != recorded else
+                               f"{size:,} bytes, no whole number of {dtype} items")
+        if size == 0:  # np.memmap refuses an empty file
+            return np.zeros(0, dtype)
+        return np.memmap(path, dtype=dtype, mode="r")
 
     def texts(self, name: str, *, with_copies: bool = False, block: int = 1 << 16) -> Iterator[tuple[list[str], str]]:
         """(pinyin tokens, hanzi text) of every example of split ``name``, in order, read ``block`` examples at
