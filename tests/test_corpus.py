@@ -173,3 +173,113 @@ def test_a_corpus_with_no_usable_line_says_why(tmp_path):
     assert "1 clause without hanzi" in message and "1 empty line" in message
     assert "1 hanzi without a pinyin reading" in message
     assert "add Chinese text" in message and "valid_per_mille" not in message
+
+
+def _rewritten_while_read(tmp_path, monkeypatch, *, rewrite: bool):
+    """A corpus of 602 lines (more than a read buffer) that is truncated as preparation starts annotating it
+    (the reader then finds its end early), and, with ``rewrite``, written again with the same bytes before the
+    reader gets there, as ``cp`` onto it would. Its mtime is set in the past first, so that the rewrite moves it
+    whatever the clock's resolution; its lines are 64 bytes, so that the reader stops between two."""
+    import os
+
+    from pinyin_hanzi.data import annotate as annotate_module
+
+    corpus = tmp_path / "c.txt"
+    lines = [f"我们在第{i:03}个城市见面，你好吗？" for i in range(602)]
+    corpus.write_text("".join(f"{line}{' ' * (63 - len(line.encode()))}\n" for line in lines), encoding="utf-8")
+    os.utime(corpus, ns=(10**18, 10**18))
+    original, annotate = corpus.read_bytes(), annotate_module.annotate
+
+    def changing(unit, *args):  # the unit's lines are read; the reader's buffer holds the next few
+        if unit.document == 0 and unit.chunk == 0:
+            corpus.write_bytes(b"")
+        elif unit.document == 0 and unit.chunk == 1 and rewrite:
+            corpus.write_bytes(original)
+        return annotate(unit, *args)
+
+    monkeypatch.setattr(annotate_module, "UNIT_LINES", 20)  # two units within the first 4 KiB the reader buffers
+    monkeypatch.setattr(annotate_module, "annotate", changing)
+    return corpus, original
+
+
+@pytest.mark.parametrize("rewrite", [True, False], ids=["truncated and written again", "truncated"])
+def test_a_corpus_rewritten_while_it_is_read_is_refused_and_nothing_is_kept(tmp_path, monkeypatch, capsys, rewrite):
+    from pinyin_hanzi.cli.train import main
+
+    from conftest import tiny_config_dict, write_config
+
+    corpus, original = _rewritten_while_read(tmp_path, monkeypatch, rewrite=rewrite)
+    config = write_config(tmp_path / "c.yaml", tiny_config_dict(tmp_path, corpus))
+    status = main(["--config", str(config), "--prepare-only", "--workers", "1"])
+    err = capsys.readouterr().err
+    assert status == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    how = "it was written to" if rewrite else f"its size went from {len(original):,} to 0 bytes"
+    assert err.strip() == (f"error: corpus file {corpus} changed while it was read for preparation ({how}): "
+                           f"nothing was kept; prepare again once nothing writes to it")
+    assert not (tmp_path / "prepared" / "tiny").exists()
+    monkeypatch.undo()  # nothing writes to it now: prepared whole, all 602 lines
+    corpus.write_bytes(original)
+    stats = json.loads((prepare(_config(tmp_path, corpus)) / "stats.json").read_text(encoding="utf-8"))
+    assert stats["source"]["lines"] == 602
+
+
+def test_a_shard_of_a_corpus_rewritten_while_it_is_read_is_refused(tmp_path, monkeypatch):
+    from pinyin_hanzi.data.corpus import parts_dir, prepare_shard
+
+    corpus, _ = _rewritten_while_read(tmp_path, monkeypatch, rewrite=True)
+    config = _config(tmp_path, corpus)
+    with pytest.raises(DataError, match="changed while it was read for preparation"):
+        prepare_shard(config, (0, 2), workers=1)
+    assert not parts_dir(config).exists() or not any(parts_dir(config).iterdir())
+
+
+def test_a_corpus_that_changes_while_it_is_fingerprinted_is_refused(tmp_path, monkeypatch):
+    import hashlib
+
+    from pinyin_hanzi.data import corpus_files
+
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("\n".join(f"我们在第{i}个城市见面，你好吗？" for i in range(40)), encoding="utf-8")
+    size = corpus.stat().st_size
+
+    class Truncating:  # sha256 that empties the file after its first block, as `cp` onto it would
+        def __init__(self, data=b""):
+            self.digest, self.blocks = hashlib.sha256(data), 0
+
+        def update(self, block):
+            self.blocks += 1
+            if self.blocks == 1:
+                corpus.write_bytes(b"")
+            self.digest.update(block)
+
+        def hexdigest(self):
+            return self.digest.hexdigest()
+
+    monkeypatch.setattr(corpus_files, "BLOCK_BYTES", 64)
+    monkeypatch.setattr(corpus_files, "hashlib", type("hashlib", (), {"sha256": Truncating}))
+    with pytest.raises(DataError) as raised:
+        prepare(_config(tmp_path, corpus))
+    assert str(raised.value) == (f"corpus file {corpus} changed while it was read for preparation (64 bytes read "
+                                 f"of the {size:,} it had): nothing was kept; prepare again once nothing writes to it")
+
+
+def test_a_corpus_replaced_between_its_fingerprint_and_its_reading_is_refused(tmp_path, monkeypatch):
+    import os
+
+    from pinyin_hanzi.data import sources as sources_module
+
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("\n".join(f"我们在第{i}个城市见面，你好吗？" for i in range(40)), encoding="utf-8")
+    documents = sources_module.documents
+
+    def replacing(name, raw_dir):  # fingerprinted already: another file is renamed over it, then it is read
+        newer = tmp_path / "newer.txt"
+        newer.write_text("\n".join(f"他们在第{i}个城市见面，你好吗？" for i in range(40)), encoding="utf-8")
+        os.replace(newer, corpus)
+        return documents(name, raw_dir)
+
+    monkeypatch.setattr(sources_module, "documents", replacing)
+    with pytest.raises(DataError, match=r"c\.txt changed while it was read for preparation \(it was replaced by "
+                                        r"another file\): nothing was kept"):
+        prepare(_config(tmp_path, corpus))
+    assert not (tmp_path / "prepared" / "c").exists()

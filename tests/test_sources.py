@@ -268,3 +268,25 @@ def test_the_registry_drives_config_and_describe():
                                         "package": "wordfreq==3.1.1", "licence": "CC-BY-SA 4.0 (wordfreq data)"}
     with pytest.raises(DataError, match="unknown word table 'zipf'"):
         sources.word_table("zipf", "data/raw")
+
+
+def test_a_users_file_that_changes_while_its_lines_are_read_is_a_data_error(tmp_path):
+    import os
+
+    path = tmp_path / "mine.txt"
+    path.write_text("第一行\n第二行\n第三行\n", encoding="utf-8")
+    os.utime(path, ns=(10**18, 10**18))  # in the past: a write moves it, whatever the clock's resolution
+    (document,) = sources.documents(str(path), tmp_path / "raw")
+    assert list(document.lines) == ["第一行", "第二行", "第三行"]  # unchanged: read as often as wanted
+    with pytest.raises(DataError, match=r"mine\.txt changed while it was read for preparation \(its size went "
+                                        r"from 30 to 10 bytes\): nothing was kept"):
+        for number, _ in enumerate(document.lines):
+            if number == 0:
+                path.write_text("第一行\n", encoding="utf-8")  # cut short under the reader
+    path.write_text("第一行\n第二行\n第三行\n", encoding="utf-8")  # the same size again, later: written to
+    os.utime(path, ns=(10**18, 10**18))
+    lines = iter(document.lines)
+    next(lines)
+    path.write_text("第一行\n第二行\n第三行\n", encoding="utf-8")
+    with pytest.raises(DataError, match=r"\(it was written to\)"):
+        list(lines)

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shlex
 import sys
 
 from pinyin_hanzi.cli import check_bounds, max_threads, run
 from pinyin_hanzi.config import load_config
 from pinyin_hanzi.data.corpus import (
+    MAX_SHARDS,
     data_fingerprint,
     merge_shards,
     prepare,
@@ -36,8 +38,8 @@ def _train(argv) -> int:
                       help=f"processes that annotate the corpus when it is prepared "
                            f"(default: all {default_workers()} cores)")
     data.add_argument("--shard", metavar="I/N", type=_shard,
-                      help="with --prepare-only: annotate this machine's share of the corpus files (1/2, 2/2, ...) "
-                           "into <prepared_dir>/<name>.parts/; then --merge")
+                      help=f"with --prepare-only: annotate this machine's share of the corpus files (1/2, 2/2, ...; "
+                           f"N at most {MAX_SHARDS:,}) into <prepared_dir>/<name>.parts/; then --merge")
     data.add_argument("--merge", action="store_true",
                       help="with --prepare-only: write the prepared data from every shard's part")
     data.add_argument("--export-tsv", action="store_true",
@@ -68,11 +70,12 @@ def _train(argv) -> int:
 
 
 def _shard(text: str) -> tuple[int, int]:
-    """``I/N`` (1 <= I <= N) as the zero-based (I - 1, N)."""
-    index, _, count = text.partition("/")
-    if not (index.isdigit() and count.isdigit() and 1 <= int(index) <= int(count)):
-        raise argparse.ArgumentTypeError(f"{text!r} is not I/N with 1 <= I <= N (e.g. 1/4)")
-    return int(index) - 1, int(count)
+    """``I/N`` (1 <= I <= N <= MAX_SHARDS, ASCII digits) as the zero-based (I - 1, N)."""
+    match = re.fullmatch(r"([0-9]{1,9})/([0-9]{1,9})", text)
+    if not (match and 1 <= int(match[1]) <= int(match[2]) <= MAX_SHARDS):
+        shown = text if len(text) <= 40 else text[:40] + "..."  # the line stays short, whatever was typed
+        raise argparse.ArgumentTypeError(f"{shown!r} is not I/N with 1 <= I <= N <= {MAX_SHARDS:,} (e.g. 1/4)")
+    return int(match[1]) - 1, int(match[2])
 
 
 def _prepare(config, args) -> int:

@@ -24,12 +24,18 @@ from pypinyin import load_phrases_dict
 from pinyin_hanzi.data.examples import SPLITS, copies, line_examples, split_of, text_digest
 from pinyin_hanzi.data.sources import Document
 from pinyin_hanzi.data.store import FileReader
+from pinyin_hanzi.errors import DataError
+from pinyin_hanzi.files import os_error_reason
 from pinyin_hanzi.text.pinyin import is_hanzi, phrase_readings
 
 UNIT_CHARACTERS = 200_000  # a unit of work: lines of one document up to about this much text
 UNIT_LINES = 5_000  # ... or this many lines (a phrase table's entries are short)
 _EXAMPLE_ARRAYS = {"lengths": np.uint16, "splits": np.uint8, "keys": np.uint64, "copies": np.uint8,
                    "hanzi": np.uint16, "sources": np.uint16}
+_PART_ARRAYS = {"source": np.uint32, "target": np.uint32, **_EXAMPLE_ARRAYS}  # the files of a part
+_MANIFEST_TYPES = {"fingerprint": dict, "shard": list, "converted": dict, "tokens": list, "chars": list,
+                   "units": list, "examples": int, "token_count": int, "lines": dict, "skipped": dict}
+_CHECK_BLOCK = 1 << 22  # ids read at a time when a part is checked: 16 MB, whatever its size
 
 
 @dataclass
@@ -195,24 +201,112 @@ class Part:
 
     @staticmethod
     def open(folder: Path) -> dict:
-        """A finished part: its manifest, with its arrays memory-mapped under "arrays" (source, target and the
-        example arrays)."""
-        manifest = json.loads((folder / "part.json").read_text(encoding="utf-8"))
-        dtypes = {"source": np.uint32, "target": np.uint32, **_EXAMPLE_ARRAYS}
-        manifest["arrays"] = {name: _mapped(folder / f"{name}.bin", dtype) for name, dtype in dtypes.items()}
-        for name in ("source", "target"):  # every token, read once per pass of the merge
-            manifest["arrays"][name] = FileArray(folder / f"{name}.bin", dtypes[name])
+        """A finished part (:func:`read_manifest`; its files are not checked again, see :func:`check_part`): its
+        manifest, with "folder", and its arrays under "arrays" (source, target and the example arrays), each a
+        :class:`FileArray`."""
+        manifest = read_manifest(folder)
+        manifest["folder"] = folder
+        manifest["arrays"] = {name: FileArray(folder / f"{name}.bin", dtype) for name, dtype in _PART_ARRAYS.items()}
         return manifest
 
 
-def _mapped(path: Path, dtype) -> np.ndarray:
-    return np.memmap(path, dtype=dtype, mode="r") if path.stat().st_size else np.zeros(0, dtype)
+def read_manifest(folder: Path) -> dict:
+    """A finished part's ``part.json``. DataError (one line naming the part and what is wrong) when it has none
+    (:meth:`Part.finish` writes it last) or it is not the JSON that :meth:`Part.finish` writes."""
+    path = folder / "part.json"
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise DataError(f"part {folder} is incomplete: it has no part.json, which its preparation writes "
+                        f"last") from None
+    except OSError as error:
+        raise DataError(f"cannot read {path}: {os_error_reason(error)}") from None
+    except (ValueError, RecursionError):  # not UTF-8, not JSON, or nested past the parser's depth
+        raise DataError(f"part {folder} is damaged: its part.json is not JSON") from None
+    problem = _manifest_problem(manifest)
+    if problem:
+        raise DataError(f"part {folder} is damaged: {problem}")
+    return manifest
+
+
+def check_part(folder: Path) -> dict:
+    """:func:`read_manifest`, and the part's files checked against it (a part from elsewhere, before a merge
+    reads it): DataError (one line) also when a file does not hold the values part.json lists (cut short, or
+    longer), the examples' lengths do not add up to its tokens, or a token id is beyond its vocabularies."""
+    manifest = read_manifest(folder)
+    problem = _files_problem(folder, manifest)
+    if problem:
+        raise DataError(f"part {folder} is damaged: {problem}")
+    return manifest
+
+
+def _manifest_problem(manifest) -> str | None:
+    """What in a parsed part.json is not as :meth:`Part.finish` writes it, or None."""
+    if not isinstance(manifest, dict):
+        return "its part.json holds no object"
+    for key, kind in _MANIFEST_TYPES.items():
+        if not isinstance(manifest.get(key), kind) or isinstance(manifest[key], bool):
+            return f"its part.json has no {key!r} ({kind.__name__})"
+    units = manifest["units"]
+    if not (all(isinstance(unit, list) and len(unit) == 5 and all(map(_is_count, unit)) for unit in units)
+            and _is_count(manifest["examples"]) and _is_count(manifest["token_count"])):
+        return "its part.json's units or counts are not counts"
+    firsts = np.cumsum([0] + [unit[3] for unit in units]).tolist()  # each unit's examples follow the last's
+    if [unit[2] for unit in units] != firsts[:-1] or firsts[-1] != manifest["examples"]:
+        return "its part.json's units do not cover its examples one after another"
+    skipped = manifest["skipped"].values()
+    counts = [*manifest["lines"].values(), *manifest["converted"].values(),
+              *(count for reasons in skipped if isinstance(reasons, dict) for count in reasons.values())]
+    names = manifest["tokens"] + manifest["chars"]
+    if not (all(isinstance(name, str) for name in names) and all(map(_is_count, counts))
+            and all(isinstance(reasons, dict) for reasons in skipped)
+            and all(key.isdigit() for key in (*manifest["lines"], *manifest["skipped"]))):
+        return "its part.json's vocabularies or line counts are not strings and counts"
+    return None
+
+
+def _is_count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _files_problem(folder: Path, manifest: dict) -> str | None:
+    """Which of a part's files does not hold what its part.json lists (cut short, or longer), or None."""
+    for name, dtype in _PART_ARRAYS.items():
+        values = manifest["token_count"] if name in ("source", "target") else manifest["examples"]
+        expected = values * np.dtype(dtype).itemsize
+        try:
+            size = (folder / f"{name}.bin").stat().st_size
+        except OSError as error:
+            return f"{name}.bin: {os_error_reason(error)}"
+        if size != expected:
+            return (f"{name}.bin holds {size:,} bytes where part.json lists {values:,} values, {expected:,} bytes "
+                    f"({'cut short' if size < expected else 'too long'})")
+    lengths = np.fromfile(folder / "lengths.bin", np.uint16)
+    starts = np.cumsum(np.concatenate([[0], lengths]), dtype=np.int64)  # where each example's tokens start
+    units = manifest["units"]
+    if starts[-1] != manifest["token_count"] or starts[[unit[2] for unit in units]].tolist() != [
+            unit[4] for unit in units]:
+        return "the lengths in lengths.bin do not add up to the tokens part.json lists"
+    for name, vocabulary in (("source", "tokens"), ("target", "chars")):
+        if _largest(folder / f"{name}.bin") >= len(manifest[vocabulary]):
+            return f"{name}.bin holds ids beyond the {len(manifest[vocabulary]):,} {vocabulary} of part.json"
+    return None
+
+
+def _largest(path: Path) -> int:
+    """The largest uint32 in a file (-1 when empty), read a block at a time."""
+    largest, total = -1, path.stat().st_size // 4
+    with FileReader(path, np.uint32) as reader:
+        for start in range(0, total, _CHECK_BLOCK):
+            largest = max(largest, int(reader.read(start, min(start + _CHECK_BLOCK, total)).max()))
+    return largest
 
 
 class FileArray:
-    """A 1-D array in a file, read a slice at a time with ``np.fromfile``, not mapped: the pages of a mapped
-    file stay in the process's memory (RSS) once read, and the merge reads a part's tokens (8 bytes each,
-    0.8 GB for 100M hanzi) from end to end, twice."""
+    """A 1-D array in a file, read a slice at a time, neither mapped nor held open: the pages of a mapped file
+    stay in the process's memory (RSS) once read, and the merge reads a part's tokens (8 bytes each, 0.8 GB
+    for 100M hanzi) from end to end, twice; and a mapping keeps its file open, so the eight arrays of each of
+    1,000 parts would pass the usual limit of 1,024 open files (``ulimit -n``)."""
 
     def __init__(self, path: Path, dtype):
         self.path, self.dtype = path, np.dtype(dtype)

@@ -17,7 +17,6 @@ training example that repeats a valid/test example is dropped too.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -30,9 +29,11 @@ from pathlib import Path
 
 from pinyin_hanzi.config import DataConfig
 from pinyin_hanzi.data import sources as corpus_sources
+from pinyin_hanzi.data.annotate import check_part
 from pinyin_hanzi.data.examples import Example, tsv_example
-from pinyin_hanzi.data.inputs import check_user_source
-from pinyin_hanzi.data.prepare import PART_NAME, annotate_shard, build, default_workers, merge_parts, source_tag
+from pinyin_hanzi.data.corpus_files import FileState, check_unchanged, files_hash
+from pinyin_hanzi.data.prepare import (PART_NAME, annotate_shard, build, default_workers, merge_parts,
+                                       preparation_summary, source_tag)
 from pinyin_hanzi.data.sources import read_text_lines
 from pinyin_hanzi.data.store import TokenStore
 from pinyin_hanzi.errors import DataError, OutputError
@@ -102,31 +103,11 @@ def prepared_split(config: DataConfig, split: str, log: Callable[[str], None] | 
     return path
 
 
-def _file_hash(path: Path) -> str:
-    """sha256 of a file's bytes: an edit that keeps its size and its mtime's second still changes it."""
-    digest = hashlib.sha256()
-    try:
-        with open(path, "rb") as handle:
-            while block := handle.read(1 << 20):
-                digest.update(block)
-    except OSError as error:
-        raise DataError(f"cannot read corpus file {path}: {os_error_reason(error)}") from None
-    return digest.hexdigest()
-
-
-def _files_hash(name: str) -> str:
-    """sha256 of a user source's files: of the one file's bytes (as it always was), or of each file's name
-    and bytes hash for a folder or glob."""
-    files = check_user_source(name)  # missing, unreadable or not a regular file: one line, before any work
-    if len(files) == 1 and Path(name) == files[0]:
-        return _file_hash(files[0])
-    return hashlib.sha256("".join(f"{path}\0{_file_hash(path)}\0" for path in files).encode()).hexdigest()
-
-
-def _fingerprint(config: DataConfig) -> dict:
+def _fingerprint(config: DataConfig) -> tuple[dict, dict[Path, FileState]]:
     """What the prepared data depends on; a change rebuilds it: the settings, and the bytes of a user's
     corpus files. (A single-source config of a built-in corpus without the newer keys keeps the fingerprint
-    it always had, so existing prepared data stays valid; the built-in corpora are fixed downloads.)"""
+    it always had, so existing prepared data stays valid; the built-in corpora are fixed downloads.) With it,
+    the state of each user file as it was hashed, for :func:`corpus_files.check_unchanged` once it is read."""
     fields = {key: getattr(config, key)
               for key in ("corpus", "max_len", "valid_per_mille", "test_per_mille", "min_char_count")}
     if config.sources:
@@ -135,12 +116,14 @@ def _fingerprint(config: DataConfig) -> dict:
         fields["phrase_pinyin"] = True
     if config.abbreviate > 0:  # the pinyin vocabulary holds the prefix tokens (whatever the share)
         fields["prefix_tokens"] = True
-    files = {name: _files_hash(name) for name in config.source_weights() if name not in corpus_sources.SOURCES}
+    hashed = {name: files_hash(name) for name in config.source_weights() if name not in corpus_sources.SOURCES}
+    files = {name: digest for name, (digest, _) in hashed.items()}
+    states = {path: state for _, file_states in hashed.values() for path, state in file_states.items()}
     if files and not config.sources:
         fields["corpus_sha256"] = files[config.corpus]
     elif files:
         fields["files_sha256"] = files
-    return {"format_version": DATA_FORMAT_VERSION, **fields}
+    return {"format_version": DATA_FORMAT_VERSION, **fields}, states
 
 
 def prepared_examples(path: str | Path) -> Iterator[Example]:
@@ -218,15 +201,16 @@ def prepare(config: DataConfig, force: bool = False, log: Callable[[str], None] 
     interrupted preparation leaves the previous data (or none), never splits of two configs. One process
     prepares a folder at a time: another waits for it (``log`` says so) and then finds the data ready.
 
-    Raises DataError for a missing, unreadable or non-UTF-8 corpus file, a failed download, or a corpus
-    too small to give every split some examples; OutputError if the folder cannot be written."""
+    Raises DataError for a missing, unreadable or non-UTF-8 corpus file, one that changes while it is read (see
+    :mod:`pinyin_hanzi.data.corpus_files`: nothing is kept then), a failed download, or a corpus too small to
+    give every split some examples; OutputError if the folder cannot be written."""
     with prepared_data(config, force, log, workers) as out:
         return out
 
 
 def _prepare_locked(config: DataConfig, out: Path, force: bool, workers: int,
                     log: Callable[[str], None] | None) -> Path:
-    fingerprint = _fingerprint(config)
+    fingerprint, states = _fingerprint(config)
     leftovers = re.compile(rf"\.{re.escape(out.name)}\.(building|retired)-[0-9]+")
     for leftover in out.parent.iterdir():  # of a preparation that was killed (the lock says none is running)
         if leftovers.fullmatch(leftover.name):
@@ -236,13 +220,33 @@ def _prepare_locked(config: DataConfig, out: Path, force: bool, workers: int,
     building = out.parent / f".{out.name}.building-{os.getpid()}"
     try:
         building.mkdir(parents=True)
-        build(config, building, fingerprint, workers=workers, log=log)
+        with _unchanged(states):
+            stats = build(config, building, fingerprint, workers=workers, log=log)
         _replace_folder(building, out)
+        _summarise(config, stats, log)  # after the check that the files did not change: nothing else to say then
     except OSError as error:
         raise OutputError(f"cannot write the prepared data {out}: {os_error_reason(error)}") from None
     finally:
         shutil.rmtree(building, ignore_errors=True)  # left only when something failed
     return out
+
+
+def _summarise(config: DataConfig, stats: dict, log: Callable[[str], None] | None) -> None:
+    for line in preparation_summary(config, stats) if log is not None else ():
+        log(line)
+
+
+@contextmanager
+def _unchanged(states: dict[Path, FileState]) -> Iterator[None]:
+    """Around the reading of the corpus files hashed in ``states``: once it is done, and when it fails (a change
+    is the cause then, whatever the error says), DataError if a file changed meanwhile
+    (:func:`corpus_files.check_unchanged`): what was read is what the fingerprint describes."""
+    try:
+        yield
+    except DataError:
+        check_unchanged(states)
+        raise
+    check_unchanged(states)
 
 
 def _replace_folder(new: Path, out: Path) -> None:
@@ -257,24 +261,46 @@ def _replace_folder(new: Path, out: Path) -> None:
 
 # ------------------------------------------------------------------------------- preparing over machines
 
+# The most shards a preparation is cut into, a part per machine (or per job of a batch queue's array; Slurm's
+# arrays default to 1,001 jobs). Annotation runs at about 10,000 hanzi a second a core (docs/corpora.md: 7.67M
+# hanzi in 6 minutes on 2 cores), so 1,000 one-core jobs annotate 10 billion hanzi in about 17 minutes: more
+# shards would speed up no corpus, while the merge, on one machine, opens about ten files of every part (1,000
+# parts: about 10 s on a slow shared disk, most of it removing them; 10,000: about 2 minutes). Unbounded,
+# --shard 1/100000000000000000000000 was taken and --merge then never ended.
+MAX_SHARDS = 1_000
+SHOWN_RANGES = 4  # of missing parts, in an error line
+_PART_FOLDER = re.compile(r"part-([1-9][0-9]*)-of-([1-9][0-9]*)")
+
+
 def parts_dir(config: DataConfig) -> Path:
     """Where the shards of a preparation over several machines put their parts: ``<prepared>/<name>.parts/``."""
     out = prepared_dir(config)
     return out.with_name(out.name + ".parts")
 
 
+def check_shard(shard: tuple[int, int]) -> None:
+    """DataError (one line) unless ``shard`` (i, n), i from 0, has 0 <= i < n <= :data:`MAX_SHARDS`."""
+    index, count = shard
+    if not (0 <= index < count <= MAX_SHARDS):
+        raise DataError(f"shard {index + 1}/{count} is not I/N with 1 <= I <= N <= {MAX_SHARDS:,}")
+
+
 def prepare_shard(config: DataConfig, shard: tuple[int, int], *, workers: int | None = None,
                   log: Callable[[str], None] | None = None) -> Path:
     """Annotate this machine's share of the corpus (``shard`` (i, n), i from 0: the documents whose number is
-    i modulo n) into ``parts_dir(config)/part-<i+1>-of-<n>/``: all or nothing, as :func:`prepare`. Once every
-    shard's part is there (shared storage, or copied together), :func:`merge_shards` writes the store."""
+    i modulo n; :func:`check_shard`) into ``parts_dir(config)/part-<i+1>-of-<n>/``: all or nothing, as
+    :func:`prepare`. Once every shard's part is there (shared storage, or copied together), :func:`merge_shards`
+    writes the store."""
+    check_shard(shard)
     index, count = shard
     folder = parts_dir(config) / PART_NAME.format(index=index + 1, count=count)
     check_writable(folder.parent, "prepared-data folder")
+    fingerprint, states = _fingerprint(config)
     building = folder.with_name(f".{folder.name}.building-{os.getpid()}")
     try:
-        annotate_shard(config, building, shard=shard, workers=workers or default_workers(),
-                       fingerprint=_fingerprint(config), log=log)
+        with _unchanged(states):
+            annotate_shard(config, building, shard=shard, workers=workers or default_workers(),
+                           fingerprint=fingerprint, log=log)
         shutil.rmtree(folder, ignore_errors=True)
         os.replace(building, folder)
     except OSError as error:
@@ -286,28 +312,20 @@ def prepare_shard(config: DataConfig, shard: tuple[int, int], *, workers: int | 
 
 def merge_shards(config: DataConfig, log: Callable[[str], None] | None = None) -> Path:
     """The prepared data of every shard's part (:func:`prepare_shard`), written where :func:`prepare` would
-    have written it, the same bytes; the parts are removed afterwards. DataError (one line) when a part is
-    missing or was annotated with other settings."""
-    folder, fingerprint = parts_dir(config), _fingerprint(config)
-    parts = sorted(folder.glob("part-*-of-*")) if folder.is_dir() else []
-    counts = {int(part.name.rsplit("-", 1)[1]) for part in parts}
-    if len(counts) != 1:
-        raise DataError(f"no parts to merge in {folder}: run --prepare-only --shard i/n for every i first"
-                        if not counts else f"{folder} mixes parts of different shard counts ({sorted(counts)})")
-    (count,) = counts
-    missing = [i for i in range(1, count + 1) if not (folder / PART_NAME.format(index=i, count=count)).is_dir()]
-    if missing:
-        raise DataError(f"cannot merge {folder}: the parts of shards {', '.join(f'{i}/{count}' for i in missing)} "
-                        f"are missing")
-    for part in parts:
-        if json.loads((part / "part.json").read_text(encoding="utf-8"))["fingerprint"] != fingerprint:
-            raise DataError(f"{part} was prepared with other data settings or files: prepare that shard again")
+    have written it, the same bytes; the parts are removed afterwards. DataError (one line, saying which
+    shards to prepare again) when a part is missing, incomplete or damaged, a folder there is no part, the parts
+    are of different shard counts, or a part was annotated with other settings or files."""
+    folder = parts_dir(config)
+    parts = _complete_parts(folder)
+    fingerprint, _ = _fingerprint(config)
+    for number, part in enumerate(parts, 1):
+        _check_part(part, (number - 1, len(parts)), fingerprint)
     out = prepared_dir(config)
     with locked(out.parent / f".{out.name}.lock"):
         building = out.parent / f".{out.name}.building-{os.getpid()}"
         try:
             building.mkdir(parents=True)
-            merge_parts(config, parts, building, fingerprint, time.time())
+            stats = merge_parts(config, parts, building, fingerprint, time.time())
             _replace_folder(building, out)
         except OSError as error:
             raise OutputError(f"cannot write the prepared data {out}: {os_error_reason(error)}") from None
@@ -315,5 +333,63 @@ def merge_shards(config: DataConfig, log: Callable[[str], None] | None = None) -
             shutil.rmtree(building, ignore_errors=True)
     shutil.rmtree(folder, ignore_errors=True)
     if log is not None:
-        log(f"merged {count} parts into {out}")
+        log(f"merged {len(parts)} parts into {out}")
+    _summarise(config, stats, log)
     return out
+
+
+def _complete_parts(folder: Path) -> list[Path]:
+    """The part folders of ``folder``, in shard order: every one of 1..n, of one shard count n. DataError (one
+    line) for none, an entry named part-... that is no part folder, mixed counts, or missing parts (a count and
+    at most :data:`SHOWN_RANGES` ranges of them, whatever n). Hidden ``.part-...building-PID`` folders are parts
+    still being written, or left by a killed preparation: not parts yet."""
+    entries = sorted(entry for entry in folder.iterdir() if entry.name.startswith("part-")) if folder.is_dir() else []
+    found: dict[int, set[int]] = {}
+    for entry in entries:
+        match = _PART_FOLDER.fullmatch(entry.name)
+        index, count = (int(match[1]), int(match[2])) if match else (0, 0)
+        if not (entry.is_dir() and 1 <= index <= count <= MAX_SHARDS):
+            raise DataError(f"{entry} is no part of a preparation (a part is a folder part-I-of-N with "
+                            f"1 <= I <= N <= {MAX_SHARDS:,}): remove it, then --merge again")
+        found.setdefault(count, set()).add(index)
+    if not found:
+        raise DataError(f"no parts to merge in {folder}: run --prepare-only --shard i/n for every i first")
+    if len(found) > 1:
+        counts = ", ".join(map(str, sorted(found)[:SHOWN_RANGES])) + (", ..." if len(found) > SHOWN_RANGES else "")
+        raise DataError(f"{folder} mixes parts of different shard counts ({counts}): remove the parts of the "
+                        f"counts not used now, then --merge again")
+    ((count, present),) = found.items()
+    missing = [index for index in range(1, count + 1) if index not in present]
+    if missing:
+        raise DataError(f"cannot merge {folder}: the parts of shards {_ranges(missing, count)} are missing "
+                        f"({len(missing):,} of {count:,} parts); run --prepare-only --shard I/{count} for each, "
+                        f"then --merge")
+    return [folder / PART_NAME.format(index=index, count=count) for index in range(1, count + 1)]
+
+
+def _ranges(numbers: list[int], count: int) -> str:
+    """Ascending ``numbers`` as ranges of shards, at most :data:`SHOWN_RANGES` of them: "2/3000, 5-2999/3000
+    and 3 more ranges"."""
+    runs: list[list[int]] = []
+    for number in numbers:
+        if runs and number == runs[-1][1] + 1:
+            runs[-1][1] = number
+        else:
+            runs.append([number, number])
+    shown = ", ".join(f"{first}/{count}" if first == last else f"{first}-{last}/{count}"
+                      for first, last in runs[:SHOWN_RANGES])
+    return shown + (f" and {len(runs) - SHOWN_RANGES:,} more ranges" if len(runs) > SHOWN_RANGES else "")
+
+
+def _check_part(part: Path, shard: tuple[int, int], fingerprint: dict) -> None:
+    """DataError (one line, saying to prepare that shard again) unless ``part`` is a finished, undamaged part of
+    ``shard`` (i, n), annotated with the settings and files of ``fingerprint``."""
+    again = f"run --prepare-only --shard {shard[0] + 1}/{shard[1]} again, then --merge"
+    try:
+        manifest = check_part(part)
+    except DataError as error:
+        raise DataError(f"{error}: {again}") from None
+    if manifest["shard"] != list(shard):
+        raise DataError(f"{part} holds the part of another shard (its part.json says so): {again}")
+    if manifest["fingerprint"] != fingerprint:
+        raise DataError(f"{part} was prepared with other data settings or files: {again}")

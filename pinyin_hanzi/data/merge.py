@@ -1,6 +1,6 @@
 """Preparation's second stage: annotated parts -> the token store (:mod:`pinyin_hanzi.data.store`).
 
-One part (a single machine's preparation) or several (one shard each) are read memory-mapped, their units
+One part (a single machine's preparation) or several (one shard each) are read from their files, their units
 taken in corpus order, and:
 
 1. duplicates are dropped by the md5 of their text: valid/test examples claim their texts first (the first
@@ -58,12 +58,22 @@ class Merged:
         self.duplicate = np.zeros(len(self.keys), bool)
 
     def _gathered(self, name: str) -> np.ndarray:
-        """One example array of every part, in corpus order (a view of the part's when there is one part)."""
+        """One example array of every part, in corpus order: each part's file read once (whole: a few bytes an
+        example), its units' pieces put in their places."""
         if len(self.parts) == 1:
-            return np.asarray(self.parts[0]["arrays"][name])
-        pieces = [self.parts[span.part]["arrays"][name][span.first_example : span.first_example + span.examples]
-                  for span in self.spans]
-        return np.concatenate(pieces) if pieces else np.zeros(0, self.parts[0]["arrays"][name].dtype)
+            return self.parts[0]["arrays"][name][:]
+        gathered = np.empty(sum(span.examples for span in self.spans), self.parts[0]["arrays"][name].dtype)
+        placed: list[list[tuple[UnitSpan, int]]] = [[] for _ in self.parts]  # per part: (span, where it goes)
+        start = 0
+        for span in self.spans:
+            placed[span.part].append((span, start))
+            start += span.examples
+        for part, spans in zip(self.parts, placed):
+            values = part["arrays"][name][:]
+            for span, start in spans:
+                first = span.first_example
+                gathered[start : start + span.examples] = values[first : first + span.examples]
+        return gathered
 
     def drop_duplicates(self) -> None:
         """Mark the examples to keep (see the module docstring, 1.); training examples that an epoch would

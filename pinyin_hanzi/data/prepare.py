@@ -93,11 +93,10 @@ def annotate_shard(config, folder: Path, *, shard: tuple[int, int] = (0, 1), wor
     return folder
 
 
-def merge_parts(config, parts: list[Path], out: Path, fingerprint: dict, started: float,
-                log: Callable[[str], None] | None = None) -> dict:
+def merge_parts(config, parts: list[Path], out: Path, fingerprint: dict, started: float) -> dict:
     """The prepared data of ``parts`` (:func:`annotate_shard` folders covering every shard) written into the
     folder ``out``; returns its stats (also written to stats.json, last, with the hashes the store verifies:
-    :func:`store.integrity_hashes`). ``log`` is told :func:`preparation_summary`."""
+    :func:`store.integrity_hashes`); the caller logs :func:`preparation_summary` once the store is in place."""
     opened = [Part.open(folder) for folder in parts]
     merged = Merged(opened)
     merged.drop_duplicates()
@@ -132,8 +131,6 @@ def merge_parts(config, parts: list[Path], out: Path, fingerprint: dict, started
     stats["data_fingerprint"] = content_hash(out)
     stats[INTEGRITY_KEY] = integrity_hashes(out, stats)
     (out / "stats.json").write_text(json.dumps(stats, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
-    for line in preparation_summary(config, stats) if log is not None else ():
-        log(line)
     return stats
 
 
@@ -142,7 +139,7 @@ def build(config, out: Path, fingerprint: dict, *, workers: int, log: Callable[[
     ``out`` (removed once merged), then merge it into ``out``."""
     started = time.time()
     part = annotate_shard(config, out / ".part", workers=workers, fingerprint=fingerprint, log=log)
-    stats = merge_parts(config, [part], out, fingerprint, started, log)
+    stats = merge_parts(config, [part], out, fingerprint, started)
     for file in part.iterdir():
         file.unlink()
     part.rmdir()

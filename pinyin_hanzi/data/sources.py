@@ -47,6 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
+from pinyin_hanzi.data.corpus_files import UnchangedLines
 from pinyin_hanzi.data.inputs import TextLines, check_user_source, kind_of
 from pinyin_hanzi.errors import DataError
 
@@ -299,11 +300,11 @@ SOURCES = {
 def documents(name: str, raw_dir: str | Path) -> list[Document]:
     """The documents of a named source (see the module docstring), or of a user's files: a ``.txt`` / ``.tsv``
     file (also ``.gz``), a folder or a glob of them, a document each, its lines read lazily as it is iterated
-    (:mod:`pinyin_hanzi.data.inputs`). Raises DataError for an unknown name, a failed download, or a missing or
-    unreadable file."""
+    (:class:`UnchangedLines`). Raises DataError for an unknown name, a failed download, or a missing or
+    unreadable file, or one that changes while it is read."""
     if name in SOURCES:
         return SOURCES[name].read(Path(raw_dir))
-    return [Document(kind_of(path), TextLines(path)) for path in check_user_source(name)]
+    return [Document(kind_of(path), UnchangedLines(path)) for path in check_user_source(name)]
 
 
 # ------------------------------------------------------------------------------------- word-frequency tables
