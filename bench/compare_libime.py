@@ -196,7 +196,8 @@ def print_table(rows: Sequence[dict]) -> None:
               f"{row['sentences_per_cpu_s']:>11,.0f} {mismatch:>13}")
 
 
-def main() -> int:
+def parse_arguments() -> tuple[argparse.Namespace, list[str]]:
+    """The command line, checked, and the engines it names."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--checkpoint", help="our model (default: $PINYIN_HANZI_CHECKPOINT, else the shipped one)")
     parser.add_argument("--split", action="append", help="a prepared tokens<TAB>hanzi file; repeatable")
@@ -233,21 +234,27 @@ def main() -> int:
     if not args.split or ("libime" in engines and not Path(args.libime).is_file()):
         parser.error(f"needs --split FILE (prepared tokens<TAB>hanzi, e.g. data/prepared/pd1998/test.tsv) and, for "
                      f"libime, its wrapper at --libime (now {args.libime}: bash /work/shared/peers/build.sh /tmp/peers)")
-    torch.set_num_threads(args.threads)
+    return args, engines
 
-    converter, ours_load, checkpoint = None, None, None
-    if "ours" in engines:
-        from pinyin_hanzi import Converter
 
-        started = time.perf_counter()
-        converter = Converter.from_checkpoint(args.checkpoint, lm_weight=args.lm_weight, word_weight=args.word_weight,
-                                              log=lambda note: print(note, file=sys.stderr))
-        checkpoint = converter.checkpoint
-        print(f"ours: {checkpoint}", file=sys.stderr)
-        ours_load = time.perf_counter() - started
-        args.beam = converter.search_settings(beam=args.beam).beam  # the checkpoint's decode.beam unless given
-    libime_load = libime_startup(args.libime) if "libime" in engines else None
+def load_ours(args: argparse.Namespace):
+    """Our converter and the seconds it took to load; ``args.beam`` becomes the checkpoint's decode.beam
+    unless given."""
+    from pinyin_hanzi import Converter
 
+    started = time.perf_counter()
+    converter = Converter.from_checkpoint(args.checkpoint, lm_weight=args.lm_weight, word_weight=args.word_weight,
+                                          log=lambda note: print(note, file=sys.stderr))
+    print(f"ours: {converter.checkpoint}", file=sys.stderr)
+    load_seconds = time.perf_counter() - started
+    args.beam = converter.search_settings(beam=args.beam).beam
+    return converter, load_seconds
+
+
+def compare(args: argparse.Namespace, engines: Sequence[str], converter,
+            libime_load: tuple[float, float] | None) -> tuple[list[dict], list[tuple[str, ...]]]:
+    """Every split typed both ways, converted by each engine: a summary row each (printed to stderr as it
+    comes), and the dump's lines (split, engine, input form, reference, hypothesis, the line our model got)."""
     rows, dump = [], []
     for path in args.split:
         examples = read_examples(path, trusted=True)
@@ -268,9 +275,11 @@ def main() -> int:
                 print(json.dumps(rows[-1], ensure_ascii=False), file=sys.stderr, flush=True)
                 dump.extend((label, engine, rows[-1]["input"], reference, hyp, line)  # line: what our model got
                             for reference, hyp, line in zip(references, result.hypotheses, lines))
+    return rows, dump
 
-    print()
-    print_table(rows)
+
+def print_notes(args: argparse.Namespace, ours_load: float | None, libime_load: tuple[float, float] | None) -> None:
+    """The lines under the table: the input form, and how each engine ran."""
     if args.abbreviate:
         print(f"input: {args.abbreviate:.0%} of syllables typed as their {ABBREVIATION_STYLES[args.abbreviate_as]}, "
               "the same ones for both engines")
@@ -281,6 +290,18 @@ def main() -> int:
         print(f"libime: one process per split and input form, dictionary + LM load {libime_load[0]:.2f} s "
               f"({libime_load[1]:.2f} CPU s, excluded); "
               f"len mismatch = runs whose output length differs from the run's syllables")
+
+
+def main() -> int:
+    args, engines = parse_arguments()
+    torch.set_num_threads(args.threads)
+    converter, ours_load = load_ours(args) if "ours" in engines else (None, None)
+    checkpoint = None if converter is None else converter.checkpoint
+    libime_load = libime_startup(args.libime) if "libime" in engines else None
+    rows, dump = compare(args, engines, converter, libime_load)
+    print()
+    print_table(rows)
+    print_notes(args, ours_load, libime_load)
     if args.dump:
         Path(args.dump).write_text("".join("\t".join(fields) + "\n" for fields in dump), encoding="utf-8")
     print(json.dumps({

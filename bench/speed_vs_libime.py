@@ -35,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -46,6 +47,7 @@ from compare_libime import children_cpu_seconds, convert_libime, libime_startup,
 
 from pinyin_hanzi.cli import check_bounds, max_threads  # noqa: E402
 from pinyin_hanzi.data.corpus import read_examples  # noqa: E402
+from pinyin_hanzi.data.examples import Example  # noqa: E402
 from pinyin_hanzi.evaluation.metrics import conversion_scores  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,7 +67,25 @@ def ours_whole_process(lines_file: Path, checkpoint: str | None, threads: int) -
     return seconds, cpu_seconds, done.stdout.split("\n")[:-1]
 
 
-def main() -> int:
+@dataclass
+class Runs:
+    """Each measurement, one value per repeat (rates in sentences per second or per CPU second, whole
+    processes in seconds or CPU seconds), and the last repeat's conversions by each engine."""
+
+    ours_rates: list[float] = field(default_factory=list)
+    ours_cpu_rates: list[float] = field(default_factory=list)
+    libime_rates: list[float] = field(default_factory=list)
+    libime_cpu_rates: list[float] = field(default_factory=list)
+    ours_whole: list[float] = field(default_factory=list)
+    ours_whole_cpu: list[float] = field(default_factory=list)
+    libime_whole: list[float] = field(default_factory=list)
+    libime_whole_cpu: list[float] = field(default_factory=list)
+    ours_outputs: list[str] = field(default_factory=list)  # in-process
+    whole_outputs: list[str] = field(default_factory=list)  # translate.py's
+    libime_outputs: list[str] = field(default_factory=list)
+
+
+def parse_arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--split", action="append", help="a prepared tokens<TAB>hanzi file; repeatable")
     parser.add_argument("--limit", type=int, default=0, help="first N examples of each split (0: all)")
@@ -80,56 +100,62 @@ def main() -> int:
     if not args.split or not Path(args.libime).is_file():
         parser.error(f"needs --split FILE (a prepared tokens<TAB>hanzi split, e.g. data/prepared/everyday/test.tsv) "
                      f"and libime's wrapper at --libime (now {args.libime}: bash /work/shared/peers/build.sh /tmp/peers)")
+    return args
+
+
+def read_splits(paths: list[str], limit: int) -> list[Example]:
+    """The first ``limit`` examples (0: all) of each split, one after another."""
     examples = []
-    for path in args.split:
+    for path in paths:
         found = read_examples(path, trusted=True)
-        examples += found[: args.limit] if args.limit > 0 else found
+        examples += found[:limit] if limit > 0 else found
     if len(examples) < MIN_SENTENCES:
         print(f"note: {len(examples)} sentences; rates over fewer than {MIN_SENTENCES:,} are noisy", file=sys.stderr)
-    references = [example.hanzi for example in examples]
-    lines = typed_lines(examples, args.unsegmented, 0.0, "initial")
-    torch.set_num_threads(args.threads)
+    return examples
 
-    from pinyin_hanzi import Converter
 
-    started = time.perf_counter()
-    converter = Converter.from_checkpoint(args.checkpoint)
-    load_seconds = time.perf_counter() - started
-    settings = converter.search_settings()
-    converter.convert_lines(lines[:64])  # warm-up: first calls allocate
-    startup = libime_startup(args.libime, args.repeats)
-
-    ours_rates, libime_rates, ours_whole, libime_whole = [], [], [], []
-    ours_cpu_rates, libime_cpu_rates, ours_whole_cpu, libime_whole_cpu = [], [], [], []
+def measure(args: argparse.Namespace, converter, examples: list[Example], lines: list[str],
+            startup: tuple[float, float]) -> Runs:
+    """``args.repeats`` runs of each engine in process and as whole processes; the engines take turns, so that a
+    busy spell hits both alike."""
+    runs = Runs()
     with tempfile.TemporaryDirectory() as folder:
         lines_file = Path(folder) / "lines.txt"
         lines_file.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-        for repeat in range(args.repeats):  # the engines take turns, so that a busy spell hits both alike
+        for repeat in range(args.repeats):
             began, cpu_began = time.perf_counter(), time.process_time()
-            ours = [found[0].text for found in converter.convert_lines(lines)]
-            ours_rates.append(len(lines) / (time.perf_counter() - began))
-            ours_cpu_rates.append(len(lines) / (time.process_time() - cpu_began))
+            runs.ours_outputs = [found[0].text for found in converter.convert_lines(lines)]
+            runs.ours_rates.append(len(lines) / (time.perf_counter() - began))
+            runs.ours_cpu_rates.append(len(lines) / (time.process_time() - cpu_began))
             libime = convert_libime(args.libime, examples, unsegmented=args.unsegmented, startup=startup,
                                     split="all")
-            libime_rates.append(len(lines) / libime.seconds)
-            libime_cpu_rates.append(len(lines) / libime.cpu_seconds)
-            libime_whole.append(libime.seconds + startup[0])
-            libime_whole_cpu.append(libime.cpu_seconds + startup[1])
-            seconds, cpu_seconds, whole_outputs = ours_whole_process(lines_file, args.checkpoint, args.threads)
-            ours_whole.append(seconds)
-            ours_whole_cpu.append(cpu_seconds)
-            print(f"run {repeat + 1}: ours {ours_rates[-1]:,.0f} sentences/s in-process, {seconds:.2f} s whole; "
-                  f"libime {libime_rates[-1]:,.0f} sentences/s, {libime_whole[-1]:.2f} s whole", file=sys.stderr)
+            runs.libime_outputs = libime.hypotheses
+            runs.libime_rates.append(len(lines) / libime.seconds)
+            runs.libime_cpu_rates.append(len(lines) / libime.cpu_seconds)
+            runs.libime_whole.append(libime.seconds + startup[0])
+            runs.libime_whole_cpu.append(libime.cpu_seconds + startup[1])
+            seconds, cpu_seconds, runs.whole_outputs = ours_whole_process(lines_file, args.checkpoint, args.threads)
+            runs.ours_whole.append(seconds)
+            runs.ours_whole_cpu.append(cpu_seconds)
+            print(f"run {repeat + 1}: ours {runs.ours_rates[-1]:,.0f} sentences/s in-process, {seconds:.2f} s "
+                  f"whole; libime {runs.libime_rates[-1]:,.0f} sentences/s, {runs.libime_whole[-1]:.2f} s whole",
+                  file=sys.stderr)
+    return runs
 
-    ours_cer = conversion_scores(ours, references)["cer"]
-    whole_cer = conversion_scores(whole_outputs, references)["cer"]
-    libime_cer = conversion_scores(libime.hypotheses, references)["cer"]
-    in_process = statistics.median(ours_rates), statistics.median(libime_rates)
-    whole = statistics.median(ours_whole), statistics.median(libime_whole)
-    per_cpu = statistics.median(ours_cpu_rates), statistics.median(libime_cpu_rates)
-    whole_cpu = statistics.median(ours_whole_cpu), statistics.median(libime_whole_cpu)
-    print(f"{len(lines):,} sentences ({'unsegmented' if args.unsegmented else 'syllables separated'}); ours: "
-          f"beam {settings.beam}, {args.threads} thread(s), precision {converter.decode.precision}, "
+
+def report(args: argparse.Namespace, runs: Runs, references: list[str], beam: int, precision: str,
+           load_seconds: float, startup: tuple[float, float]) -> None:
+    """The medians, ratios and CERs, and the one-line JSON summary."""
+    ours_cer = conversion_scores(runs.ours_outputs, references)["cer"]
+    whole_cer = conversion_scores(runs.whole_outputs, references)["cer"]
+    libime_cer = conversion_scores(runs.libime_outputs, references)["cer"]
+    in_process = statistics.median(runs.ours_rates), statistics.median(runs.libime_rates)
+    whole = statistics.median(runs.ours_whole), statistics.median(runs.libime_whole)
+    per_cpu = statistics.median(runs.ours_cpu_rates), statistics.median(runs.libime_cpu_rates)
+    whole_cpu = statistics.median(runs.ours_whole_cpu), statistics.median(runs.libime_whole_cpu)
+    sentences = len(references)
+    print(f"{sentences:,} sentences ({'unsegmented' if args.unsegmented else 'syllables separated'}); ours: "
+          f"beam {beam}, {args.threads} thread(s), precision {precision}, "
           f"checkpoint load {load_seconds:.2f} s; libime: one thread, start-up {startup[0]:.2f} s")
     print(f"in-process sentences/s: ours {in_process[0]:,.0f}, libime {in_process[1]:,.0f}, "
           f"ratio {in_process[0] / in_process[1]:.2f}x")
@@ -140,9 +166,9 @@ def main() -> int:
           f"libime {whole_cpu[1]:.2f} CPU s, ratio {whole_cpu[1] / whole_cpu[0]:.2f}x")
     print(f"CER: ours {ours_cer:.2%} (translate.py: {whole_cer:.2%}), libime {libime_cer:.2%}")
     print(json.dumps({
-        "benchmark": "speed_vs_libime", "sentences": len(lines), "unsegmented": args.unsegmented,
-        "splits": args.split, "threads": args.threads, "repeats": args.repeats, "beam": settings.beam,
-        "precision": converter.decode.precision, "cpu_count": os.cpu_count(),
+        "benchmark": "speed_vs_libime", "sentences": sentences, "unsegmented": args.unsegmented,
+        "splits": args.split, "threads": args.threads, "repeats": args.repeats, "beam": beam,
+        "precision": precision, "cpu_count": os.cpu_count(),
         "ours_sentences_per_s": round(in_process[0], 1), "libime_sentences_per_s": round(in_process[1], 1),
         "ratio_vs_libime": round(in_process[0] / in_process[1], 3),
         "ours_whole_process_s": round(whole[0], 3), "libime_whole_process_s": round(whole[1], 3),
@@ -155,6 +181,25 @@ def main() -> int:
         "libime_startup_s": round(startup[0], 3), "ours_cer": round(ours_cer, 5),
         "ours_translate_cer": round(whole_cer, 5), "libime_cer": round(libime_cer, 5),
     }, ensure_ascii=False))
+
+
+def main() -> int:
+    args = parse_arguments()
+    examples = read_splits(args.split, args.limit)
+    references = [example.hanzi for example in examples]
+    lines = typed_lines(examples, args.unsegmented, 0.0, "initial")
+    torch.set_num_threads(args.threads)
+
+    from pinyin_hanzi import Converter
+
+    started = time.perf_counter()
+    converter = Converter.from_checkpoint(args.checkpoint)
+    load_seconds = time.perf_counter() - started
+    settings = converter.search_settings()
+    converter.convert_lines(lines[:64])  # warm-up: first calls allocate
+    startup = libime_startup(args.libime, args.repeats)
+    runs = measure(args, converter, examples, lines, startup)
+    report(args, runs, references, settings.beam, converter.decode.precision, load_seconds, startup)
     return 0
 
 

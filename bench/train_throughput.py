@@ -187,9 +187,24 @@ def benchmark(args) -> int:
     set_threads(args.threads)
     device = select_device(args.device)
     precision = resolve_precision(config.train.precision, device)
-    corpus = synthetic_corpus if args.data == "synthetic" else prepared_corpus
+    stream, candidates, vocab_sizes = batch_stream(config, args.data, device)
+    ours, runners = make_runners(config, args.reference_precision, device, precision, vocab_sizes, candidates)
+    peaks = matmul_peaks(device)
+    print(f"ours in {precision}; matmul peak fp32 {peaks['fp32'] / 1e9:,.1f}, bf16 {peaks['bf16'] / 1e9:,.1f} GFLOP/s",
+          flush=True)
+    rates, lengths, candidate_counts = run_rounds(args.rounds, args.steps, runners, stream, candidates, device)
+    medians = {name: statistics.median(values) for name, values in rates.items()}
+    report(args, config, device, precision, ours, medians, peaks, lengths, candidate_counts)
+    return 0
+
+
+def batch_stream(config, data: str, device: torch.device):
+    """The token-budget batches the models train on, from the ``data`` corpus (synthetic or prepared) as
+    train.py makes them (data.abbreviate=0.5: typed abbreviated), each syllable's candidate lists on ``device``
+    and the sizes of the pinyin and hanzi vocabularies."""
+    corpus = synthetic_corpus if data == "synthetic" else prepared_corpus
     examples, pinyin_vocab, hanzi_vocab = corpus(config.data)
-    abbreviate = config.data.abbreviate  # data.abbreviate=0.5: batches typed abbreviated, as train.py makes them
+    abbreviate = config.data.abbreviate
     if abbreviate > 0:
         pinyin_vocab = grown(pinyin_vocab, sorted(PREFIX_TOKENS))
     candidates = tuple(part.to(device) for part in Lexicon(hanzi_vocab).for_vocab(pinyin_vocab))
@@ -197,31 +212,46 @@ def benchmark(args) -> int:
     stream = iter(BatchStream(split, config.train.batch_tokens, seed=0, abbreviate=abbreviate,
                               prefix_of=prefix_ids(pinyin_vocab) if abbreviate > 0 else None,
                               hanzi_target=hanzi_ids(hanzi_vocab) if abbreviate > 0 else None))
+    return stream, candidates, (len(pinyin_vocab), len(hanzi_vocab))
+
+
+def make_runners(config, reference_precisions: list[str], device: torch.device, precision: str,
+                 vocab_sizes: tuple[int, int], candidates: tuple[torch.Tensor, ...]) -> tuple[Transformer, dict]:
+    """Our model, and what each model trains with: name -> (model as stepped, optimizer, loss, precision),
+    ours first, then a reference per precision, each its own copy."""
     torch.manual_seed(0)
-    ours = Transformer(config.model, source_vocab_size=len(pinyin_vocab), target_vocab_size=len(hanzi_vocab)).to(device)
+    ours = Transformer(config.model, source_vocab_size=vocab_sizes[0], target_vocab_size=vocab_sizes[1]).to(device)
     ours_step = torch.compile(ours) if config.train.compile else ours  # train.compile=true, as train.py does
     use_candidates = config.train.loss == "candidates"
     ours_loss = lambda model, batch: model_loss(model, batch, config.train.label_smoothing,
                                                 candidates if use_candidates else None)  # as train_step
     reference_loss = lambda model, batch: loss_fn(model(batch.source, batch.target), batch.target,
                                                   config.train.label_smoothing)
-    # name -> (model as stepped, optimizer, loss, precision); each reference precision gets its own copy
     runners = {"ours": (ours_step, torch.optim.AdamW(ours.parameters(), lr=1e-4), ours_loss, precision)}
-    for reference_precision in dict.fromkeys(args.reference_precision):
-        reference = Reference(config.model, len(pinyin_vocab), len(hanzi_vocab)).to(device)
+    for reference_precision in dict.fromkeys(reference_precisions):
+        reference = Reference(config.model, *vocab_sizes).to(device)
         runners[f"reference {reference_precision}"] = (reference, torch.optim.AdamW(reference.parameters(), lr=1e-4),
                                                       reference_loss, reference_precision)
+    return ours, runners
+
+
+def matmul_peaks(device: torch.device) -> dict[str, float]:
+    """The fp32 and bf16 matmul peaks of ``device``, FLOP/s."""
     # Where bf16 is emulated (a CPU without native bf16) it runs below 1 GFLOP/s, and a 2048 product would
     # take minutes; a smaller one measures that rate as well.
     bf16_size = 2048 if device.type != "cpu" or cpu_has_native_bf16() else 512
-    peaks = {"fp32": matmul_peak(device), "bf16": matmul_peak(device, torch.bfloat16, size=bf16_size)}
-    print(f"ours in {precision}; matmul peak fp32 {peaks['fp32'] / 1e9:,.1f}, bf16 {peaks['bf16'] / 1e9:,.1f} GFLOP/s",
-          flush=True)
+    return {"fp32": matmul_peak(device), "bf16": matmul_peak(device, torch.bfloat16, size=bf16_size)}
+
+
+def run_rounds(rounds: int, steps: int, runners: dict, stream, candidates: tuple[torch.Tensor, ...],
+               device: torch.device) -> tuple[dict[str, list[float]], list[float], list[float]]:
+    """Each model's tokens/s in each of ``rounds`` rounds of ``steps`` steps over the same batches, the models
+    taking turns; and each batch's mean target length and number of characters in the candidate softmax."""
     rates: dict[str, list[float]] = {name: [] for name in runners}
-    lengths, candidate_counts = [], []  # mean target length and characters in the candidate softmax, per batch
-    for round_index in range(args.rounds + 1):  # round 0 warms up every model and is not counted
+    lengths, candidate_counts = [], []
+    for round_index in range(rounds + 1):  # round 0 warms up every model and is not counted
         batches = []
-        for _ in range(args.steps):
+        for _ in range(steps):
             batch = next(stream).to(device)
             batches.append(batch)
             real = batch.target != PAD_ID
@@ -234,11 +264,16 @@ def benchmark(args) -> int:
         if round_index:
             print(f"round {round_index}: " + ", ".join(f"{name} {rates[name][-1]:,.0f} tok/s" for name in runners),
                   flush=True)
-    medians = {name: statistics.median(values) for name, values in rates.items()}
+    return rates, lengths, candidate_counts
+
+
+def report(args, config, device: torch.device, precision: str, ours: Transformer, medians: dict[str, float],
+           peaks: dict[str, float], lengths: list[float], candidate_counts: list[float]) -> None:
+    """The ratios to each reference, our achieved FLOP/s against the peak, and the one-line JSON summary."""
     ours_rate = medians["ours"]
     flops = flops_per_token(ours, statistics.mean(lengths))
     training_flops = flops["training"]
-    if use_candidates:  # the output layer computes the candidates' logits only (Transformer.logits)
+    if config.train.loss == "candidates":  # the output layer computes the candidates' logits only (Transformer.logits)
         training_flops += 3 * (2 * config.model.d_model * statistics.mean(candidate_counts) - flops["output"])
     ratios = {name.split()[1]: ours_rate / rate for name, rate in medians.items() if name != "ours"}
     first = args.reference_precision[0]
@@ -246,7 +281,8 @@ def benchmark(args) -> int:
         "benchmark": "train_throughput", "device": str(device), "threads": torch.get_num_threads(),
         "config": args.config, "data": args.data, "d_model": config.model.d_model, "layers": [config.model.n_encoder_layers,
                                                                               config.model.n_decoder_layers],
-        "loss": config.train.loss, "abbreviate": abbreviate, "compile": config.train.compile, "precision": precision,
+        "loss": config.train.loss, "abbreviate": config.data.abbreviate, "compile": config.train.compile,
+        "precision": precision,
         "reference_precision": first, "batch_tokens": config.train.batch_tokens, "rounds": args.rounds,
         "steps_per_round": args.steps, "ours_tokens_per_s": round(ours_rate),
         "reference_tokens_per_s": round(medians[f"reference {first}"]), "ratio": round(ratios[first], 3),
@@ -265,7 +301,6 @@ def benchmark(args) -> int:
     print(f"ours at {summary['ours_achieved_gflops']} GFLOP/s = {summary['ours_fraction_of_peak']:.0%} of the "
           f"{summary['matmul_peak_gflops']} GFLOP/s {precision} matmul peak")
     print(json.dumps(summary))
-    return 0
 
 
 if __name__ == "__main__":

@@ -114,7 +114,7 @@ def ten_syllable_lines(sentences: list[tuple[list[str], str]], count: int, abbre
     return lines
 
 
-def main() -> int:
+def parse_arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--checkpoint", help="default: $PINYIN_HANZI_CHECKPOINT, else the shipped model")
     parser.add_argument("--split", help="a prepared tokens<TAB>hanzi file (default: the sentences this script carries)")
@@ -141,13 +141,15 @@ def main() -> int:
                           ("--lm-weight", args.lm_weight, *LIMITS["decode.lm_weight"]),
                           ("--word-weight", args.word_weight, *LIMITS["decode.word_weight"]),
                           ("--abbreviate", args.abbreviate, 0, 1)])
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    batch_threads = torch.get_num_threads()
+    return args
+
+
+def load_converters(args: argparse.Namespace) -> dict:
+    """"model" (the checkpoint, --lm-weight and --word-weight applied) and, with --baseline, "baseline" (its
+    own defaults): the converters measured, by name."""
     converters = {"model": Converter.from_checkpoint(args.checkpoint, lm_weight=args.lm_weight,
                                                      word_weight=args.word_weight, log=print)}
-    checkpoint = converters["model"].checkpoint
-    print(f"model: {checkpoint}", flush=True)
+    print(f"model: {converters['model'].checkpoint}", flush=True)
     if args.baseline:
         print(f"baseline: {args.baseline}", flush=True)
         converters["baseline"] = Converter.from_checkpoint(args.baseline, log=print)
@@ -155,8 +157,13 @@ def main() -> int:
     decode = converter.decode  # what it converts with: the checkpoint's, --lm-weight and --word-weight applied
     lm = f"{decode.lm_order}-gram model at weight {decode.lm_weight}" if converter.char_lm and decode.lm_weight else "none"
     print(f"character n-gram model: {lm}", flush=True)
-    sentences = split_sentences(args.split) if args.split else carried_sentences()
-    batched = sentences if args.split else sentences * max(1, 1024 // len(sentences))  # enough for full batches
+    return converters
+
+
+def measure_batched(args: argparse.Namespace, converters: dict, runs: list[tuple[str, str, int]],
+                    batched: list[tuple[list[str], str]]) -> dict[tuple[str, str], float]:
+    """Sentences/s of each run (converter, search name, beam) over ``batched``, converted in batches: the
+    median of three rounds taking turns with a baseline, else one round."""
     batched_lines = [typed(tokens, hanzi, abbreviate=args.abbreviate, abbreviate_as=args.abbreviate_as)
                      for tokens, hanzi in batched]
 
@@ -168,9 +175,6 @@ def main() -> int:
         else:
             converters[who].convert_tokens([tokens for tokens, _ in batched[:count]], beam=beam,
                                            batch_size=args.batch_size)
-
-    beams = {"greedy": 1, f"beam {args.beam}": args.beam}
-    runs = [(who, name, beam) for name, beam in beams.items() for who in converters]  # turns, side by side
 
     rounds = 3 if args.baseline else 1
     rates: dict[tuple[str, str], list[float]] = {(who, name): [] for who, name, _ in runs}
@@ -185,8 +189,13 @@ def main() -> int:
     for (who, name), rate in throughput.items():
         print(f"{who} batched {name}: {rate:,.0f} sentences/s ({len(batched)} sentences, median of {rounds})",
               flush=True)
+    return throughput
 
-    lines = ten_syllable_lines(sentences, args.latency_sentences, args.abbreviate, args.abbreviate_as)
+
+def measure_latency(args: argparse.Namespace, converters: dict, runs: list[tuple[str, str, int]],
+                    lines: list[str]) -> dict[tuple[str, str], tuple[float, float]]:
+    """(p50, p95) milliseconds of each run (converter, search name, beam) converting single ``lines`` on
+    --latency-threads threads, the runs taking turns line by line."""
     torch.set_num_threads(args.latency_threads)
     times: dict[tuple[str, str], list[float]] = {(who, name): [] for who, name, _ in runs}
     for who, _, beam in runs:
@@ -200,20 +209,28 @@ def main() -> int:
     for (who, name), (p50, p95) in latency.items():
         print(f"{who} single 10-syllable sentence, {name}: p50 {p50:.1f} ms, p95 {p95:.1f} ms "
               f"({len(lines)} sentences, alternating)", flush=True)
-    ratios = {}
-    if args.baseline:
-        for name in beams:
-            ratios[name] = {"p50_ratio": round(latency["model", name][0] / latency["baseline", name][0], 3),
-                            "batched_time_ratio": round(throughput["baseline", name] / throughput["model", name], 3)}
-            print(f"model / baseline, {name}: single-sentence p50 x{ratios[name]['p50_ratio']}, "
-                  f"batched time x{ratios[name]['batched_time_ratio']}", flush=True)
+    return latency
 
-    # Cold starts with an n-gram lookup cache of their own (lm/lookup_cache.py): the first start derives the
-    # tables and keeps them, as the first start after installing does; the others map them.
+
+def baseline_ratios(beams: dict[str, int], throughput: dict, latency: dict) -> dict[str, dict[str, float]]:
+    """Per search name, the model's single-sentence p50 and batched time over the baseline's, printed."""
+    ratios = {}
+    for name in beams:
+        ratios[name] = {"p50_ratio": round(latency["model", name][0] / latency["baseline", name][0], 3),
+                        "batched_time_ratio": round(throughput["baseline", name] / throughput["model", name], 3)}
+        print(f"model / baseline, {name}: single-sentence p50 x{ratios[name]['p50_ratio']}, "
+              f"batched time x{ratios[name]['batched_time_ratio']}", flush=True)
+    return ratios
+
+
+def cold_starts(checkpoint, count: int) -> tuple[list[float], float | None]:
+    """Seconds of ``count`` cold starts of translate.py after a first one, and the first's (None for no starts).
+    They have an n-gram lookup cache of their own (lm/lookup_cache.py): the first start derives the tables and
+    keeps them, as the first start after installing does; the others map them."""
     cold, first = [], None
     with tempfile.TemporaryDirectory(prefix="translate-speed-cache-") as cache:
         environment = dict(os.environ, PINYIN_HANZI_CACHE=cache)
-        for number in range(args.cold_starts + 1 if args.cold_starts else 0):
+        for number in range(count + 1 if count else 0):
             started = time.perf_counter()
             subprocess.run([sys.executable, str(ROOT / "translate.py"), "--checkpoint", str(checkpoint), "ni hao"],
                            capture_output=True, check=True, env=environment)
@@ -224,6 +241,26 @@ def main() -> int:
     if cold:
         print(f"translate.py cold start: median {statistics.median(cold):.2f} s over {len(cold)} runs "
               f"(the first, which keeps the n-gram lookup tables: {first:.2f} s)")
+    return cold, first
+
+
+def main() -> int:
+    args = parse_arguments()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    batch_threads = torch.get_num_threads()
+    converters = load_converters(args)
+    converter = converters["model"]
+    checkpoint, decode = converter.checkpoint, converter.decode
+    sentences = split_sentences(args.split) if args.split else carried_sentences()
+    batched = sentences if args.split else sentences * max(1, 1024 // len(sentences))  # enough for full batches
+    beams = {"greedy": 1, f"beam {args.beam}": args.beam}
+    runs = [(who, name, beam) for name, beam in beams.items() for who in converters]  # turns, side by side
+    throughput = measure_batched(args, converters, runs, batched)
+    lines = ten_syllable_lines(sentences, args.latency_sentences, args.abbreviate, args.abbreviate_as)
+    latency = measure_latency(args, converters, runs, lines)
+    ratios = baseline_ratios(beams, throughput, latency) if args.baseline else {}
+    cold, first = cold_starts(checkpoint, args.cold_starts)
     greedy, beam_name = "greedy", f"beam {args.beam}"
     print(json.dumps({
         "benchmark": "translate_speed", "checkpoint": str(checkpoint), "inputs": args.split or "carried sentences",

@@ -275,7 +275,7 @@ def test_inference_parts_are_what_the_checkpoint_holds(trained, tmp_path):
     ids = parts.hanzi_vocab.encode(examples[0].hanzi)
     assert loaded.sentence_log_prob(ids) == pytest.approx(lm.sentence_log_prob(ids))
     # tables of the right types that do not fit one another
-    from pinyin_hanzi.lm.char_ngram import table_columns
+    from pinyin_hanzi.lm.char_ngram_state import table_columns
 
     runs = table_columns(lm.state_dict()["tables"][2])["runs"]
     broken = lm.state_dict()

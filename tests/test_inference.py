@@ -1,10 +1,9 @@
 import pytest
 import torch
-import torch.nn.functional as F
 
 from pinyin_hanzi.config import ModelConfig
 from pinyin_hanzi.data.vocab import BOS_ID, PAD_ID
-from pinyin_hanzi.models import inference
+from pinyin_hanzi.models import inference, projections
 from pinyin_hanzi.models.inference import InferenceDecoder
 from pinyin_hanzi.models.transformer import Transformer, shift_right
 
@@ -217,7 +216,7 @@ def test_int8_weights_serve_a_few_rows_close_to_fp32_and_leave_more_rows_to_bf16
     assert all(projection.int8 is not None for projection in _projections(int8))
     assert all(projection.int8 is None for projection in _projections(low))
     assert not InferenceDecoder(model, int8=True).int8  # int8 weights come with bf16 inputs only
-    for rows, int8_used in ((1, True), (inference.INT8_MAX_ROWS, True), (inference.INT8_MAX_ROWS + 1, False)):
+    for rows, int8_used in ((1, True), (projections.INT8_MAX_ROWS, True), (projections.INT8_MAX_ROWS + 1, False)):
         source, step_input = _ids((rows, 6), SOURCE_VOCAB, 1), _ids((rows, 1), TARGET_VOCAB, 2)
         with torch.no_grad():
             memory, _ = exact.encode(source)
@@ -227,64 +226,6 @@ def test_int8_weights_serve_a_few_rows_close_to_fp32_and_leave_more_rows_to_bf16
         assert logits.dtype == torch.float32
         assert torch.allclose(logits, reference, atol=0.1, rtol=0.05)
         assert torch.equal(logits, bf16_logits) != int8_used  # int8 for a few rows, and only there
-
-
-def test_int8_weights_round_each_row_to_its_own_scale_and_are_left_out_where_the_kernel_would_not_serve(
-        monkeypatch):
-    weight, bias = torch.randn(48, 64, generator=torch.Generator().manual_seed(1)), torch.randn(48)
-    weight[3] *= 100  # a row of large weights does not coarsen the others: one scale per output row
-    int8 = inference._int8_weights(weight, bias)
-    if int8 is None:
-        pytest.skip("this PyTorch build has no int8 weight kernel")
-    quantized, scales, low_bias = int8
-    assert quantized.dtype == torch.int8 and int(quantized.abs().amax(dim=1).min()) == 127
-    assert torch.all((quantized.float() * scales.float()[:, None] - weight).abs() <= scales.float()[:, None])
-    assert torch.equal(low_bias, bias.bfloat16())
-    projection = inference._projection(weight, bias, "int8")
-    for rows in (1, 5, 6):
-        x = torch.randn(rows, 1, 64)
-        assert torch.allclose(projection(x), F.linear(x, weight, bias), atol=0.05 * float(weight.abs().amax()))
-    # an input that starts off the kernel's alignment (a view at an offset) is copied first, not read there
-    # (the kernel would crash the process)
-    x = torch.randn(5 * 64 + 3).bfloat16()[3:].view(5, 1, 64)
-    assert x.data_ptr() % 32
-    assert torch.equal(projection(x), projection(x.clone()))
-    # an ``in`` the kernel would read past (it crashes rather than refuse), a kernel whose product differs, or
-    # none: bf16 weights
-    assert inference._int8_weights(weight[:, :40], None) is None
-    original = inference._INT8_MATMUL
-    monkeypatch.setattr(inference, "_INT8_MATMUL", lambda x, weight, scales: original(x, weight, scales) + 1)
-    assert inference._int8_weights(weight, bias) is None
-    monkeypatch.setattr(inference, "_INT8_MATMUL", None)
-    assert inference._int8_weights(weight, bias) is None
-    assert inference._projection(weight, bias, "int8").int8 is None
-
-
-def test_onednn_blocked_weights_give_the_plain_products_and_are_left_out_where_they_would_not(monkeypatch):
-    weight, bias = torch.randn(48, 32, generator=torch.Generator().manual_seed(1)), torch.randn(48)
-    packed = inference._prepacked(weight, bias)
-    if packed is None:
-        pytest.skip("this PyTorch build has no oneDNN linear kernel")
-    projection = inference.Projection(weight, bias, packed=packed)
-    for rows in (1, 2, 5, 300):
-        x = torch.randn(rows, 1, 32)
-        assert torch.allclose(projection(x), F.linear(x, weight, bias), atol=1e-5)
-    low = weight.bfloat16(), bias.bfloat16()
-    # oneDNN refuses bf16 weights on a CPU without AVX-512 (or AVX-NE-CONVERT): the plain bf16 products there
-    low_packed = inference._prepacked(*low)
-    assert low_packed is not None or not torch.cpu._is_avx512_supported()
-    projection = inference.Projection(weight, bias, low, 2, packed, low_packed)
-    assert (projection.low_packed is None) == (low_packed is None)
-    x = torch.randn(5, 1, 32)
-    assert torch.allclose(projection(x), F.linear(x, weight, bias), atol=0.1, rtol=0.05)
-    assert projection(x, keep_bf16=True).dtype == torch.bfloat16
-    # a kernel whose product differs from F.linear's, or no oneDNN: the plain weights
-    original = inference._packed_linear
-    monkeypatch.setattr(inference, "_packed_linear", lambda x, packed, bias: original(x, packed, bias) + 1)
-    assert inference._prepacked(weight, bias) is None
-    monkeypatch.setattr(inference, "_packed_linear", original)
-    monkeypatch.setattr(torch.backends.mkldnn, "is_available", lambda: False)
-    assert inference._prepacked(weight, bias) is None
 
 
 @pytest.mark.parametrize("overrides", MODELS)

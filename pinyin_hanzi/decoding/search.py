@@ -1,7 +1,9 @@
 """Search: the hanzi sequences a trained model scores best for given pinyin ids.
 
 One step loop, :func:`beam_search`, in the manner of OpenNMT-py's ``beam_search.py`` and fairseq's
-``search.py``; greedy decoding is beam 1. Two things plug in at one place each:
+``search.py``; greedy decoding is beam 1. What it keeps between steps (the hypotheses' scores and characters,
+the decoder's inputs and cache, the inputs that finished) is one object whose steps it calls: drop the
+finished inputs, score the allowed characters, keep the best extensions. Two things plug in at one place each:
 - :class:`Constraint`: the characters each position may take (the lexicon's lists of a syllable's hanzi,
   or any character when unconstrained);
 - :class:`NgramFusion`: shallow fusion of models of the next character given the ones before it (the
@@ -142,79 +144,131 @@ def beam_search(model: Transformer | InferenceDecoder, source: torch.Tensor, con
     Transformer, or the :class:`InferenceDecoder` a converter keeps (with its bf16 weights)."""
     if not isinstance(model, InferenceDecoder):  # the cached decoder step without nn.Module's per-step lookups
         model = InferenceDecoder(model)
-    batch, length = source.shape
+    length = source.shape[1]
     lengths = (source != PAD_ID).sum(dim=1).tolist()
-    on_cpu = source.device.type == "cpu"  # asked once: a tensor's device, and a move to where it is, cost a call
-    to_device = (lambda tensor: tensor) if on_cpu else (lambda tensor: tensor.to(source.device))
-    memory, cross_mask = encode(model, source)  # (b, s, d), (b, 1, 1, s) or None
-    cache = model.new_cache()
-    rows = 1  # decoder rows per input: one (after <s> all beams are alike) at the first step, then beam
-    scores = torch.full((batch, beam), float("-inf"))
-    scores[:, 0] = 0.0  # one live beam to start from
-    # (b, k, m + s): the hanzi ids chosen so far, after m <s> (the fused models' context before the first
-    # character): the context of position p's step is columns p to p + m, a view, reordered with the beams
-    lead = fusion.history if fusion is not None else 0
-    history = torch.full((batch, beam, lead + length), BOS_ID, dtype=torch.long)
-    previous = torch.full((batch, 1), BOS_ID, dtype=torch.long, device=source.device)
-    # Inputs whose last position is decoded are finished: once those at the front of the batch are (a
-    # converter sorts a batch by length), they leave it, and the steps after run on the others alone.
-    final_scores, final_history, done = scores.clone(), torch.zeros_like(history), 0  # done: inputs that left
+    beams = _Beams(model, source, beam, fusion.history if fusion is not None else 0)
     for position in range(length):
-        finished = 0  # leading finished inputs
-        while finished < batch and lengths[done + finished] <= position:
-            finished += 1
-        if finished and finished < batch:
-            final_scores[done : done + finished] = scores[:finished]
-            final_history[done : done + finished] = history[:finished]
-            memory, scores, history = memory[finished:], scores[finished:], history[finished:]
-            cross_mask = None if cross_mask is None else cross_mask[finished:]
-            previous = previous[finished * rows :]
-            cache.drop_front(finished, rows)
-            batch, done = batch - finished, done + finished
-        context = history[:, :rows, position : position + lead].reshape(batch * rows, lead) if lead else None
+        beams.drop_finished(lengths, position)
+        context = beams.context(position)  # (b r, m), or None without fusion
         if position == length - 1 and (forced := constraint.forced(position)) is not None:
-            history[:, :, lead + position] = forced[done:, None]
-            if fusion is not None:  # the fused models may still change the beams' order
-                scores, history = _fuse_forced(fusion, context, forced[done:], rows, scores, history)
+            beams.force_last(forced, position, fusion, context)
             break
         ids, real, lists = constraint.at(position)  # the constraint's one place: (b, c) allowed ids
-        if done:
-            ids, real = ids[done:], None if real is None else real[done:]
+        if beams.done:
+            ids, real = ids[beams.done :], None if real is None else real[beams.done :]
+        log_probs = beams.model_log_probs(model, ids, real, lists)  # (b, r, c)
+        if fusion is not None:  # the fused models' one place (and the forced last character's, above)
+            listed = ids if beams.rows == 1 else ids.repeat_interleave(beams.rows, dim=0)
+            log_probs = log_probs + fusion.scores(context, listed, padded=real is not None).view(log_probs.shape)
+        beams.extend(log_probs, ids, position)
+    return beams.results(lengths)
+
+
+class _Beams:
+    """A search's hypotheses between steps, for the inputs still in the batch: their scores (b, k), the hanzi
+    ids chosen so far, and what the decoder reads at the next step (the memory, the cross-attention mask, the
+    last characters chosen, the cache). Inputs whose last position is decoded are finished: once those at the
+    front of the batch are (a converter sorts a batch by length), they leave it for the final tables, and the
+    steps after run on the others alone."""
+
+    def __init__(self, model: InferenceDecoder, source: torch.Tensor, beam: int, lead: int):
+        """``lead``: the fused models' context before the first character, m <s> (0 without fusion)."""
+        batch, length = source.shape
+        self.beam, self.lead, self.batch, self.device = beam, lead, batch, source.device
+        # asked once: a tensor's device, and a move to where it is, cost a call
+        self.on_cpu = source.device.type == "cpu"
+        self.memory, self.cross_mask = encode(model, source)  # (b, s, d), (b, 1, 1, s) or None
+        self.cache = model.new_cache()
+        self.rows = 1  # decoder rows per input: one (after <s> all beams are alike) at the first step, then beam
+        self.scores = torch.full((batch, beam), float("-inf"))
+        self.scores[:, 0] = 0.0  # one live beam to start from
+        # (b, k, m + s): the hanzi ids chosen so far, after m <s> (the fused models' context before the first
+        # character): the context of position p's step is columns p to p + m, a view, reordered with the beams
+        self.history = torch.full((batch, beam, lead + length), BOS_ID, dtype=torch.long)
+        self.previous = torch.full((batch, 1), BOS_ID, dtype=torch.long, device=source.device)  # (b r, 1)
+        self.final_scores, self.final_history = self.scores.clone(), torch.zeros_like(self.history)
+        self.done = 0  # inputs that left the batch, finished
+
+    def to_device(self, tensor: torch.Tensor) -> torch.Tensor:
+        return tensor if self.on_cpu else tensor.to(self.device)
+
+    def drop_finished(self, lengths: list[int], position: int) -> None:
+        """The leading inputs whose length (``lengths``: every input's) ends before ``position`` leave the
+        batch, unless all of it would."""
+        finished, done, rows = 0, self.done, self.rows  # finished: leading finished inputs
+        while finished < self.batch and lengths[done + finished] <= position:
+            finished += 1
+        if not finished or finished == self.batch:
+            return
+        self.final_scores[done : done + finished] = self.scores[:finished]
+        self.final_history[done : done + finished] = self.history[:finished]
+        self.memory, self.scores, self.history = self.memory[finished:], self.scores[finished:], self.history[finished:]
+        self.cross_mask = None if self.cross_mask is None else self.cross_mask[finished:]
+        self.previous = self.previous[finished * rows :]
+        self.cache.drop_front(finished, rows)
+        self.batch, self.done = self.batch - finished, done + finished
+
+    def context(self, position: int) -> torch.Tensor | None:
+        """The fused models' context at ``position``: each decoder row's last m characters, (b r, m); None
+        without fusion."""
+        if not self.lead:
+            return None
+        return self.history[:, : self.rows, position : position + self.lead].reshape(self.batch * self.rows, self.lead)
+
+    def force_last(self, forced: torch.Tensor, position: int, fusion: NgramFusion | None,
+                   context: torch.Tensor | None) -> None:
+        """Every beam ends in its input's forced character (``forced``: (n,), one per input of the search)
+        at the last ``position``, without a decoder step; the fused models may still change the beams' order."""
+        forced = forced[self.done :]
+        self.history[:, :, self.lead + position] = forced[:, None]
+        if fusion is not None:
+            self.scores, self.history = _fuse_forced(fusion, context, forced, self.rows, self.scores, self.history)
+
+    def model_log_probs(self, model: InferenceDecoder, ids: torch.Tensor, real: torch.Tensor | None,
+                        lists: bool) -> torch.Tensor:
+        """The model's log-probabilities of the allowed characters ``ids`` (b, c) (``real``, (b, c) or None:
+        where they are not padding; ``lists``: ids are lists, not the whole vocabulary) after each decoder row,
+        (b, r, c), fp32 on the CPU: a softmax over each input's allowed characters."""
         # an input's rows share its list: the model gathers the list's output rows once, not per row
-        logits = model.decode(previous, memory, cross_mask, cache=cache,
-                              candidates=to_device(ids[:, None, :]) if lists else None)  # (b r, 1, c)
-        width = logits.shape[-1]  # c
-        if not on_cpu or logits.dtype != torch.float32:
+        logits = model.decode(self.previous, self.memory, self.cross_mask, cache=self.cache,
+                              candidates=self.to_device(ids[:, None, :]) if lists else None)  # (b r, 1, c)
+        if not self.on_cpu or logits.dtype != torch.float32:
             logits = logits.to("cpu", torch.float32)
-        logits = logits.view(batch, rows, width)
+        logits = logits.view(self.batch, self.rows, logits.shape[-1])
         if real is not None:  # padded lists (a batch's): their padding is no choice
             logits = torch.where(real[:, None, :], logits, float("-inf"))
-        log_probs = logits.log_softmax(-1)
-        if fusion is not None:  # the fused models' one place (and the forced last character's, above)
-            listed = ids if rows == 1 else ids.repeat_interleave(rows, dim=0)
-            log_probs = log_probs + fusion.scores(context, listed, padded=real is not None).view(batch, rows, width)
-        total = (scores[:, :rows, None] + log_probs).view(batch, rows * width)  # (b, r c)
+        return logits.log_softmax(-1)
+
+    def extend(self, log_probs: torch.Tensor, ids: torch.Tensor, position: int) -> None:
+        """Keeps the ``beam`` best extensions of each input's hypotheses by the characters ``ids`` (b, c), given
+        their log-probabilities (b, r, c) at ``position``; the cache follows the kept beams."""
+        batch, rows, width = log_probs.shape
+        beam = self.beam
+        total = (self.scores[:, :rows, None] + log_probs).view(batch, rows * width)  # (b, r c)
         short = rows * width < beam  # fewer choices than beams (a first step with a short list): dead beams
         if short:
             total = torch.cat([total, total.new_full((batch, beam - rows * width), float("-inf"))], dim=1)
-        scores, flat_index = total.topk(beam, dim=-1)  # (b, k)
+        self.scores, flat_index = total.topk(beam, dim=-1)  # (b, k)
         if short:
             flat_index = flat_index.clamp(max=rows * width - 1)  # a dead beam's index points at a real entry
         parent = flat_index // width
         token = ids.gather(1, flat_index % width)  # (b, k) hanzi ids
         if beam > 1:
-            history = history.gather(1, parent[..., None].expand_as(history))
+            self.history = self.history.gather(1, parent[..., None].expand_as(self.history))
             # the rows kept, (b k,): an input's parents are among its own rows
             order = parent.view(-1) if batch == 1 else (torch.arange(batch)[:, None] * rows + parent).view(-1)
-            cache.reorder(to_device(order))  # from one row per input to k after the first step
-            rows = beam  # an input's k rows share its memory (InferenceDecoder.decode): it is not repeated
-        history[:, :, lead + position] = token
-        previous = to_device(token.view(batch * beam, 1))
-    final_scores[done:], final_history[done:] = scores, history
-    # dead beams (fewer candidates than beams) score -inf; NaN (broken weights) stays
-    final_history, final_scores = final_history[:, :, lead:].tolist(), final_scores.tolist()
-    return [[(final_history[i][k][: lengths[i]], final_scores[i][k]) for k in range(beam)
-             if final_scores[i][k] != float("-inf")] for i in range(len(lengths))]
+            self.cache.reorder(self.to_device(order))  # from one row per input to k after the first step
+            self.rows = beam  # an input's k rows share its memory (InferenceDecoder.decode): it is not repeated
+        self.history[:, :, self.lead + position] = token
+        self.previous = self.to_device(token.view(batch * beam, 1))
+
+    def results(self, lengths: list[int]) -> list[list[Hypothesis]]:
+        """Per input (``lengths``: each one's), its live beams, best first: (hanzi ids, score)."""
+        self.final_scores[self.done :], self.final_history[self.done :] = self.scores, self.history
+        # dead beams (fewer candidates than beams) score -inf; NaN (broken weights) stays
+        history, scores = self.final_history[:, :, self.lead :].tolist(), self.final_scores.tolist()
+        return [[(history[i][k][: lengths[i]], scores[i][k]) for k in range(self.beam)
+                 if scores[i][k] != float("-inf")] for i in range(len(lengths))]
 
 
 def _fuse_forced(fusion: NgramFusion, context: torch.Tensor, forced: torch.Tensor, rows: int, scores: torch.Tensor,

@@ -16,11 +16,15 @@ a phrase table's entries (pypinyin-dict's, ``decode.lm_phrases``), each counted 
 so that their n-grams are there when the typed syllables call for them.
 
 The tables are sorted int64 keys (an n-gram's hanzi ids as digits in base v, the vocabulary size),
-looked up with ``torch.searchsorted``, so one call scores every (hypothesis, candidate) pair of a decoding
-step at once. For lookups the counts are turned into backoff form once, when the model is built: each
-stored n-gram's interpolated log-probability and each context's log backoff weight. The model lives in the
-checkpoint (``char_lm``, its counts stored compactly: see ``state_dict``) and counts ids of the
-checkpoint's hanzi vocabulary.
+looked up with a binary search, so one call scores every (hypothesis, candidate) pair of a decoding step at
+once. For lookups the counts are turned into backoff form once, at the first lookup: each stored n-gram's
+interpolated log-probability and each context's log backoff weight (lm/char_ngram_lookup.py, kept between
+processes by lm/lookup_cache.py). The model lives in the checkpoint (``char_lm``, its counts stored
+compactly: lm/char_ngram_state.py) and counts ids of the checkpoint's hanzi vocabulary.
+
+This module holds the model, :class:`CharNgramLM` (its Kneser-Ney tables from the top order's counts, and
+the queries decoding makes), and its counting from text: :func:`count_for` (examples in memory),
+:func:`count_store` and :func:`count_from_blocks` (a token store, a block at a time, in bounded memory).
 """
 
 from __future__ import annotations
@@ -29,13 +33,13 @@ import tempfile
 import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import NamedTuple
 
 import numpy as np
 import torch
 
 from pinyin_hanzi.data.vocab import BOS_ID
-from pinyin_hanzi.lm import lookup_cache
+from pinyin_hanzi.lm import char_ngram_state
+from pinyin_hanzi.lm.char_ngram_lookup import Lookup, build_lookup, cached_lookup
 from pinyin_hanzi.lm.ngram_tables import (
     SPILL_KEYS,
     choose_min_counts,
@@ -46,44 +50,8 @@ from pinyin_hanzi.lm.ngram_tables import (
     progress,
 )
 from pinyin_hanzi.lm.sorted_runs import SpillingCounter
-from pinyin_hanzi.lm.stored import (
-    column_length,
-    is_finite_number,
-    is_int,
-    is_vector,
-    pack_integers,
-    unpack_integers,
-)
 
 DISCOUNT = 0.75
-
-
-def _find(keys: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:
-    """The index of each query (any shape) in the sorted ``keys``, -1 where it is not there."""
-    if len(keys) == 0:
-        return torch.full(queries.shape, -1, dtype=torch.long)
-    index = torch.searchsorted(keys, queries).clamp_(max=len(keys) - 1)
-    return torch.where(keys[index] == queries, index, -1)
-
-
-class _Lookup(NamedTuple):
-    """What decoding's lookups search (:meth:`CharNgramLM.log_prob`): every order's n-grams in one sorted table
-    and their log-probabilities, every order's contexts in another and their log backoff weights."""
-
-    gram_keys: np.ndarray  # int64, sorted, a sentinel last
-    gram_log_probs: np.ndarray  # float32
-    context_keys: np.ndarray  # int64, sorted, a sentinel last
-    context_log_backoffs: np.ndarray  # float32
-
-
-def _context_index(starts: torch.Tensor, context_keys: torch.Tensor) -> torch.Tensor:
-    """The index in the sorted ``context_keys`` of each of ``starts`` (sorted: an order's n-gram keys // v).
-    Where the contexts are exactly the distinct starts, as counted and stored tables have them, the index is
-    a run count, not a search: a tenth of the time, at every start of a converter."""
-    distinct, index = torch.unique_consecutive(starts, return_inverse=True)
-    if len(distinct) == len(context_keys) and bool((distinct == context_keys).all()):
-        return index
-    return torch.searchsorted(context_keys, starts)
 
 
 def _unigram_log_probs(keys: torch.Tensor, counts: torch.Tensor, vocab_size: int) -> torch.Tensor:
@@ -91,45 +59,6 @@ def _unigram_log_probs(keys: torch.Tensor, counts: torch.Tensor, vocab_size: int
     unigram_counts = torch.zeros(vocab_size)
     unigram_counts.index_add_(0, keys, counts.float())
     return ((unigram_counts + 1) / (unigram_counts.sum() + vocab_size)).log()
-
-
-def _pruned_backoffs(backoffs: torch.Tensor, counts: torch.Tensor, lower_probs: torch.Tensor,
-                     context_index: torch.Tensor, totals: torch.Tensor, distinct: torch.Tensor, discount: float
-                     ) -> torch.Tensor:
-    """The backoff weights of contexts some of whose n-grams were pruned (min counts), so that P(. | context)
-    still sums to 1: the stored n-grams keep the full model's probability, and the mass of the pruned ones,
-    sum((c - D) / total), goes to the characters not stored after the context, in proportion to the order
-    below: D * distinct / total + that mass / (1 - the stored n-grams' P_lower). Other contexts keep
-    ``backoffs``. (As SRILM and KenLM renormalise a pruned model.)"""
-    stored = torch.bincount(context_index, minlength=len(totals))
-    pruned = distinct.long() - stored
-    if not bool((pruned > 0).any()):
-        return backoffs
-    stored_counts = torch.zeros(len(totals), dtype=torch.long).index_add_(0, context_index, counts.long())
-    pruned_mass = ((totals.long() - stored_counts).double() - discount * pruned.double()) / totals.double()
-    lower_left = 1 - torch.zeros(len(totals), dtype=torch.float64).index_add_(0, context_index, lower_probs)
-    return torch.where(pruned > 0, backoffs + pruned_mass / lower_left.clamp(min=1e-12), backoffs)
-
-
-def _backed_off(tables: dict, k: int, keys: torch.Tensor, vocab_size: int) -> torch.Tensor:
-    """P_k of k-gram ``keys`` as the model gives it (tables: order -> (sorted keys, P_k of each, sorted
-    context keys, their backoff weights); order 1: (None, P_1 by id, None, None)): a stored k-gram's own
-    probability, else its context's backoff weight (1 for a context not stored) times P_{k-1} of its
-    suffix. Where an order was pruned, a stored longer n-gram's suffix may be missing."""
-    gram_keys, probs, context_keys, backoffs = tables[k]
-    if gram_keys is None:
-        return probs[keys]
-    index = _find(gram_keys, keys)
-    found = index >= 0
-    if bool(found.all()):
-        return probs[index]
-    result = torch.empty(len(keys), dtype=torch.float64)
-    result[found] = probs[index[found]]
-    missing = keys[~found]
-    context = _find(context_keys, missing // vocab_size)
-    weight = torch.where(context >= 0, backoffs[context.clamp(min=0)], 1.0)
-    result[~found] = weight * _backed_off(tables, k - 1, missing % vocab_size ** (k - 1), vocab_size)
-    return result
 
 
 def check_key_range(order: int, vocab_size: int) -> None:
@@ -245,21 +174,19 @@ class CharNgramLM:
         self._powers = vocab_size ** np.arange(order - 1, dtype=np.int64)  # digit j of a context: x v^j
         # The lookup tables are built at the first lookup: a model counted only to be stored (training, a
         # prepared store's counted/ folder) never needs them, and they take about as much memory again.
-        self._lookup: _Lookup | None = None
+        self._lookup: Lookup | None = None
         self._lookup_lock = threading.Lock()  # the service's threads may look up at once
 
-    def _lookup_tables(self) -> _Lookup:
+    def _lookup_tables(self) -> Lookup:
         """(n-gram keys, their log-probabilities, context keys, their log backoff weights), every order in one
-        sorted table each (keys + k * offset, offset > any key), so that one searchsorted call serves every
-        order: per decoding step the lookups' cost is cache misses in these tables and per-call overhead, not
-        arithmetic. Backoff form: each stored n-gram's full interpolated probability, and each context's
-        backoff weight (D * distinct / total: what multiplies the lower order's probability of the
-        characters not stored after it)."""
+        sorted table each, in backoff form (lm/char_ngram_lookup.py); built at the first lookup, once, however
+        many threads look up at once."""
         if self._lookup is not None:  # built: read twice a search step, without the lock
             return self._lookup
         with self._lookup_lock:
             if self._lookup is None:
-                self._lookup = self._build_lookup() if self._stored is None else self._cached_lookup(self._stored)
+                self._lookup = (self._build_lookup() if self._stored is None
+                                else cached_lookup(self._stored, self._build_lookup))
             return self._lookup
 
     @property
@@ -277,60 +204,12 @@ class CharNgramLM:
         return self._context_tables
 
     def _unpack(self) -> None:
-        grams, contexts = {}, {}
-        for k, table in self._stored["tables"].items():
-            columns = table_columns(table)
-            context_keys = columns["context_keys"]
-            contexts[k] = (context_keys, columns["totals"].int(), columns["distinct"].int())
-            gram_keys = context_keys.repeat_interleave(columns["runs"]) * self.vocab_size + columns["last_ids"]
-            grams[k] = (gram_keys, columns["counts"].int())
-        self._gram_tables, self._context_tables = grams, contexts
+        self._gram_tables, self._context_tables = char_ngram_state.unpack_tables(self._stored["tables"],
+                                                                                 self.vocab_size)
 
-    def _cached_lookup(self, state: dict) -> _Lookup:
-        """:meth:`_build_lookup` of a stored model, mapped from the lookup cache where it holds them, else built
-        and kept there (lm/lookup_cache.py); small models are built."""
-        size = self.stored_size(state)
-        context_count = sum(column_length(table["runs"]) for table in state["tables"].values())
-        if size < lookup_cache.MIN_NGRAMS:
-            return self._build_lookup()
-        digest = lookup_cache.state_digest(state)
-        expected = {"gram_keys": (np.dtype(np.int64), size + 1), "gram_log_probs": (np.dtype(np.float32), size + 1),
-                    "context_keys": (np.dtype(np.int64), context_count + 1),
-                    "context_log_backoffs": (np.dtype(np.float32), context_count + 1)}
-        arrays = lookup_cache.load(digest, expected)
-        if arrays is not None:
-            return _Lookup(**arrays)
-        lookup = self._build_lookup()
-        lookup_cache.store(digest, lookup._asdict())
-        return lookup
-
-    def _build_lookup(self) -> _Lookup:
-        # lm/lookup_cache.py keeps what this derives for later processes: a change to it bumps FORMAT there
-        vocab_size, discount = self.vocab_size, self.discount
-        gram_keys, gram_log_probs, context_keys, context_log_backoffs = [], [], [], []
-        # order -> (keys, P_k, context keys, backoff weights); order 1 by character id
-        lower_tables = {1: (None, self.unigram_log_probs.double().exp(), None, None)}
-        for k in range(2, self.order + 1):
-            keys, counts = self.grams[k]
-            ctx_keys, totals, distinct = self.contexts[k]  # distinct: a context's n-grams before any was pruned
-            context_index = _context_index(keys // vocab_size, ctx_keys)
-            total, backoff = totals.double()[context_index], discount * distinct.double() / totals.double()
-            suffix = keys % vocab_size ** (k - 1)  # the same n-gram without its oldest character
-            lower_probs = _backed_off(lower_tables, k - 1, suffix, vocab_size)
-            probs = (counts.double() - discount).clamp(min=0) / total + backoff[context_index] * lower_probs
-            backoff = _pruned_backoffs(backoff, counts, lower_probs, context_index, totals, distinct, discount)
-            gram_keys.append(keys + k * self._offset)
-            gram_log_probs.append(probs.log().float())
-            context_keys.append(ctx_keys + k * self._offset)
-            context_log_backoffs.append(backoff.log().float())
-            lower_tables[k] = (keys, probs, ctx_keys, backoff)
-        # numpy arrays, each table ending in a sentinel key above every real one (with a dummy value), so that
-        # a search never lands past the end, even in an empty table
-        sentinel = np.array([np.iinfo(np.int64).max])
-        return _Lookup(np.concatenate([k.numpy() for k in gram_keys] + [sentinel]),
-                       np.concatenate([p.numpy() for p in gram_log_probs] + [np.zeros(1, np.float32)]),
-                       np.concatenate([k.numpy() for k in context_keys] + [sentinel]),
-                       np.concatenate([b.numpy() for b in context_log_backoffs] + [np.zeros(1, np.float32)]))
+    def _build_lookup(self) -> Lookup:
+        return build_lookup(self.order, self.vocab_size, self.discount, self.unigram_log_probs, self.grams,
+                            self.contexts)
 
     @classmethod
     def count(cls, id_lists: Iterable[Sequence[int]], vocab_size: int, order: int = 3, min_count: int = 1,
@@ -439,24 +318,14 @@ class CharNgramLM:
     @staticmethod
     def stored_size(state: dict) -> int:
         """:meth:`size` of the model a stored state (checked: :meth:`state_problem`) holds, without building it."""
-        return sum(column_length(table["counts"]) for table in state["tables"].values())
+        return char_ngram_state.stored_size(state)
 
     def state_dict(self) -> dict:
-        """Compact tables for the checkpoint: an n-gram's key is its context's key * v + its last id, and the
-        n-grams of a context are consecutive, so each order stores the last ids and how many n-grams each
-        context has; the sorted context keys as differences; every column packed by :func:`pack_integers` (int16
-        with the few values beyond it listed apart, deflated), since counts are mostly ones and twos."""
-        tables = {}
-        for k, (gram_keys, counts) in self.grams.items():
-            context_keys, totals, distinct = self.contexts[k]
-            runs = torch.bincount(torch.searchsorted(context_keys, gram_keys // self.vocab_size),
-                                  minlength=len(context_keys))
-            context_key_steps = torch.diff(context_keys, prepend=context_keys[:0].new_zeros(1))
-            tables[k] = {"context_key_steps": pack_integers(context_key_steps), "totals": pack_integers(totals),
-                         "distinct": pack_integers(distinct), "runs": pack_integers(runs),
-                         "last_ids": pack_integers(gram_keys % self.vocab_size), "counts": pack_integers(counts)}
+        """Compact tables for the checkpoint (lm/char_ngram_state.py): per order, the last ids and how many
+        n-grams each context has, the sorted context keys as differences, every column packed."""
         return {"order": self.order, "vocab_size": self.vocab_size, "discount": self.discount,
-                "unigrams": self.unigram_log_probs, "tables": tables}
+                "unigrams": self.unigram_log_probs,
+                "tables": char_ngram_state.pack_tables(self.grams, self.contexts, self.vocab_size)}
 
     @classmethod
     def from_state_dict(cls, state: dict) -> "CharNgramLM":
@@ -474,68 +343,7 @@ class CharNgramLM:
         ``hanzi_vocab_size`` characters, as what follows "its character n-gram model" in a one-line error
         ("cannot be read (order 7: ...)"), or None where :meth:`from_state_dict` may build from it. A
         checkpoint may be crafted: this runs before anything is built."""
-        reason = _table_problem(state, hanzi_vocab_size)
-        return None if reason is None else f"cannot be read ({reason})"
-
-
-TABLE_COLUMNS = ("context_keys", "totals", "distinct", "runs", "last_ids", "counts")
-
-
-def table_columns(table: dict) -> dict[str, torch.Tensor]:
-    """The int64 columns (``TABLE_COLUMNS``) of one order's stored table, as :meth:`CharNgramLM.state_dict`
-    wrote them; files written before the context keys were stored as differences hold them as they are.
-    ValueError (what is wrong) for a table that is not such a thing."""
-    if not isinstance(table, dict):
-        raise ValueError("not a dict")
-    columns = {}
-    for name in TABLE_COLUMNS:
-        if name == "context_keys" and "context_key_steps" in table:
-            columns[name] = unpack_integers(table["context_key_steps"], name).cumsum(0)
-        elif name in table:
-            columns[name] = unpack_integers(table[name], name)
-        else:
-            raise ValueError(f"no {name} column")
-    return columns
-
-
-def _table_problem(state: dict, hanzi_vocab_size: int) -> str | None:
-    """What is wrong with a CharNgramLM state dict over ``hanzi_vocab_size`` characters, or None: the tables
-    of each order must pair up (one total, distinct count and run length per context; one last id and count
-    per n-gram), hold keys and ids inside the vocabulary, and keep the context keys sorted (they are searched)."""
-    order, tables, v = state.get("order"), state.get("tables"), hanzi_vocab_size
-    if not (is_int(order) and 1 <= order <= 4):
-        return f"order {order!r}: expected an integer in 1..4"
-    if state.get("vocab_size") != v or not is_int(state.get("vocab_size")):
-        return f"vocab_size {state.get('vocab_size')!r}: expected the hanzi vocabulary's {v}"
-    if (order + 1) * v**order >= 2**63:
-        return f"order {order} over {v} characters does not fit in int64 keys"
-    discount = state.get("discount")
-    if not (is_finite_number(discount) and 0 < discount < 1):
-        return f"discount {discount!r}: expected a number in (0, 1)"
-    unigrams = state.get("unigrams")
-    if not (is_vector(unigrams, "float", v) and bool(torch.isfinite(unigrams).all())):
-        return f"no unigram table of {v} finite log-probabilities"
-    if not (isinstance(tables, dict) and sorted(tables, key=repr) == list(range(2, order + 1))):
-        return f"no tables of orders 2..{order}"
-    for k, stored in tables.items():
-        try:
-            table = table_columns(stored)
-        except ValueError as error:
-            return f"order {k}'s table lacks one of {', '.join(TABLE_COLUMNS)} (1-D integer tensors): {error}"
-        contexts, runs = table["context_keys"], table["runs"]
-        if any(len(table[name]) != len(contexts) for name in ("totals", "distinct", "runs")):
-            return f"order {k}'s context_keys, totals, distinct and runs differ in length"
-        if bool((runs < 0).any()) or not len(table["last_ids"]) == len(table["counts"]) == int(runs.sum()):
-            return f"order {k}'s runs do not add up to its last_ids and counts"
-        if len(contexts) and (int(contexts.min()) < 0 or int(contexts.max()) >= v ** (k - 1)
-                              or bool((contexts[1:] <= contexts[:-1]).any())):
-            return f"order {k}'s context_keys are not sorted keys of {k - 1} characters"
-        last_ids = table["last_ids"]
-        if len(last_ids) and (int(last_ids.min()) < 0 or int(last_ids.max()) >= v):
-            return f"order {k}'s last_ids lie outside the vocabulary"
-        if any(len(table[name]) and int(table[name].min()) < 1 for name in ("totals", "distinct", "counts")):
-            return f"order {k}'s totals, distinct or counts are not positive"
-    return None
+        return char_ngram_state.state_problem(state, hanzi_vocab_size)
 
 
 def count_store(split, hanzi_vocab, order: int = 3, min_count: int = 1, phrases: Sequence[str] = (),

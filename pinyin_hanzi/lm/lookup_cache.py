@@ -1,7 +1,7 @@
 """Decoding's n-gram lookup tables, kept on disk between processes.
 
 A checkpoint stores its character n-gram model as compact counts; decoding looks up each n-gram's
-log-probability in tables derived from them (:meth:`CharNgramLM._build_lookup`). For the shipped model that
+log-probability in tables derived from them (lm/char_ngram_lookup.py). For the shipped model that
 derivation is a fifth of ``translate.py``'s start (0.3-0.4 s on two cores, for 4.1M n-grams), the same every
 time. So the first process to load a model writes its tables, as ``.npy`` files, to a folder named by a digest
 of the stored model, and later ones map those files into memory instead: no arithmetic, and the pages are
