@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
+import warnings
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -197,7 +198,12 @@ def load_checkpoint(path: str | Path) -> dict:
     or holds an entry of the wrong type."""
     path = check_checkpoint_path(path)
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():
+            # torch warns about what an odd file holds (a deprecated storage type, a quantized tensor, a pickle
+            # protocol it did not write) before it fails or returns: the one-line error below says what is
+            # wrong with the file, and a warning's paragraph about torch internals would come before it
+            warnings.simplefilter("ignore")
+            state = torch.load(path, map_location="cpu", weights_only=True)
     except OSError as error:  # no permission, an I/O error
         raise CheckpointError(f"cannot read checkpoint {path}: {error.strerror or error}") from None
     except Exception as error:  # noqa: BLE001 - on junk bytes torch's unpickler raises about anything
@@ -227,9 +233,15 @@ def _unreadable_reason(path: Path, error: Exception) -> str:
                 return "a zip archive, but not one that torch.save wrote"
     elif not head.startswith(b"\x80"):  # every pickle torch writes starts with its protocol byte
         return "a text file" if _is_text(head) else "not a torch.save file"
+    elif not head.startswith(_LEGACY_MAGIC):
+        return "a pickle file that torch.save did not write: only torch.save files are read, never pickles"
     if "weights only" in str(error).lower():
         return "it holds pickled Python objects, which are never loaded: only tensors and plain values are"
     return "a truncated or damaged torch.save file"
+
+
+# How torch.save's format before the zip archive begins: a protocol-2 pickle of its magic number (a long).
+_LEGACY_MAGIC = b"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19"
 
 
 def _is_text(head: bytes) -> bool:
@@ -260,6 +272,10 @@ def validate_checkpoint(state, where: str = "checkpoint") -> None:
     for key, (fits, expected) in _ENTRY_TYPES.items():
         if key in state and not fits(state[key]):
             raise CheckpointError(f"{where} is not a pinyin_hanzi checkpoint: its {key} is not {expected}")
+    for key, value in state.items():
+        if (place := _meta_tensor(value)) is not None:
+            raise CheckpointError(f"{where} is not a pinyin_hanzi checkpoint: its {key} holds a tensor without values "
+                                  f"({place or key} is on the meta device)")
     _, _, hanzi_vocab = _config_and_vocabularies(state, where)
     if problem := _model_problem(state[MODEL_KEY]):
         raise CheckpointError(f"{where}: weights do not fit the model its config describes ({problem})")
@@ -284,6 +300,23 @@ def clipped(text: str, limit: int) -> str:
         return text
     cut = text[: limit - 1]
     return (cut.rsplit(" ", 1)[0] if " " in cut else cut).rstrip(" ,;:") + "…"
+
+
+def _meta_tensor(entry) -> str | None:
+    """Where in ``entry`` (nested dicts and lists) the first tensor on the meta device is, as dotted keys
+    ("" for the entry itself), or None. Such a tensor has a shape and no values: torch.load leaves it there
+    whatever map_location says, and any arithmetic on it raises (a traceback, not an error line)."""
+    pending = [("", entry)]  # a stack, not recursion: a file may nest lists deeper than Python recurses
+    while pending:
+        place, value = pending.pop()
+        if isinstance(value, torch.Tensor):
+            if value.is_meta:
+                return place
+        elif isinstance(value, dict):
+            pending += [(f"{place}.{key}".lstrip("."), item) for key, item in value.items()]
+        elif isinstance(value, (list, tuple)):
+            pending += [(f"{place}[{index}]", item) for index, item in enumerate(value)]
+    return None
 
 
 def _is_str_list(value) -> bool:

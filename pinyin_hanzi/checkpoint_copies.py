@@ -9,6 +9,7 @@ model, the models know their own state, and these put the two together with the 
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 
 import torch
@@ -30,9 +31,10 @@ from pinyin_hanzi.config import apply_overrides, config_from_dict
 from pinyin_hanzi.data.corpus import prepared_store, training_texts
 from pinyin_hanzi.data.prepare import phrase_texts
 from pinyin_hanzi.data.vocab import Vocab
-from pinyin_hanzi.errors import CheckpointError
+from pinyin_hanzi.errors import CheckpointError, ConfigError, DataError
 from pinyin_hanzi.lm.char_ngram import CharNgramLM, count_store
 from pinyin_hanzi.lm.syllable import SyllableBigrams
+from pinyin_hanzi.lm.user_words import UserWords
 from pinyin_hanzi.lm.word import WordLexiconLM, word_model
 
 
@@ -53,6 +55,8 @@ def export_checkpoint(source: str | Path, target: str | Path, half: bool = True,
         config = config_from_dict(state[CONFIG_KEY], str(source))
         apply_overrides(config, decode_overrides, sections=("decode",))
         state[CONFIG_KEY] = config_from_dict(config.to_dict(), "command line").to_dict()  # validated as a whole
+        if config.decode.user_words:  # every load of the copy reads it: one that cannot be read is refused now
+            _check_user_words(config.decode.user_words, Vocab(state[HANZI_VOCAB_KEY]))
     weights, converted = {}, {}
     for name, tensor in state[MODEL_KEY].items():
         shared = (tensor.data_ptr(), tensor.shape)  # tied weights (embedding = output) stay one tensor, saved once
@@ -65,6 +69,15 @@ def export_checkpoint(source: str | Path, target: str | Path, half: bool = True,
         state[SYLLABLE_LM_KEY] = SyllableBigrams.from_state_dict(state[SYLLABLE_LM_KEY]).state_dict()
     save_checkpoint(target, {**{key: state[key] for key in EXPORTED_KEYS if key in state}, MODEL_KEY: weights})
     return {"parameters": sum(t.numel() for t in converted.values()), "bytes": Path(target).stat().st_size}
+
+
+def _check_user_words(path: str, hanzi_vocab: Vocab) -> None:
+    """ConfigError (one line) unless the copy's decode.user_words ``path`` is a dictionary the copy can load: a
+    regular file within UserWords' size limit, readable, with a word the model's characters can write."""
+    try:
+        UserWords.read(path).model(hanzi_vocab)
+    except DataError as error:
+        raise ConfigError(f"decode.user_words={path}: {error}") from None
 
 
 def _check_export_target(source: Path, target: Path) -> None:
@@ -89,7 +102,9 @@ def _is_training_checkpoint(path: Path) -> bool:
     """Whether ``path`` holds a checkpoint with the state --resume restores. Memory-mapped, so that only the
     keys are read, not the weights; a file that is no checkpoint is none."""
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        with warnings.catch_warnings():  # quiet: a file torch warns about is no training checkpoint either
+            warnings.simplefilter("ignore")
+            state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except Exception:  # noqa: BLE001 - junk bytes make torch's unpickler raise about anything
         return False
     return isinstance(state, dict) and all(key in state for key in RESUME_KEYS)

@@ -13,8 +13,10 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import os
+import pickle
 import subprocess
 import sys
+import warnings
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,6 +32,9 @@ from forkrun import run_all
 
 LONG_LINE = " ".join(["ni hao"] * 5000)  # 10,000 syllables
 EXPORT = "pinyin_hanzi/cli/export.py"  # python -m pinyin_hanzi.cli.export, run as a script like the others
+# What preparing the tiny corpus says first (its summary, then warnings of splits and a vocabulary that small),
+# in the cases that prepare data of their own before their error
+PREPARED = "prepared 20 lines into examples"
 
 
 def _hanzi_read(*syllables: str) -> Callable[[str], bool]:
@@ -128,6 +133,8 @@ CASES = [
     Case("stdin that is not UTF-8", argv=("--input", "-"), stdin=b"\xff\xfe\n", status=2,
          error=("standard input: line 1 is not valid UTF-8",)),
     Case("missing input file", argv=("--input", "{tmp}/missing.txt"), status=2, error=("input file not found:",)),
+    Case("empty --input file name", argv=("--input", ""), status=2,
+         error=("the input file name is empty: name a file, or '-' for standard input",)),
     Case("unreadable input file (a directory)", argv=("--input", "{tmp}"), status=2,
          error=("cannot read input file", "it is a directory, not a file of text lines")),
     Case("`-` as the pinyin argument", argv=("-",), stdin=b"ni hao\n\nni hao", stdout="你好\n\n你好"),
@@ -245,6 +252,15 @@ CASES = [
          error=("/dev/zero is not a pinyin_hanzi checkpoint (a character device, not a file)",)),
     Case("checkpoint with pickled code", argv=("--checkpoint", "{tmp}/code.pt", "ni"), status=2,
          error=("code.pt is not a pinyin_hanzi checkpoint (it holds pickled Python objects, which are never loaded",)),
+    Case("plain pickle as checkpoint", argv=("--checkpoint", "{tmp}/plain.pkl", "ni"), status=2,
+         error=("plain.pkl is not a pinyin_hanzi checkpoint (a pickle file that torch.save did not write: only "
+                "torch.save files are read, never pickles)",)),
+    Case("checkpoint with a tensor without values", argv=("--checkpoint", "{tmp}/meta.pt", "ni"), status=2,
+         error=("meta.pt is not a pinyin_hanzi checkpoint: its model holds a tensor without values (",
+                " is on the meta device)")),
+    Case("checkpoint with a quantized tensor", argv=("--checkpoint", "{tmp}/quantized.pt", "ni"), status=2,
+         error=("quantized.pt: weights do not fit the model its config describes (",
+                "is not a dense floating-point tensor (torch.qint8")),
     Case("foreign checkpoint", argv=("--checkpoint", "{tmp}/foreign.pt", "ni"), status=2,
          error=("is not a pinyin_hanzi checkpoint",)),
     Case("checkpoint of another format version", argv=("--checkpoint", "{tmp}/version99.pt", "ni"), status=2,
@@ -276,6 +292,9 @@ CASES = [
          error=("is a file, not a folder",)),
     Case("export: --set outside decode", EXPORT, ("{ckpt}", "{tmp}/set.pt", "--set", "model.d_model=8"), status=2,
          error=("override 'model.d_model=8': only decode.* settings can be changed here",)),
+    Case("export: --set decode.user_words of a device", EXPORT,
+         ("{ckpt}", "{tmp}/words_export.pt", "--set", "decode.user_words=/dev/zero"), status=2,
+         error=("decode.user_words=/dev/zero: cannot read user words from /dev/zero: not a regular file",)),
     Case("export: into a missing folder", EXPORT, ("{ckpt}", "{tmp}/new/folder/model.pt"),
          stdout=lambda out: "parameters" in out),
     Case("export: onto its own source", EXPORT, ("{tmp}/run/best.pt", "{tmp}/run/../run/best.pt"), status=2,
@@ -344,7 +363,7 @@ CASES = [
          error=("/dev/zero is not a pinyin_hanzi checkpoint (a character device, not a file)",)),
     Case("train: --init-from a checkpoint whose config asks for a model larger than memory", "train.py",
          ("--config", "{config}", "--init-from", "{tmp}/huge.pt", "train.name=huge_init",
-          "data.prepared_dir={tmp}/prepared_huge_init"), status=2,
+          "data.prepared_dir={tmp}/prepared_huge_init"), status=2, training_log=True, note=PREPARED,
          error=("huge.pt: its config asks for a model too large for this machine",)),
     Case("train: corpus that is not UTF-8", "train.py",
          ("--config", "{config}", "data.corpus={tmp}/gbk.txt", "train.name=gbk_corpus"),
@@ -372,12 +391,12 @@ CASES = [
          error=("error: cannot write to the prepared-data folder ", "a_file/prepared: not a directory")),
     Case("train: --resume after the prepared data changed", "train.py",
          ("--config", "{config}", "--resume", "train.name=changed", "data.prepared_dir={tmp}/prepared_changed"),
-         status=2, error=("cannot resume from ", "changed/last.pt: the prepared data ",
+         status=2, training_log=True, note=PREPARED, error=("cannot resume from ", "changed/last.pt: the prepared data ",
                           "changed since it was written (data fingerprint ", "the checkpoint's 0000000000000000)")),
     Case("train: --init-from a checkpoint of another model", "train.py",
          ("--config", "{config}", "--init-from", "{ckpt}", "model.d_ff=256", "train.name=other_model",
           "data.prepared_dir={tmp}/prepared_other_model"),
-         status=2, error=("error: cannot start from ", "model.d_ff is 256 now but 128 in the checkpoint")),
+         status=2, training_log=True, note=PREPARED, error=("error: cannot start from ", "model.d_ff is 256 now but 128 in the checkpoint")),
     Case("train: learning rate so high the loss overflows", "train.py",
          ("--config", "{config}", "train.lr=1e30", "train.warmup_steps=0", "train.name=overflow"), status=2,
          training_log=True, note="warning: skipped a batch at step 2: loss nan",
@@ -413,6 +432,13 @@ def _write_checkpoints(tmp: Path, best: Path) -> None:
     torch.save({**state, "syllable_lm": {"unigrams": [1, 2], "bigrams": {}}}, tmp / "bad_syllables.pt")
     torch.save({**state, "word_lm": {"vocab_size": len(state["hanzi_vocab"]), "window": 10**9}}, tmp / "bad_words.pt")
     torch.save({**state, "code": _RunsCode(tmp / "pickled_code_ran")}, tmp / "code.pt")
+    (tmp / "plain.pkl").write_bytes(pickle.dumps({"model": {}, "step": 1}))  # pickle, not torch.save
+    name, weight = next(iter(state["model"].items()))
+    torch.save({**state, "model": {**state["model"], name: torch.empty(weight.shape, device="meta")}}, tmp / "meta.pt")
+    with warnings.catch_warnings():  # (quantized tensors are deprecated: making one warns)
+        warnings.simplefilter("ignore")
+        quantized = torch.quantize_per_tensor(weight.float(), 0.1, 0, torch.qint8)
+        torch.save({**state, "model": {**state["model"], name: quantized}}, tmp / "quantized.pt")
     (tmp / "checkpoints" / "changed").mkdir(parents=True)  # trained on other prepared data than there is now
     torch.save({**state, "data_fingerprint": "0" * 16}, tmp / "checkpoints" / "changed" / "last.pt")
     (tmp / "other_run").mkdir()

@@ -10,7 +10,6 @@ from pinyin_hanzi.checkpoint import (
     save_checkpoint,
 )
 from pinyin_hanzi.data.corpus import read_split
-from pinyin_hanzi.data.vocab import Vocab
 from pinyin_hanzi.decoding.converter import Converter
 from pinyin_hanzi.errors import CheckpointError
 
@@ -80,22 +79,6 @@ def test_checkpoint_whose_weights_do_not_fit_its_config(trained):
         model_from_checkpoint(state)
 
 
-def test_export_keeps_what_translation_needs_in_half_precision(trained, tmp_path):
-    from pinyin_hanzi.checkpoint_copies import export_checkpoint
-
-    tmp, _, best = trained
-    exported = tmp_path / "shipped" / "model.pt"
-    result = export_checkpoint(best, exported)
-    state = load_checkpoint(exported)
-    assert "optimizer" not in state and "rng" not in state and "batches" not in state
-    assert all(t.dtype == torch.float16 for t in state["model"].values() if t.is_floating_point())
-    assert result["bytes"] < best.stat().st_size / 4  # no Adam moments, half the bytes per weight
-    examples = read_split(tmp / "prepared" / "tiny", "train")
-    tokens = [e.tokens for e in examples]
-    original = Converter(*model_from_checkpoint(load_checkpoint(best))[:3]).convert_tokens(tokens)
-    assert Converter(*model_from_checkpoint(state)[:3]).convert_tokens(tokens) == original
-
-
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
 def test_one_non_finite_weight_in_any_precision_is_refused(trained, dtype, bad):
@@ -111,48 +94,38 @@ def test_one_non_finite_weight_in_any_precision_is_refused(trained, dtype, bad):
         validate_checkpoint(state)
 
 
-def test_export_stores_older_n_gram_and_syllable_tables_in_the_current_compact_form(trained, tmp_path):
-    from pinyin_hanzi.checkpoint_copies import export_checkpoint
-    from pinyin_hanzi.lm.char_ngram import CharNgramLM, count_for
-    from pinyin_hanzi.lm.syllable import SyllableBigrams
-
-    tmp, _, best = trained
-    state = load_checkpoint(best)
-    lm = count_for(read_split(tmp / "prepared" / "tiny", "train"), Vocab(state["hanzi_vocab"]), order=3)
-    older = lm.state_dict()  # as files written before the keys were stored as steps: plain int32 key columns
-    for k, table in older["tables"].items():
-        del table["context_key_steps"]
-        table["context_keys"] = lm.contexts[k][0].int()
-    syllables = SyllableBigrams.from_state_dict(state["syllable_lm"])
-    older_syllables = {"unigrams": syllables.unigrams, "bigrams": syllables.bigrams}  # as files written before it was packed
-    with_lm = tmp_path / "older.pt"
-    save_checkpoint(with_lm, {**state, "char_lm": older, "syllable_lm": older_syllables})
-    export_checkpoint(with_lm, tmp_path / "exported.pt")
-    exported_syllables = load_checkpoint(tmp_path / "exported.pt")["syllable_lm"]
-    assert "syllables" in exported_syllables and "bigrams" not in exported_syllables
-    assert SyllableBigrams.from_state_dict(exported_syllables).bigrams == syllables.bigrams
-    exported = load_checkpoint(tmp_path / "exported.pt")["char_lm"]
-    assert all("context_key_steps" in table and "context_keys" not in table for table in exported["tables"].values())
-    again = CharNgramLM.from_state_dict(exported)
-    for k in lm.grams:
-        assert torch.equal(again.grams[k][0], lm.grams[k][0]) and torch.equal(again.contexts[k][0], lm.contexts[k][0])
-
-
-def test_export_can_change_the_default_decode_settings_and_nothing_else(trained, tmp_path):
-    from pinyin_hanzi.checkpoint_copies import export_checkpoint
-    from pinyin_hanzi.errors import ConfigError
+def test_a_tensor_without_values_a_quantized_one_or_a_plain_pickle_is_one_line_without_warnings(trained, tmp_path):
+    """A meta tensor (a shape, no values: any arithmetic on it raised a traceback) in any entry, a quantized
+    weight, a pickle that torch.save did not write: each a CheckpointError of one line saying what is wrong,
+    with none of the warnings torch gives about such files on the way."""
+    import pickle
+    import warnings
 
     _, _, best = trained
-    exported = tmp_path / "model.pt"
-    export_checkpoint(best, exported, decode_overrides=["decode.prefix_beam=12", "decode.beam=3"])
-    converter = Converter.from_checkpoint(exported)
-    assert (converter.decode.prefix_beam, converter.beam) == (12, 3)
-    assert load_checkpoint(exported)["config"]["model"] == load_checkpoint(best)["config"]["model"]
-    for override, message in [("model.d_model=8", "only decode.* settings"), ("decode.beam=0", "decode.beam=0 is invalid"),
-                              ("decode.bem=3", "unknown key decode.bem"), ("beam=3", "expected decode.key=value")]:
-        with pytest.raises(ConfigError, match=message):
-            export_checkpoint(best, tmp_path / "refused.pt", decode_overrides=[override])
-        assert not (tmp_path / "refused.pt").exists()
+    state = load_checkpoint(best)
+    name, weight = next(iter(state["model"].items()))
+    syllables = state["syllable_lm"]
+    table, column = next((key, inner) for key, value in syllables.items() if isinstance(value, dict)
+                         for inner, tensor in value.items() if isinstance(tensor, torch.Tensor))  # (packed columns)
+    with warnings.catch_warnings():  # making a quantized tensor warns that they are deprecated
+        warnings.simplefilter("ignore")
+        quantized = torch.quantize_per_tensor(weight.float(), 0.1, 0, torch.qint8)
+    files = {"meta.pt": {**state, "model": {**state["model"], name: torch.empty(weight.shape, device="meta")}},
+             "meta_syllables.pt": {**state, "syllable_lm": {**syllables, table: {
+                 **syllables[table], column: torch.empty(3, dtype=torch.long, device="meta")}}},
+             "quantized.pt": {**state, "model": {**state["model"], name: quantized}}}
+    for file, content in files.items():
+        torch.save(content, tmp_path / file)
+    (tmp_path / "plain.pkl").write_bytes(pickle.dumps({"model": {}, "step": 1}))
+    for file, message in [("meta.pt", f"its model holds a tensor without values ({name} is on the meta device)"),
+                          ("meta_syllables.pt", f"syllable_lm holds a tensor without values ({table}.{column} is on"),
+                          ("quantized.pt", f"({name} is not a dense floating-point tensor (torch.qint8"),
+                          ("plain.pkl", "(a pickle file that torch.save did not write: only torch.save files")]:
+        with warnings.catch_warnings(record=True) as caught, pytest.raises(CheckpointError) as raised:
+            warnings.simplefilter("always")
+            load_checkpoint(tmp_path / file)
+        assert message in str(raised.value) and "\n" not in str(raised.value), str(raised.value)
+        assert [str(warning.message)[:80] for warning in caught] == [], file
 
 
 def test_a_crash_while_writing_leaves_the_previous_checkpoint(tmp_path, monkeypatch):
@@ -385,22 +358,19 @@ def test_malformed_checkpoints_give_only_checkpoint_errors(trained, tmp_path):
     assert failed > 300 and loaded > 10  # most breakages are caught; harmless ones (a step of -1) still load
 
 
-def test_a_junk_checkpoint_through_translate_is_one_line(tmp_path):
-    import subprocess
-    import sys
-
-    from conftest import ROOT
+def test_a_junk_checkpoint_through_translate_is_one_line(tmp_path, monkeypatch, capsys):
+    from pinyin_hanzi.cli import translate
 
     junk = tmp_path / "junk.pt"
     junk.write_bytes(b"this is not a checkpoint")
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "best.pt").write_bytes(b"")
+    monkeypatch.chdir(tmp_path)
     for argument, message in ((junk, f"{junk} is not a pinyin_hanzi checkpoint (a text file)"),
                               (tmp_path / "run", f"is a directory: name a checkpoint file in it ({tmp_path / 'run' / 'best.pt'})")):
-        result = subprocess.run([sys.executable, str(ROOT / "translate.py"), "--checkpoint", str(argument), "ni"],
-                                capture_output=True, text=True, timeout=120, cwd=tmp_path)
-        assert result.returncode == 2 and result.stdout == ""
-        assert result.stderr.count("\n") == 1 and result.stderr.startswith("error: ") and message in result.stderr
+        assert translate.main(["--checkpoint", str(argument), "ni"]) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and err.count("\n") == 1 and err.startswith("error: ") and message in err
 
 
 def test_no_language_model_module_imports_the_checkpoint_layout():

@@ -91,7 +91,8 @@ RECORDS = {"benchmarks.md", "training-log.md"}
 CJK_TEXT = "[\u3000-\u303f\u3400-\u9fff\uff00-\uffef]+"  # hanzi, CJK and full-width punctuation
 # `typed` → 汉字 (or ->) in prose: typed text with a letter and nothing elided (…), and hanzi after the arrow
 PROSE_CLAIM = re.compile(rf"`([^`…]*[a-z][^`…]*)` ?(?:→|->) ?({CJK_TEXT})")
-TRANSLATE_OPTIONS = {"--fuzzy": "fuzzy", "--shuangpin": "shuangpin", "--prefixes": "prefixes"}
+TRANSLATE_OPTIONS = {"--fuzzy": "fuzzy", "--shuangpin": "shuangpin", "--prefixes": "prefixes"}  # convert_lines'
+CONVERTER_OPTIONS = {"--user-words": "user_words"}  # what a converter is made with
 
 
 def _fenced_lines(text: str) -> list[str]:
@@ -106,9 +107,9 @@ def _translate_arguments(words: list[str]) -> tuple[str, dict]:
     while words:
         word = words.pop(0)
         if word.startswith("-"):
-            assert word in TRANSLATE_OPTIONS, f"{word}: teach test_docs what it means"
+            assert word in TRANSLATE_OPTIONS or word in CONVERTER_OPTIONS, f"{word}: teach test_docs what it means"
             value = words.pop(0)
-            options[TRANSLATE_OPTIONS[word]] = ({"on": True, "off": False}[value] if word == "--prefixes" else
+            options[{**TRANSLATE_OPTIONS, **CONVERTER_OPTIONS}[word]] = ({"on": True, "off": False}[value] if word == "--prefixes" else
                                                 value.split(",") if word == "--fuzzy" else value)
         else:
             texts.append(word)
@@ -147,15 +148,30 @@ def test_the_claims_are_found_in_code_comments_the_api_examples_and_prose():
     assert claims["wo men qu bei jing ba"] == "我们去北京吧" and claims["zi dao"] == "知道"
     assert claims["nihk"] == "你好" and claims[("ni hao", "xie xie")] == ["你好", "谢谢"]
     assert claims["e qie ta hen hao"] == "而且他很好" and len(claims) >= 12
+    assert ("README.md", "wang jing ting", {"user_words": "data/user_words.txt"}, "王景廷") in _claims()
     assert _translate_claim('python translate.py --nbest 5 "xian zai"  # the 5 best: text, score') is None
     assert _translate_claim('python translate.py --shuangpin ms nihk  # a, b -> 你好') == ("nihk", {"shuangpin": "ms"}, "你好")
+
+
+def _converter(shipped, user_words: str | None):
+    """The shipped model's converter, or with ``user_words`` (a path relative to the repository) the shipped
+    model's parts in a converter with that dictionary, as translate.py --user-words FILE makes one."""
+    if user_words is None:
+        return shipped
+    from pinyin_hanzi.decoding.converter import Converter
+
+    return Converter(shipped.model, shipped.pinyin_vocab, shipped.hanzi_vocab, window=shipped.planner.window,
+                     syllable_lm=shipped.planner.syllable_lm, char_lm=shipped.char_lm, config=shipped.config,
+                     user_words=str(ROOT / user_words))
 
 
 def test_every_conversion_the_documents_show_comes_out_as_shown(shipped_converter):
     wrong = []
     for where, typed, options, output in _claims():
         lines = [typed] if isinstance(typed, str) else typed
-        got = [found[0].text for found in shipped_converter.convert_lines(lines, **options)]
+        options = dict(options)
+        converter = _converter(shipped_converter, options.pop("user_words", None))
+        got = [found[0].text for found in converter.convert_lines(lines, **options)]
         if got != ([output] if isinstance(typed, str) else output):
             wrong.append(f"{where}: {typed!r} {options or ''} gives {got}, not {output!r}")
     assert wrong == []

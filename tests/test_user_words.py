@@ -3,6 +3,7 @@ lexicon, and what it does to conversions through the API and translate.py."""
 
 import json
 import math
+import re
 
 import pytest
 import torch
@@ -14,7 +15,7 @@ from pinyin_hanzi.errors import DataError
 from pinyin_hanzi.lm import user_words
 from pinyin_hanzi.lm.user_words import UserWords, _pieces
 from pinyin_hanzi.text.lexicon import Lexicon
-from test_cli import _one_line_error, run
+from test_cli import run
 
 HANZI = Vocab(list(SPECIALS) + list("数据透视表单元格我们他你好，"))
 
@@ -28,12 +29,15 @@ def _write(tmp_path, text: str | bytes, name: str = "words.txt"):
 def test_a_file_gives_words_weights_and_readings_and_counts_each_line_it_skips(tmp_path):
     path = _write(tmp_path, "\ufeff# a comment\n\n数据\n单元格\t5  # a weight\n重庆 chong2 qing4\n乐高 lè gāo 2.5\n"
                             "女儿 nv3 er2\n绿 lu:4\n数据 0.5\nWi-Fi\nU盘\n表格 biao\n表格 biao ge x\n单元 -1\n单元 nan\n"
-                            "好 hao3 hao3\n")
+                            "好 hao3 hao3\n男 nan\n困难 kun nan\n")
     words = UserWords.read(path)
-    assert words.weights == {"数据": 1.0, "单元格": 5.0, "重庆": 1.0, "乐高": 2.5, "女儿": 1.0, "绿": 1.0}
+    assert words.weights == {"数据": 1.0, "单元格": 5.0, "重庆": 1.0, "乐高": 2.5, "女儿": 1.0, "绿": 1.0, "男": 1.0,
+                             "困难": 1.0}
     assert {("重", "chong", 2), ("乐", "le", 4), ("高", "gao", 1), ("女", "nv", 3), ("绿", "lv", 4)} <= words.readings
-    assert words.skipped == {"not a word of hanzi": 2, "not one syllable per character": 2, "unknown syllable": 1,
-                             "weight not a positive number": 2}
+    # nan is a syllable (男, 难), never a weight: float("nan") parsed it as one, and refused 困难 kun nan
+    assert {("男", "nan", None), ("难", "nan", None)} <= words.readings
+    assert words.skipped == {"not a word of hanzi": 2, "not one syllable per character": 3, "unknown syllable": 1,
+                             "weight not a positive number": 1}
     note = words.note
     assert "\n" not in note and "7 line(s) skipped" in note and "2 not a word of hanzi (line 10, 11)" in note
     assert "1 unknown syllable (line 13)" in note
@@ -58,6 +62,107 @@ def test_a_long_word_is_kept_in_pieces_of_two_to_four_characters():
     assert _pieces("数据") == ["数据"] and _pieces("数据透视") == ["数据透视"]
     assert _pieces("数据透视表") == ["数据透", "视表"] and _pieces("一二三四五六七八九") == ["一二三", "四五六", "七八九"]
     assert all(2 <= len(piece) <= 4 for n in range(5, 30) for piece in _pieces("字" * n))
+
+
+def test_lines_of_the_usual_form_read_as_they_read_field_by_field(tmp_path, monkeypatch):
+    """A line of the usual form (word, syllables, weight) is read by one regular expression, for speed; any
+    line of any form gives the same words, readings and skipped lines as when every line is read field by
+    field (a random mix of good and bad fields, separators, tones, comments, CR LF line ends, a line that
+    is not UTF-8)."""
+    import random
+
+    choose = random.Random(3).choice
+    words = ["你好", "难", "重庆", "困难", "数据透视表", "Wi-Fi", "U盘", "", "'你"]
+    typed = ["ni", "hao", "nan", "chong2", "qing4", "kùn", "nán", "lv", "lü", "lu:", "NI", "xx", "de5", "ni3hao3", "'"]
+    weights = ["1", "2.5", "0", "-1", "nan", "inf", "1e3", "9" * 400, "1_0", ".5", "00.1"]
+    separators = [" ", "\t", "  ", "'", " '", "\u3000"]
+    lines = [choose(["", " "]) + choose(words)
+             + "".join(choose(separators) + choose(typed) for _ in range(choose([0, 1, 2, 3])))
+             + (choose(separators) + choose(weights) if choose([0, 1]) else "") + choose(["", " # note", "\t"])
+             for _ in range(4000)]
+    path = _write(tmp_path, "\n".join(lines).encode() + b"\n\xff\n" + "\r\n".join(lines[:50]).encode())
+    fast = UserWords.read(path)
+    monkeypatch.setattr(user_words, "_PLAIN_LINE", re.compile(r"(?!)"))  # no line is of the usual form
+    slow = UserWords.read(path)
+    assert fast.weights == slow.weights and list(fast.weights) == list(slow.weights) and len(fast) >= 4
+    assert fast.readings == slow.readings and fast.skipped == slow.skipped and fast.skipped_at == slow.skipped_at
+    assert len(fast.skipped) == 5  # every reason a line is skipped for came up
+
+
+def _reference_tables(words: dict[str, float], hanzi_vocab: Vocab) -> tuple[dict, dict]:
+    """The masses of the module's docstring, word by word in plain Python (key -> (with the words, single
+    hanzi alone)), for the words' pieces and their beginnings: what model() builds in numpy, all at once."""
+    from pinyin_hanzi.lm.word import word_key
+    from pinyin_hanzi.text.pinyin import is_hanzi
+
+    size = len(hanzi_vocab)
+    singles = [index for index, token in enumerate(hanzi_vocab.tokens) if len(token) == 1 and is_hanzi(token)]
+    single = 1 / len(singles)
+    base = {word_key([index], size): single for index in singles}
+    mass, beginnings = dict(base), {}
+    pieces: dict[str, float] = {}
+    for word, weight in words.items():
+        for piece in _pieces(word):
+            pieces[piece] = max(weight, pieces.get(piece, 0.0))
+    for piece, weight in pieces.items():
+        ids = hanzi_vocab.encode(piece)
+        mass[word_key(ids, size)] = mass.get(word_key(ids, size), 0.0) + weight * (math.e * single) ** len(piece)
+        for length in range(2, len(piece) + 1):
+            key = word_key(ids[:length], size)
+            beginnings[key] = max(beginnings.get(key, 0.0), weight * (math.e * single) ** length)
+    return ({key: (value, base.get(key, 0.0)) for key, value in mass.items()},
+            {key: (base.get(key, 0.0) + beginnings.get(key, 0.0), base.get(key, 0.0)) for key in {*base, *beginnings}})
+
+
+def test_the_model_built_all_at_once_holds_the_masses_of_each_word(tmp_path):
+    """model() computes every word's keys and masses in numpy (word by word, a dictionary of millions of words
+    took minutes): the tables hold exactly the masses the docstring defines, for words of one to nine
+    characters, single characters, pieces shared by several words (the largest weight counts) and words
+    the model cannot write (left out)."""
+    text = "数\n数据 2\n数据透\n数据透视 0.5\n数据透视表 3\n单元格数据透 4\n我们他你好单元格\n据\n电脑\n好好 7\n"
+    words = UserWords.read(_write(tmp_path, text))
+    model = words.model(HANZI)
+    assert words.unavailable == ["电脑"]
+    expected_words, expected_beginnings = _reference_tables(
+        {word: weight for word, weight in words.weights.items() if word != "电脑"}, HANZI)
+    for keys, columns, expected in ((model.word_keys, model._word_columns, expected_words),
+                                    (model.prefix_keys, model._prefix_columns, expected_beginnings)):
+        assert keys.tolist() == sorted(expected)
+        want = torch.tensor([expected[key] for key in keys.tolist()], dtype=torch.float64).log().float()
+        assert torch.equal(columns, want)
+
+
+def test_a_dictionary_that_takes_long_to_read_shows_progress_on_a_terminal_only(tmp_path, monkeypatch):
+    import io
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    monkeypatch.setattr(user_words, "PROGRESS_AFTER", 0)  # as if every file took long
+    monkeypatch.setattr(user_words, "_LINES_PER_UPDATE", 2)
+    path = _write(tmp_path, "数据\n单元格\n我们\n你好\n透视表\n")
+    for stderr, shown in ((Terminal(), True), (io.StringIO(), False)):
+        monkeypatch.setattr("sys.stderr", stderr)
+        assert len(UserWords.read(path)) == 5
+        assert ("reading words.txt: 100%" in stderr.getvalue()) == shown, stderr.getvalue()
+
+
+def test_translate_reads_a_user_dictionary_once(trained, tmp_path, monkeypatch, capsys):
+    """translate.py checks the file before the model loads (one error line at once) and reads its lines once,
+    with the converter: reading it twice cost a 60 MB dictionary its seconds twice."""
+    from pinyin_hanzi.cli import translate
+
+    _, _, best = trained
+    reads = []
+    monkeypatch.setattr(UserWords, "read", classmethod(lambda cls, path, read=UserWords.read: reads.append(path)
+                                                       or read.__func__(cls, path)))
+    path = _write(tmp_path, "我们 ta men 5\n")
+    assert translate.main(["--checkpoint", str(best), "--user-words", str(path), "--user-weight", "5", "ta men"]) == 0
+    assert capsys.readouterr().out == "我们\n" and reads == [str(path)]
+    assert translate.main(["--checkpoint", str(best), "--user-words", str(tmp_path), "ta men"]) == 2
+    assert capsys.readouterr().err == f"error: cannot read user words from {tmp_path}: not a regular file\n"
+    assert reads == [str(path)]  # refused before the model loaded, and so before the converter read anything
 
 
 def _text_score(model, text: str) -> float:
@@ -142,29 +247,37 @@ def test_from_checkpoint_takes_a_dictionary_and_says_what_it_left_out(trained, t
         Converter.from_checkpoint(best, user_words=tmp_path / "nope.txt")
 
 
-def test_translate_reads_a_user_dictionary_and_reports_its_bad_lines_in_one_note(trained, tmp_path):
+def _translate(capsys, *argv) -> tuple[int, str, str]:
+    """translate.py's main in this process (no interpreter to start): exit status, stdout, stderr."""
+    from pinyin_hanzi.cli import translate
+
+    status = translate.main([str(arg) for arg in argv])
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def test_translate_reads_a_user_dictionary_and_reports_its_bad_lines_in_one_note(trained, tmp_path, capsys):
     _, _, best = trained
     path = _write(tmp_path, "我们 ta men\nWi-Fi\n数据 x\n")
-    result = run(ROOT / "translate.py", "--checkpoint", best, "--user-words", path, "--user-weight", "5", "ta men")
-    assert result.returncode == 0 and result.stdout == "我们\n", result.stderr
-    notes = [line for line in result.stderr.splitlines() if line.startswith("note:")]
-    assert len(notes) == 1 and "2 line(s) skipped" in notes[0] and "(line 2)" in notes[0], result.stderr
-    plain = run(ROOT / "translate.py", "--checkpoint", best, "--user-words", "none", "ta men")
-    assert plain.returncode == 0 and "我" not in plain.stdout
+    status, out, err = _translate(capsys, "--checkpoint", best, "--user-words", path, "--user-weight", "5", "ta men")
+    assert status == 0 and out == "我们\n", err
+    notes = [line for line in err.splitlines() if line.startswith("note:")]
+    assert len(notes) == 1 and "2 line(s) skipped" in notes[0] and "(line 2)" in notes[0], err
+    status, out, _ = _translate(capsys, "--checkpoint", best, "--user-words", "none", "ta men")
+    assert status == 0 and "我" not in out
 
 
-def test_translate_refuses_a_missing_or_useless_dictionary_with_one_line(trained, tmp_path):
+def test_translate_refuses_a_missing_or_useless_dictionary_with_one_line(trained, tmp_path, capsys):
     _, _, best = trained
-    _one_line_error(run(ROOT / "translate.py", "--checkpoint", best, "--user-words", tmp_path / "nope.txt", "ni hao"),
-                    "user words file not found")
     useless = _write(tmp_path, "# nothing\nabc\n")
-    _one_line_error(run(ROOT / "translate.py", "--checkpoint", best, "--user-words", useless, "ni hao"),
-                    "has no usable user word")
     outside = _write(tmp_path, "电脑\n", "outside.txt")
-    _one_line_error(run(ROOT / "translate.py", "--checkpoint", best, "--user-words", outside, "ni hao"),
-                    "can be written with the model's characters")
-    result = run(ROOT / "translate.py", "--checkpoint", best, "--compare-user-words", outside, "ni hao")
-    assert result.returncode == 2 and "--compare-user-words needs --compare" in result.stderr
+    for words, message in ((tmp_path / "nope.txt", "user words file not found"), (useless, "has no usable user word"),
+                           (outside, "can be written with the model's characters")):
+        status, out, err = _translate(capsys, "--checkpoint", best, "--user-words", words, "ni hao")
+        assert status == 2 and out == "" and err.count("\n") == 1 and err.startswith("error: ") and message in err
+    with pytest.raises(SystemExit) as usage:  # argparse's usage error
+        _translate(capsys, "--checkpoint", best, "--compare-user-words", outside, "ni hao")
+    assert usage.value.code == 2 and "--compare-user-words needs --compare" in capsys.readouterr().err
 
 
 def test_translate_compares_a_model_without_and_with_a_dictionary_sentence_by_sentence(trained, tmp_path):

@@ -32,13 +32,16 @@ _REFUSED_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISBLK, "a block device"
 
 
 def check_input(name: str) -> None:
-    """DataError (one line) if the input ``name`` ('-': standard input) cannot be streamed: missing, standard
-    input closed, a directory or a block device. Never opens it: opening a FIFO would wait for its writer."""
+    """DataError (one line) if the input ``name`` ('-': standard input) cannot be streamed: an empty name,
+    missing, standard input closed, a directory or a block device. Never opens it: opening a FIFO would wait
+    for its writer."""
     if name == "-":
         if sys.stdin is None:  # started with `<&-`: fd 0 may since belong to another file
             raise DataError("cannot read input: standard input is closed")
         _check_kind(os.fstat(sys.stdin.fileno()).st_mode, STDIN_NAME)
         return
+    if not name:  # os.stat("") would report a name nobody typed as missing; standard input is '-', never ""
+        raise DataError("the input file name is empty: name a file, or '-' for standard input")
     try:
         mode = os.stat(name).st_mode
     except FileNotFoundError:

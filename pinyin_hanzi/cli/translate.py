@@ -157,7 +157,7 @@ def _fail_fast(args) -> None:
         for path in named:
             check_checkpoint_path(path)  # CheckpointError for a missing file or a directory
     if args.evaluate is None and not args.text:  # lines come from --input FILE or standard input
-        check_input(args.input or "-")
+        check_input("-" if args.input is None else args.input)  # (--input '' is an error, not standard input)
     if args.history and os.path.lexists(args.history):  # a damaged or foreign history
         from pinyin_hanzi.lm.history import read_file
 
@@ -165,7 +165,9 @@ def _fail_fast(args) -> None:
     for path in {args.user_words, args.compare_user_words} - {None, ""}:
         from pinyin_hanzi.lm.user_words import UserWords
 
-        UserWords.read(path)  # DataError for a missing file or one without a usable word
+        # DataError for a missing file, a directory or one too large; what its lines hold, the converter reads
+        # (once: reading it here too cost a 60 MB dictionary its seconds twice)
+        UserWords.check(path)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -203,9 +205,9 @@ def _add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
                         help="weight of the checkpoint's word model in beam search (default: its decode.word_weight; "
                              "0: none; greedy decoding never uses it)")
     parser.add_argument("--user-words", metavar="FILE",
-                        help="a user dictionary: one word a line, optionally its pinyin and a weight; its words are "
-                             "preferred where the syllables allow them ('none': none; default: the checkpoint's "
-                             "decode.user_words)")
+                        help="a user dictionary: one word a line, optionally its pinyin and a weight (as in "
+                             "data/user_words.txt); its words are preferred where the syllables allow them ('none': "
+                             "none; default: the checkpoint's decode.user_words)")
     parser.add_argument("--user-weight", type=float, metavar="W",
                         help="weight of the user dictionary in the search: about W per character of a user word "
                              "(default: the checkpoint's decode.user_weight)")
@@ -383,7 +385,8 @@ def _convert(converter, args) -> int:
         # Lines that are ready (a file: all of them) go to the converter many batches at a time, up to about a
         # megabyte: it sorts them by length before it batches them, and a batch of lines of like length decodes
         # with little padding (2,000 held-out everyday sentences, one thread: 21 s instead of 35 in calls of 256).
-        for lines in line_batches(args.input or "-", args.batch_size * LINES_PER_CALL, max_chars=1 << 20):
+        source = "-" if args.input is None else args.input
+        for lines in line_batches(source, args.batch_size * LINES_PER_CALL, max_chars=1 << 20):
             printer.print(lines, candidates(lines))
     return 0
 

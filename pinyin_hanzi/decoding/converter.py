@@ -45,6 +45,7 @@ from pinyin_hanzi.models.transformer import Transformer
 from pinyin_hanzi.runtime import collector_paused, inference_precision
 from pinyin_hanzi.text.lexicon import PAD_ROW, Lexicon, token_key
 from pinyin_hanzi.text.pinyin import syllable_table, usual_readings
+from pinyin_hanzi.text.read_as import syllables_read
 from pinyin_hanzi.text.typed_input import PREFIX_TOKENS, is_literal_key
 
 SHIPPED_MODEL = Path(__file__).resolve().parents[1] / "pretrained" / "model.pt"
@@ -382,7 +383,7 @@ class Converter:
             for i, hypotheses in zip(batch, found):
                 for ids, score in hypotheses[:keep]:
                     chars, notes = self._text(ids, readings[i][1], settings.constrained)
-                    read_as = [self.lexicon.syllable_of(char, key) for char, key in zip(chars, readings[i][1])]
+                    read_as = syllables_read(self.lexicon, chars, readings[i][1])
                     results[i].append(Candidate("".join(chars), score, list(readings[i][0]), notes, read_as))
         return results
 

@@ -8,6 +8,7 @@ from typing import Annotated, Sequence
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
+from pinyin_hanzi.text.pieces import split_key
 from pinyin_hanzi.text.pinyin import syllables as known_syllables
 
 MAX_BEAM = 16  # beyond this a request costs seconds of the shared worker for no gain in accuracy
@@ -140,7 +141,9 @@ def _pieces(candidate) -> list[dict]:
     readings = candidate.read_as or candidate.syllables
     if len(candidate.text) != len(readings):
         return []
-    return [{"reading": reading, "text": char, "passthrough": reading == char or reading not in known_syllables()}
+    # a toned reading (ni3, typed with its tone) is a syllable converted too
+    return [{"reading": reading, "text": char,
+             "passthrough": reading == char or split_key(reading)[0] not in known_syllables()}
             for reading, char in zip(readings, candidate.text)]
 
 
