@@ -91,7 +91,8 @@ def test_a_run_taught_by_a_deeper_model_trains_and_validates_on_the_reference(tr
 
     _, config_path, best = trained
     config = tiny_config_dict(tmp_path, Path("unused"), max_steps=30, eval_every=30, name="student",
-                              distill_from=str(best), distill_weight=0.7, distill_temperature=2.0, loss="candidates")
+                              distill_from=str(best), distill_weight=0.7, distill_temperature=2.0, loss="candidates",
+                              attention_sentences=0)
     config["data"] = yaml.safe_load(config_path.read_text(encoding="utf-8"))["data"]  # its data, prepared already
     config["model"]["n_decoder_layers"] = 1
     messages = []
@@ -117,3 +118,24 @@ def test_a_teacher_that_cannot_be_read_is_one_line_before_anything_is_prepared(t
         config = tiny_config_dict(tmp_path, trained[0] / "corpus.txt", **{key: value})
         with pytest.raises(ConfigError, match=f"train.{key}"):
             load_config(write_config(tmp_path / "bad.yaml", config))
+
+
+def test_a_teacher_that_is_the_runs_own_checkpoint_is_refused_before_anything_moves(tmp_path):
+    """--overwrite sets the run's checkpoints aside before the teacher is read (it was then 'not found'), and a
+    resumed run rewrites them (the teacher would be the student): one line, and the run's files stay."""
+    from pinyin_hanzi.training.recipe import train
+
+    folder = tmp_path / "checkpoints" / "tiny"
+    folder.mkdir(parents=True)
+    (folder / "last.pt").write_bytes(b"the run's own checkpoint")  # refused before it is read
+    for teacher in (folder / "last.pt", tmp_path / "checkpoints" / ".." / "checkpoints" / "tiny" / "last.pt"):
+        config = load_config(write_config(tmp_path / "c.yaml", tiny_config_dict(
+            tmp_path, tmp_path / "corpus.txt", distill_from=str(teacher))))
+        for mode, why in (("overwrite", "which --overwrite replaces"), ("resume", "which the run rewrites")):
+            with pytest.raises(ConfigError) as error:
+                train(config, log=lambda message: None, **{mode: True})
+            assert str(error.value).startswith(f"train.distill_from={teacher} is this run's own checkpoint, {why}")
+            assert str(error.value).endswith(f"copy it elsewhere first (cp {teacher} teacher.pt) and set "
+                                             f"train.distill_from=teacher.pt")
+    assert sorted(path.name for path in folder.iterdir()) == [".lock", "last.pt"]  # nothing set aside
+    assert (folder / "last.pt").read_bytes() == b"the run's own checkpoint"

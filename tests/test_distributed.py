@@ -18,30 +18,66 @@ from pathlib import Path
 import pytest
 import torch
 
-from pinyin_hanzi import checkpoint
-from pinyin_hanzi.checkpoint import load_checkpoint
 from pinyin_hanzi.config import load_config
 from pinyin_hanzi.errors import ConfigError
 from pinyin_hanzi.training import distributed
 from pinyin_hanzi.training.loop import train_step
 from pinyin_hanzi.training.recipe import train
 
-from conftest import FRESH_ENV, ROOT, tiny_config_dict, write_config
+import forkrun
+from conftest import FRESH_ENV, ROOT, python_path, tiny_config_dict, write_config
 
-SETTINGS = {"max_steps": 8, "eval_every": 4, "log_every": 1, "batch_tokens": 64, "grad_accum_steps": 2}
+SETTINGS = {"max_steps": 8, "eval_every": 4, "log_every": 1, "batch_tokens": 64, "grad_accum_steps": 2,
+            "attention_sentences": 0}  # no TensorBoard pictures: what is compared is the same without them
 TOLERANCE = 1e-4  # relative; on this CPU the two agree exactly, but summation order may differ elsewhere
 
 
+class Snapshot:
+    """A copy of the package and train.py, which every training process of this module runs, and ``train``,
+    which runs one such training to its end.
+
+    The processes a test compares must run the same code. The test process imported the package when the
+    session began, and a full suite on a busy machine may run for a quarter of an hour in a working tree that
+    changes meanwhile (work in progress beside it): a process started minutes later can compute other losses,
+    or write a checkpoint that the test process's older loader refuses. That, not the machine's load as such,
+    made the two-process test fail now and then in a full run and pass alone. So every process of a
+    comparison starts from one snapshot, and the test process reads their results as plain JSON and tensors."""
+
+    def __init__(self, folder: Path):
+        shutil.copytree(ROOT / "pinyin_hanzi", folder / "pinyin_hanzi",
+                        ignore=shutil.ignore_patterns("__pycache__", "pretrained"))
+        shutil.copy(ROOT / "train.py", folder / "train.py")
+        self.script = folder / "train.py"
+        self.environment = {**FRESH_ENV, "PYTHONPATH": python_path(folder)}  # the snapshot's package, not ROOT's
+        # Runs are forked from one process that imported torch and the snapshot's package once (forkrun.py).
+        self.server = forkrun.Server(self.environment, folder / "forkrun", timeout=600)
+
+    def train(self, config: Path, *extra: str, processes: int = 1) -> subprocess.CompletedProcess:
+        """``python train.py --config CONFIG EXTRA``, or torchrun's ``processes`` of it; fails unless it succeeds."""
+        launcher = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(processes)]
+        result = self.server.run([*(launcher if processes > 1 else []), self.script, "--config", config, *extra])
+        assert result.returncode == 0, result.stderr[-3000:]
+        return result
 
 
-def _torchrun(config, *extra):
-    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                           str(ROOT / "train.py"), "--config", str(config), *extra],
-                          capture_output=True, text=True, check=False, timeout=300, env=FRESH_ENV)
+@pytest.fixture(scope="module")
+def snapshot(tmp_path_factory):
+    code = Snapshot(tmp_path_factory.mktemp("code"))
+    yield code
+    code.server.close()
 
 
 def _losses(run_dir):
     return [json.loads(line) for line in (run_dir / "train_log.jsonl").read_text(encoding="utf-8").splitlines()]
+
+
+def _weights(path: Path) -> dict:
+    """A checkpoint's model weights, read as tensors (not through this process's checkpoint loader)."""
+    return torch.load(path, weights_only=True)["model"]
+
+
+def _step_of(path: Path) -> int:
+    return torch.load(path, weights_only=True)["step"]
 
 
 def _assert_close(a: dict, b: dict):
@@ -49,49 +85,41 @@ def _assert_close(a: dict, b: dict):
         assert torch.allclose(a[name], tensor, rtol=TOLERANCE, atol=TOLERANCE * tensor.abs().max()), name
 
 
-def test_two_processes_match_one_process_with_accumulation(tmp_path, tiny_corpus, monkeypatch):
-    torch.set_num_threads(1)
+def test_two_processes_match_one_process_with_accumulation(tmp_path, tiny_corpus, snapshot):
+    train = snapshot.train
     one_dir, two_dir, resumed_dir = tmp_path / "one", tmp_path / "two", tmp_path / "resumed"
-    one = load_config(write_config(tmp_path / "one.yaml", tiny_config_dict(one_dir, tiny_corpus, **SETTINGS)))
-    two = write_config(tmp_path / "two.yaml", tiny_config_dict(two_dir, tiny_corpus, **SETTINGS))
-    resumed = write_config(tmp_path / "resumed.yaml", tiny_config_dict(resumed_dir, tiny_corpus, **SETTINGS))
-
-    # One process, two batches accumulated per step; keep its step-4 checkpoint for the resumed run below.
-    original_save = checkpoint.save_checkpoint
-
-    def save_and_keep(path, state):
-        original_save(path, state)
-        if state["step"] == 4 and path.name == "last.pt":
-            (resumed_dir / "checkpoints" / "tiny").mkdir(parents=True)
-            shutil.copy(path, resumed_dir / "checkpoints" / "tiny" / "last.pt")
-
-    monkeypatch.setattr(checkpoint, "save_checkpoint", save_and_keep)
-    train(one, log=lambda message: None)
+    one, two, resumed = (write_config(tmp_path / f"{name}.yaml", tiny_config_dict(folder, tiny_corpus, **SETTINGS))
+                         for name, folder in (("one", one_dir), ("two", two_dir), ("resumed", resumed_dir)))
+    # One process, two batches accumulated per step, stopped at step 4 and resumed (warm-up lasts 20 steps: the
+    # learning rates of steps 1-8 do not depend on max_steps); its step-4 checkpoint is also the one the two
+    # processes resume below.
+    train(one, "train.max_steps=4")
+    (resumed_dir / "checkpoints" / "tiny").mkdir(parents=True)
+    shutil.copy(one_dir / "checkpoints" / "tiny" / "last.pt", resumed_dir / "checkpoints" / "tiny" / "last.pt")
+    train(one, "--resume")
     reference = _losses(one_dir / "runs" / "tiny")
     assert [record["step"] for record in reference] == list(range(1, 9))
 
     # Two processes, one batch each per step: the same global batches.
-    result = _torchrun(two)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.count(str(two_dir / "checkpoints" / "tiny" / "best.pt")) == 1  # printed by rank 0 only
+    result = train(two, processes=2)
+    assert result.stdout.count(str(two_dir / "checkpoints" / "tiny" / "best.pt")) == 1  # rank 0's alone
     logged = _losses(two_dir / "runs" / "tiny")  # written by rank 0 alone: each step once
     assert [record["step"] for record in logged] == list(range(1, 9))
     for mine, theirs in zip(logged, reference):
         assert mine["tokens"] == theirs["tokens"]  # the same examples
         assert mine["loss"] == pytest.approx(theirs["loss"], rel=TOLERANCE)
         assert mine["grad_norm"] == pytest.approx(theirs["grad_norm"], rel=TOLERANCE)
-    final = load_checkpoint(one_dir / "checkpoints" / "tiny" / "last.pt")
-    _assert_close(load_checkpoint(two_dir / "checkpoints" / "tiny" / "last.pt")["model"], final["model"])
+    final = _weights(one_dir / "checkpoints" / "tiny" / "last.pt")
+    _assert_close(_weights(two_dir / "checkpoints" / "tiny" / "last.pt"), final)
 
     # Two processes resume the one-process run's step-4 checkpoint and end where it ended.
-    result = _torchrun(resumed, "--resume")
-    assert result.returncode == 0, result.stderr[-3000:]
+    result = train(resumed, "--resume", processes=2)
     assert "at step 4" in result.stderr
     after = _losses(resumed_dir / "runs" / "tiny")
     assert [record["step"] for record in after] == [5, 6, 7, 8]
     for mine, theirs in zip(after, reference[4:]):
         assert mine["loss"] == pytest.approx(theirs["loss"], rel=TOLERANCE)
-    _assert_close(load_checkpoint(resumed_dir / "checkpoints" / "tiny" / "last.pt")["model"], final["model"])
+    _assert_close(_weights(resumed_dir / "checkpoints" / "tiny" / "last.pt"), final)
 
 
 def _worker_of_rank(launcher_pid: int, rank: int, timeout: float = 60) -> int:
@@ -110,16 +138,17 @@ def _worker_of_rank(launcher_pid: int, rank: int, timeout: float = 60) -> int:
     raise AssertionError(f"no worker of rank {rank} under process {launcher_pid}")
 
 
-def test_a_stop_signal_to_one_process_stops_all_after_the_same_step(tmp_path, tiny_corpus):
+def test_a_stop_signal_to_one_process_stops_all_after_the_same_step(tmp_path, tiny_corpus, snapshot):
     """SLURM may signal one task, or one sooner than another: the processes agree on the step where they
     stop (a stop flag summed over them every step), rank 0 saves last.pt there, and the run resumes."""
     if not Path(f"/proc/{os.getpid()}/task/{threading.get_native_id()}/children").is_file():
         pytest.skip("finding torchrun's workers needs /proc/PID/task/TID/children")
-    settings = {**SETTINGS, "max_steps": 100_000, "eval_every": 100_000, "attention_sentences": 0}
+    # log_every: no progress lines into the stderr pipe, which is read only at the end
+    settings = {**SETTINGS, "max_steps": 100_000, "eval_every": 100_000, "log_every": 100_000}
     config = write_config(tmp_path / "c.yaml", tiny_config_dict(tmp_path, tiny_corpus, **settings))
     launcher = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
-                                 "2", str(ROOT / "train.py"), "--config", str(config)], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, env=FRESH_ENV)
+                                 "2", str(snapshot.script), "--config", str(config)], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=snapshot.environment)
     try:
         deadline = time.time() + 120
         while time.time() < deadline and launcher.poll() is None and not (
@@ -135,12 +164,11 @@ def test_a_stop_signal_to_one_process_stops_all_after_the_same_step(tmp_path, ti
     step = int(stopped[0][1])
     folder = tmp_path / "checkpoints" / "tiny"
     assert f"stopped by SIGUSR1 at step {step}: kept {folder / 'last.pt'} (step {step}); continue with: " in stderr
-    assert load_checkpoint(folder / "last.pt")["step"] == step == _losses(tmp_path / "runs" / "tiny")[-1]["step"]
+    assert _step_of(folder / "last.pt") == step == _losses(tmp_path / "runs" / "tiny")[-1]["step"]
     # One process with the same accumulation goes on from there.
-    resumed = subprocess.run([sys.executable, str(ROOT / "train.py"), "--config", str(config), "--resume",
-                              f"train.max_steps={step + 1}"], capture_output=True, text=True, env=FRESH_ENV, timeout=300)
-    assert resumed.returncode == 0 and f"at step {step}" in resumed.stderr, resumed.stderr
-    assert load_checkpoint(folder / "last.pt")["step"] == step + 1
+    resumed = snapshot.train(config, "--resume", f"train.max_steps={step + 1}")
+    assert f"at step {step}" in resumed.stderr, resumed.stderr
+    assert _step_of(folder / "last.pt") == step + 1
 
 
 def test_accumulation_must_divide_among_the_processes(tmp_path, tiny_corpus, monkeypatch):
@@ -180,6 +208,7 @@ def test_accumulating_two_batches_equals_one_batch_of_both(tiny_corpus, tmp_path
     from pinyin_hanzi.data.vocab import load_vocab
     from pinyin_hanzi.models.transformer import Transformer
 
+    torch.set_num_threads(1)  # one thread, as everywhere in the suite: no OpenMP team waiting on a busy machine
     torch.manual_seed(0)
     config = load_config(write_config(tmp_path / "c.yaml", tiny_config_dict(tmp_path, tiny_corpus)))
     data_dir = prepare(config.data)

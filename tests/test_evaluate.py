@@ -1,3 +1,5 @@
+import re
+
 import pytest
 
 from pinyin_hanzi.data.corpus import read_split
@@ -58,3 +60,21 @@ def test_compare_file_scores_two_models_on_the_same_typed_sentences(trained, con
     flipped = compare_file(untrained, converter, examples, abbreviate=0.5)
     assert flipped["difference"] == pytest.approx(-worse["difference"])
     assert (flipped["better"], flipped["worse"]) == (worse["worse"], worse["better"])
+
+
+def test_off_a_terminal_the_evaluation_says_how_far_it_is_in_plain_lines(trained, converter, monkeypatch, capsys):
+    """A log file gets a line every PLAIN_PROGRESS_SECONDS (here every batch), not a bar's redraws; no
+    progress asked, no line."""
+    from pinyin_hanzi.evaluation import evaluate
+
+    tmp, _, _ = trained
+    examples = read_split(tmp / "prepared" / "tiny", "train")[:12]
+    monkeypatch.setattr(evaluate, "PLAIN_PROGRESS_SECONDS", 0.0)
+    assert evaluate_file(converter, examples, batch_size=4, progress=True) == evaluate_file(converter, examples)
+    lines = capsys.readouterr().err.splitlines()
+    assert [line.split(",")[0] for line in lines] == ["converting: 4/12 sentences (33%)",
+                                                      "converting: 8/12 sentences (67%)"], lines
+    assert all(re.fullmatch(r".*, \d+ s elapsed, about \d+ s left", line) for line in lines), lines
+    compare_file(converter, converter, examples, batch_size=8, progress=True)
+    assert [line.split(",")[0] for line in capsys.readouterr().err.splitlines()] == [
+        "model 1 of 2: 8/12 sentences (67%)", "model 2 of 2: 8/12 sentences (67%)"]

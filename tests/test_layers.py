@@ -6,7 +6,8 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "pinyin_hanzi"
 
-LAYERS = [("errors", "files", "runtime"), ("text",), ("data",), ("config", "config_docs", "config_limits"), ("models", "lm"),
+LAYERS = [("errors", "files", "runtime", "progress"), ("text",), ("data",), ("config", "config_docs", "config_limits"),
+          ("models", "lm"),
           ("checkpoint", "checkpoint_copies", "visualize"), ("decoding", "evaluation", "__init__"),
           ("training", "serving"), ("cli",)]
 RANK = {name: rank for rank, names in enumerate(LAYERS) for name in names}

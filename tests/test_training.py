@@ -1,6 +1,5 @@
 import json
 import math
-import re
 import shutil
 
 import pytest
@@ -10,8 +9,8 @@ from pinyin_hanzi import checkpoint
 from pinyin_hanzi.checkpoint import load_checkpoint
 from pinyin_hanzi.config import TrainConfig, load_config
 from pinyin_hanzi.data.corpus import prepare, read_split
-from pinyin_hanzi.errors import CheckpointError, ConfigError, TrainingError
-from pinyin_hanzi.training import logs, loop, loss
+from pinyin_hanzi.errors import CheckpointError, TrainingError
+from pinyin_hanzi.training import loop, loss
 from pinyin_hanzi.training import recipe as training
 from pinyin_hanzi.training.recipe import lr_at, train
 from pinyin_hanzi.training.run import Splits
@@ -49,7 +48,7 @@ def test_tiny_model_memorises_the_tiny_corpus(trained):
 @pytest.mark.parametrize("abbreviate", [0.0, 0.5])
 def test_resume_continues_exactly_like_an_uninterrupted_run(tmp_path, tiny_corpus, monkeypatch, abbreviate):
     torch.set_num_threads(1)
-    settings = dict(max_steps=24, eval_every=12, log_every=4, batch_tokens=64)
+    settings = dict(max_steps=24, eval_every=12, log_every=4, batch_tokens=64, attention_sentences=0)
     config_a = tiny_config_dict(tmp_path / "a", tiny_corpus, **settings)
     config_b = tiny_config_dict(tmp_path / "b", tiny_corpus, **settings)
     for config in (config_a, config_b):
@@ -130,7 +129,7 @@ def _nan_on(monkeypatch, bad_batches):
 def test_a_non_finite_loss_skips_the_batch_with_a_warning(tmp_path, tiny_corpus, monkeypatch):
     torch.set_num_threads(1)
     config = load_config(write_config(tmp_path / "c.yaml", tiny_config_dict(
-        tmp_path, tiny_corpus, max_steps=12, eval_every=6, batch_tokens=64)))
+        tmp_path, tiny_corpus, max_steps=12, eval_every=6, batch_tokens=64, attention_sentences=0)))
     _nan_on(monkeypatch, lambda call: call in (3, 7, 8))
     messages = []
     train(config, log=messages.append)
@@ -149,7 +148,8 @@ def test_a_non_finite_loss_skips_the_batch_with_a_warning(tmp_path, tiny_corpus,
 def test_repeated_non_finite_losses_stop_with_the_last_good_checkpoint_intact(tmp_path, tiny_corpus, monkeypatch):
     torch.set_num_threads(1)
     config = load_config(write_config(tmp_path / "c.yaml", tiny_config_dict(
-        tmp_path, tiny_corpus, max_steps=20, eval_every=5, batch_tokens=64, max_bad_steps=3)))
+        tmp_path, tiny_corpus, max_steps=20, eval_every=5, batch_tokens=64, max_bad_steps=3,
+        attention_sentences=0)))
     last = tmp_path / "checkpoints" / "tiny" / "last.pt"
     _nan_on(monkeypatch, lambda call: call >= 8)  # steps 1-7 train, then every batch fails
     messages = []
@@ -216,46 +216,6 @@ def test_a_bf16_step_multiplies_in_bf16_and_keeps_fp32_weights_close_to_an_fp32_
     assert torch.nn.functional.cosine_similarity(fp32_update, bf16_update, dim=0) > 0.95
 
 
-class _Killed(BaseException):
-    """The process dying between two file writes (not an Exception: nothing may catch it)."""
-
-
-def test_a_kill_between_the_two_checkpoint_writes_never_loses_the_best_checkpoint(tmp_path, tiny_corpus,
-                                                                                   monkeypatch):
-    torch.set_num_threads(1)
-    config = load_config(write_config(tmp_path / "c.yaml", tiny_config_dict(
-        tmp_path, tiny_corpus, max_steps=12, eval_every=6, batch_tokens=64)))
-    last, best = tmp_path / "checkpoints" / "tiny" / "last.pt", tmp_path / "checkpoints" / "tiny" / "best.pt"
-    # A score that rises at every evaluation (across the resume too), so that each one writes both files.
-    real_evaluate, evaluations = loop.validate, [0]
-
-    def rising_evaluate(*args, **kwargs):
-        evaluations[0] += 1
-        return {**real_evaluate(*args, **kwargs), "char_accuracy": evaluations[0] / 10}
-
-    monkeypatch.setattr(loop, "validate", rising_evaluate)
-    real_save, writes = checkpoint.save_checkpoint, []
-
-    def killed_after_the_first_write_at_step_12(path, state):
-        real_save(path, state)
-        writes.append((state["step"], path.name))
-        if state["step"] == 12:
-            raise _Killed
-
-    monkeypatch.setattr(checkpoint, "save_checkpoint", killed_after_the_first_write_at_step_12)
-    with pytest.raises(_Killed):
-        train(config, log=lambda message: None)
-    monkeypatch.setattr(checkpoint, "save_checkpoint", real_save)
-    assert writes[-1][0] == 12 and len(writes) == 3  # both files at step 6, one at step 12
-    # Whatever the kill left, best.pt is never behind the best score last.pt records.
-    assert load_checkpoint(best)["valid_char_accuracy"] >= load_checkpoint(last)["best_accuracy"]
-
-    train(config, resume=True, log=lambda message: None)
-    best_state, last_state = load_checkpoint(best), load_checkpoint(last)
-    assert last_state["step"] == best_state["step"] == 12
-    assert best_state["valid_char_accuracy"] == last_state["best_accuracy"] == last_state["valid_char_accuracy"]
-
-
 def test_init_from_grows_the_vocabularies_and_keeps_the_known_rows(tmp_path, tiny_corpus, trained):
     """Continuing a model on data with new characters, typed abbreviated: the checkpoint's tokens keep their
     ids and rows, the new ones are appended, and the continued model trains and converts."""
@@ -270,7 +230,7 @@ def test_init_from_grows_the_vocabularies_and_keeps_the_known_rows(tmp_path, tin
     corpus = tmp_path / "more.txt"
     sentences = TINY_SENTENCES[1:] + ["秋天的树叶变黄了。", "弟弟在公园放风筝。"]  # new characters, in train
     corpus.write_text("\n".join(sentences) + "\n", encoding="utf-8")
-    settings = dict(max_steps=4, eval_every=4, batch_tokens=64, lr=1e-5, warmup_steps=0)
+    settings = dict(max_steps=4, eval_every=4, batch_tokens=64, lr=1e-5, warmup_steps=0, attention_sentences=0)
     config_dict = tiny_config_dict(tmp_path, corpus, **settings)
     config_dict["data"]["abbreviate"] = 0.5
     config = load_config(write_config(tmp_path / "c.yaml", config_dict))
@@ -309,13 +269,15 @@ def test_init_from_an_untied_model_grows_its_output_projection_too(tmp_path, tin
     from conftest import TINY_SENTENCES
 
     torch.set_num_threads(1)
-    first = tiny_config_dict(tmp_path / "a", tiny_corpus, max_steps=2, eval_every=2, batch_tokens=64)
+    first = tiny_config_dict(tmp_path / "a", tiny_corpus, max_steps=2, eval_every=2, batch_tokens=64,
+                             attention_sentences=0)
     first["model"]["tie_output"] = False
     best = train(load_config(write_config(tmp_path / "a.yaml", first)), log=lambda message: None)
     old = load_checkpoint(best)["model"]
     corpus = tmp_path / "more.txt"
     corpus.write_text("\n".join(TINY_SENTENCES + ["弟弟在公园放风筝。"]) + "\n", encoding="utf-8")
-    second = tiny_config_dict(tmp_path / "b", corpus, max_steps=2, eval_every=2, batch_tokens=64)
+    second = tiny_config_dict(tmp_path / "b", corpus, max_steps=2, eval_every=2, batch_tokens=64,
+                              attention_sentences=0)
     second["model"]["tie_output"] = False
     second["data"]["abbreviate"] = 1.0
     config = load_config(write_config(tmp_path / "b.yaml", second))
@@ -335,7 +297,7 @@ def test_init_from_a_deeper_config_grows_identity_layers_on_top(tmp_path, tiny_c
     projections are zero, so the grown model computes exactly what the checkpoint did; then it trains."""
     _, _, best = trained
     old_model, *_ = checkpoint.model_from_checkpoint(load_checkpoint(best))
-    settings = dict(max_steps=3, eval_every=3, batch_tokens=64)
+    settings = dict(max_steps=3, eval_every=3, batch_tokens=64, attention_sentences=0)
     config = load_config(write_config(tmp_path / "c.yaml", tiny_config_dict(tmp_path, tiny_corpus, **settings)),
                          ["model.n_encoder_layers=3", "model.n_decoder_layers=4", "train.name=deeper"])
     splits = Splits.read(prepare(config.data), sample=4)
@@ -376,195 +338,11 @@ def test_init_from_changes_only_depths_and_grows_only_a_pre_norm_model(tmp_path,
     with pytest.raises(CheckpointError, match=f"^cannot start from .*best.pt.*{error}"):
         train(config, init_from=str(best), log=lambda message: None)
 
-# ---- interrupted runs: a kill, Ctrl-C or a full disk at any moment keeps a consistent run and says how to go on
-
-_COMMAND = "python train.py --config c.yaml"
-
-
 def _small_run(tmp_path, tiny_corpus, **settings):
     torch.set_num_threads(1)
     values = dict(max_steps=12, eval_every=6, batch_tokens=64, attention_sentences=0)  # no figures: faster
     values.update(settings)
     return load_config(write_config(tmp_path / "c.yaml", tiny_config_dict(tmp_path, tiny_corpus, **values)))
-
-
-def _files(folder):
-    return sorted(path.name for path in folder.iterdir() if path.name != ".lock")
-
-
-def test_a_kill_between_the_two_writes_of_the_first_evaluation_resumes_from_best(tmp_path, tiny_corpus, monkeypatch):
-    config = _small_run(tmp_path, tiny_corpus, max_steps=4, eval_every=2)
-    folder = tmp_path / "checkpoints" / "tiny"
-    real_save = checkpoint.save_checkpoint
-
-    def killed_after_best(path, state):
-        real_save(path, state)
-        if path.name == "best.pt":
-            raise _Killed
-
-    monkeypatch.setattr(checkpoint, "save_checkpoint", killed_after_best)
-    with pytest.raises(_Killed):
-        train(config, log=lambda message: None)
-    monkeypatch.setattr(checkpoint, "save_checkpoint", real_save)
-    assert _files(folder) == ["best.pt"]
-    with pytest.raises(TrainingError, match="already holds a run.*--resume"):  # a new run must not replace it...
-        train(config, log=lambda message: None)
-    messages = []
-    train(config, resume=True, log=messages.append)  # ... and --resume continues from it
-    assert any("last.pt is missing" in m and "resuming from" in m for m in messages)
-    assert any(m == f"resumed {folder / 'best.pt'} at step 2" for m in messages)
-    best_state, last_state = load_checkpoint(folder / "best.pt"), load_checkpoint(folder / "last.pt")
-    assert last_state["step"] == 4 and best_state["valid_char_accuracy"] == last_state["best_accuracy"]
-
-
-def _interrupt_at_call(monkeypatch, call):
-    real_step, calls = loop.train_step, [0]
-
-    def train_step(*args, **kwargs):
-        calls[0] += 1
-        if calls[0] == call:
-            raise KeyboardInterrupt
-        return real_step(*args, **kwargs)
-
-    monkeypatch.setattr(loop, "train_step", train_step)
-
-
-def test_ctrl_c_says_what_was_kept_and_the_command_that_goes_on(tmp_path, tiny_corpus, monkeypatch):
-    from pinyin_hanzi.errors import Interrupted
-
-    config = _small_run(tmp_path, tiny_corpus)
-    last = tmp_path / "checkpoints" / "tiny" / "last.pt"
-    _interrupt_at_call(monkeypatch, 3)
-    with pytest.raises(Interrupted) as raised:
-        train(config, log=lambda message: None, command=_COMMAND)
-    assert str(raised.value) == f"interrupted at step 2: no checkpoint was written yet; start again with: {_COMMAND}"
-    assert not last.exists()
-    _interrupt_at_call(monkeypatch, 9)
-    with pytest.raises(Interrupted) as raised:
-        train(config, log=lambda message: None, command=_COMMAND)
-    assert str(raised.value) == (f"interrupted at step 8: kept {last} (step 6); continue with: {_COMMAND} --resume")
-    assert isinstance(raised.value, KeyboardInterrupt)  # whatever lets Ctrl-C through lets it through
-
-
-def test_ctrl_c_during_the_first_save_names_no_checkpoint_and_leaves_no_temporary_file(tmp_path, tiny_corpus,
-                                                                                       monkeypatch):
-    from pinyin_hanzi.errors import Interrupted
-
-    config = _small_run(tmp_path, tiny_corpus)
-    real_torch_save = torch.save
-
-    def interrupted_half_way(obj, handle):
-        if "step" not in obj:  # not a checkpoint: the language models counted once with the store
-            return real_torch_save(obj, handle)
-        handle.write(b"PK\x03\x04 half a checkpoint")
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(torch, "save", interrupted_half_way)
-    with pytest.raises(Interrupted, match="^interrupted at step 6: no checkpoint was written yet; start again"):
-        train(config, log=lambda message: None, command=_COMMAND)
-    monkeypatch.setattr(torch, "save", real_torch_save)
-    assert _files(tmp_path / "checkpoints" / "tiny") == []
-
-
-def test_a_full_disk_at_a_save_keeps_the_previous_checkpoint_and_says_how_to_go_on(tmp_path, tiny_corpus,
-                                                                                     monkeypatch):
-    import errno
-
-    config = _small_run(tmp_path, tiny_corpus)
-    folder = tmp_path / "checkpoints" / "tiny"
-    real_torch_save = torch.save
-
-    def full_at_step_12(obj, handle):
-        if obj.get("step") == 12:
-            handle.write(b"PK\x03\x04 the first blocks")
-            raise OSError(errno.ENOSPC, "No space left on device")
-        real_torch_save(obj, handle)
-
-    monkeypatch.setattr(torch, "save", full_at_step_12)
-    with pytest.raises(TrainingError) as raised:
-        train(config, log=lambda message: None, command=_COMMAND)
-    monkeypatch.setattr(torch, "save", real_torch_save)
-    message = str(raised.value)
-    assert re.fullmatch(rf"disk full while saving {folder}/(best|last)\.pt: kept {folder / 'last.pt'} \(step 6\); "
-                        rf"free space, then continue with: {_COMMAND} --resume", message), message
-    assert _files(folder) == ["best.pt", "last.pt"] and load_checkpoint(folder / "last.pt")["step"] == 6
-    train(config, resume=True, log=lambda message: None)
-    assert load_checkpoint(folder / "last.pt")["step"] == 12
-
-
-def test_resume_refuses_prepared_data_that_changed_since_the_checkpoint(tmp_path, tiny_corpus):
-    import os
-
-    corpus = tmp_path / "corpus.txt"
-    corpus.write_bytes(tiny_corpus.read_bytes())
-    config = _small_run(tmp_path, corpus, max_steps=2, eval_every=2)
-    last = tmp_path / "checkpoints" / "tiny" / "last.pt"
-    train(config, log=lambda message: None)
-    # A checkpoint of an older version records no data: resumed, with a note.
-    state = load_checkpoint(last)
-    del state[checkpoint.DATA_FINGERPRINT_KEY]
-    checkpoint.save_checkpoint(last, state)
-    messages = []
-    train(_small_run(tmp_path, corpus, max_steps=4, eval_every=2), resume=True, log=messages.append)
-    assert any(m.startswith(f"note: {last} does not record which prepared data") for m in messages)
-    assert checkpoint.DATA_FINGERPRINT_KEY in load_checkpoint(last)
-    # An edit that keeps the corpus's size and mtime: the data is prepared again, and --resume refuses it.
-    stat = corpus.stat()
-    corpus.write_bytes(corpus.read_bytes().replace("你好".encode(), "您好".encode()))
-    os.utime(corpus, ns=(stat.st_atime_ns, stat.st_mtime_ns))
-    assert corpus.stat().st_size == stat.st_size
-    with pytest.raises(CheckpointError, match=r"cannot resume from .*last.pt: the prepared data .* changed since "
-                                              r"it was written \(data fingerprint \w+, the checkpoint's \w+\)"):
-        train(_small_run(tmp_path, corpus, max_steps=6, eval_every=2), resume=True, log=lambda message: None)
-
-
-def test_overwrite_starts_new_curves_and_removes_the_old_checkpoints(tmp_path, tiny_corpus):
-    config = _small_run(tmp_path, tiny_corpus, max_steps=2, eval_every=2)
-    run_dir = tmp_path / "runs" / "tiny"
-    train(config, log=lambda message: None)
-    (run_dir / "events.out.tfevents.0.old-host").write_bytes(b"")  # another run's curves, whatever their name
-    train(config, overwrite=True, log=lambda message: None)
-    assert len(list(run_dir.glob("events.out.tfevents.*"))) == 1
-    assert [json.loads(line)["step"] for line in (run_dir / "eval_log.jsonl").read_text().splitlines()] == [2]
-    with pytest.raises(ConfigError, match="exclude each other"):
-        train(config, resume=True, overwrite=True, log=lambda message: None)
-
-
-def test_init_from_a_checkpoint_of_another_model_says_it_cannot_start_from_it(tmp_path, tiny_corpus, trained):
-    _, _, best = trained
-    config = load_config(write_config(tmp_path / "c.yaml", tiny_config_dict(tmp_path, tiny_corpus)), ["model.d_ff=256"])
-    with pytest.raises(CheckpointError, match=r"^cannot start from .*best.pt: model\.d_ff is 256 now but 128"):
-        train(config, init_from=str(best), log=lambda message: None)
-
-
-def test_a_run_whose_run_folder_another_process_holds_is_refused(tmp_path, tiny_corpus):
-    import os
-
-    from pinyin_hanzi.errors import OutputError
-    from pinyin_hanzi.files import locked
-
-    config = _small_run(tmp_path, tiny_corpus)  # another checkpoint folder, but the same runs/tiny
-    with locked(tmp_path / "runs" / "tiny" / ".lock"), pytest.raises(OutputError) as raised:
-        train(config, log=lambda message: None)
-    assert str(raised.value) == f"run tiny is in use by another process (pid {os.getpid()})"
-
-
-def test_a_full_disk_while_logging_says_what_was_kept_too(tmp_path, tiny_corpus, monkeypatch):
-    import errno
-
-    config = _small_run(tmp_path, tiny_corpus)
-    real_record, log_path = logs.Logs.record_step, tmp_path / "runs" / "tiny" / "train_log.jsonl"
-
-    def full_at_step_8(self, *args, **kwargs):
-        if self.run.step == 8:
-            raise OSError(errno.ENOSPC, "No space left on device", str(log_path))
-        real_record(self, *args, **kwargs)
-
-    monkeypatch.setattr(logs.Logs, "record_step", full_at_step_8)
-    with pytest.raises(TrainingError) as raised:
-        train(config, log=lambda message: None, command=_COMMAND)
-    assert str(raised.value) == (f"disk full while saving {log_path}: kept {tmp_path / 'checkpoints' / 'tiny' / 'last.pt'} "
-                                 f"(step 6); free space, then continue with: {_COMMAND} --resume")
 
 
 def test_the_language_models_are_counted_once_with_the_store_and_read_by_the_next_run(tmp_path, tiny_corpus):

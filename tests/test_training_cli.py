@@ -1,6 +1,7 @@
 """End-to-end: the real train.py and export tool where work could be lost (issue #37): overrides anywhere on
-the command line, exports that would replace a training checkpoint, SIGTERM and SIGUSR1, --overwrite before
-the new run's first checkpoint, a full disk at a save, and an honest ETA under a time cap."""
+the command line, exports that would replace a training checkpoint, SIGTERM and Ctrl-C, --overwrite before
+the new run's first checkpoint, Ctrl-C while a script imports, a full disk at a save, an honest ETA under a
+time cap, and plain progress lines off a terminal."""
 
 import atexit
 import contextlib
@@ -192,7 +193,10 @@ def test_sigterm_saves_last_pt_at_the_next_step_and_resume_continues_from_it(tmp
     assert step >= 3 and _train_log(tmp_path / "runs" / "tiny")[-1]["step"] == step
     assert torch.load(folder / "last.pt", weights_only=True)["step"] == step
     assert sorted(path.name for path in folder.iterdir()) == [".lock", "last.pt"]  # no evaluation, no temporary
-    assert "step/s" not in stderr  # no progress bar when stderr is not a terminal
+    assert "step/s" not in stderr  # no progress bar when stderr is not a terminal, but a plain line each log_every
+    lines = re.findall(r"^step ([\d,]+)/100,000: loss \d+\.\d{3}, [\d,]+ tokens/s, [\d.]+ (?:s|min) elapsed, "
+                       r"[\d.]+ (?:s|min|h) left$", stderr, flags=re.MULTILINE)
+    assert lines == [str(n) for n in range(1, step + 1)], stderr
 
     resumed = run(ROOT / "train.py", "--config", config, "train.log_every=1", "--resume", f"train.max_steps={step + 2}")
     assert resumed.returncode == 0, resumed.stderr
@@ -231,16 +235,10 @@ def test_overwrite_keeps_the_old_run_until_the_new_one_has_a_checkpoint(tmp_path
     _one_line_error(run(ROOT / "train.py", "--config", config, "--overwrite", f"data.corpus={tmp_path}/typo.txt"),
                     "corpus file not found")
     _assert_intact(old)
-    _one_line_error(run(ROOT / "train.py", "--config", config, "--overwrite", "--init-from", best, "model.d_ff=256"),
-                    "cannot start from", "model.d_ff is 256 now but 128")
-    _assert_intact(old)
-
-    process = _start_training(config, "--overwrite", sigint=True)  # Ctrl-C before the new run's first checkpoint
-    _wait_for_step(process, tmp_path / "runs" / "tiny", 2)
-    _, stderr = _stop(process, signal.SIGINT)
-    assert process.returncode == 130 and "Traceback" not in stderr, stderr
-    assert re.fullmatch(rf"interrupted at step \d+: no checkpoint was written yet; start again with: python "
-                        rf"train.py --config {re.escape(str(config))} --overwrite", stderr.strip().splitlines()[-1])
+    refused = run(ROOT / "train.py", "--config", config, "--overwrite", "--init-from", best, "model.d_ff=256")
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr  # after the data's summary:
+    assert refused.stderr.strip().splitlines()[-1].startswith(f"error: cannot start from {best}: model.d_ff is 256 "
+                                                              f"now but 128")
     _assert_intact(old)
 
     process = _start_training(config, "--overwrite")  # kill -9 before it: the next start puts the old run back
@@ -251,12 +249,50 @@ def test_overwrite_keeps_the_old_run_until_the_new_one_has_a_checkpoint(tmp_path
     assert again.stderr.strip().splitlines()[-1].endswith("or replace it with --overwrite")
     _assert_intact(old)
 
-    replaced = run(ROOT / "train.py", "--config", config, "--overwrite", "train.max_steps=2", "train.eval_every=2")
-    assert replaced.returncode == 0, replaced.stderr
-    assert torch.load(tmp_path / "checkpoints" / "tiny" / "last.pt", weights_only=True)["step"] == 2
-    assert [record["step"] for record in _train_log(tmp_path / "runs" / "tiny")] == [1, 2]
+    # Ctrl-C: saved at the end of the step it came in, as SIGTERM is; the new run has a checkpoint, the old one goes
+    process = _start_training(config, "--overwrite", sigint=True)
+    _wait_for_step(process, tmp_path / "runs" / "tiny", 2)
+    _, stderr = _stop(process, signal.SIGINT)
+    assert process.returncode == 130 and "Traceback" not in stderr, stderr
+    lines = stderr.strip().splitlines()
+    assert "interrupted: saving at the end of this step (Ctrl-C again to stop now)" in lines[:-1], stderr
+    folder = tmp_path / "checkpoints" / "tiny"
+    match = re.fullmatch(rf"interrupted at step (\d+): kept {folder / 'last.pt'} \(step (\d+)\); continue with: "
+                         rf"python train.py --config {re.escape(str(config))} --resume", lines[-1])
+    assert match and match[1] == match[2], lines[-1]
+    step = int(match[1])
+    assert step >= 2 and torch.load(folder / "last.pt", weights_only=True)["step"] == step
+    assert [record["step"] for record in _train_log(tmp_path / "runs" / "tiny")] == list(range(1, step + 1))
+    assert sorted(path.name for path in folder.iterdir()) == [".lock", "last.pt"]
     assert not (tmp_path / "runs" / "tiny" / "events.out.tfevents.0.old-host").exists()
     assert not list(tmp_path.glob("*/tiny/.overwritten"))
+
+
+# ---- Ctrl-C while a script imports its modules (a second or more, torch's among them)
+
+# python -c INTERRUPT SCRIPT ARGS...: SCRIPT run as ``python SCRIPT ARGS`` would run it, with Ctrl-C pressed
+# while it imports the package (at pinyin_hanzi.errors, which every command-line tool imports first of all).
+INTERRUPTED_IMPORT = """
+import importlib.abc, runpy, signal, sys
+
+class CtrlC(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == "pinyin_hanzi.errors":
+            signal.raise_signal(signal.SIGINT)
+        return None
+
+sys.meta_path.insert(0, CtrlC())
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+@pytest.mark.parametrize("script", ["train.py", "translate.py", "serve.py"])
+def test_ctrl_c_during_the_imports_is_one_line_and_status_130(script):
+    result = subprocess.run([sys.executable, "-c", INTERRUPTED_IMPORT, str(ROOT / script), "--help"], cwd=ROOT,
+                            capture_output=True, text=True, env=FRESH_ENV, timeout=60,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert (result.returncode, result.stderr, result.stdout) == (130, "interrupted\n", ""), result.stderr
 
 
 # ---- a full disk at the first save and at a later one
@@ -333,3 +369,4 @@ def test_the_progress_bar_counts_to_the_step_the_time_cap_reaches(tmp_path, tiny
         remaining = int(clock[2]) * 60 + int(clock[3])
         assert int(done) <= int(total) < 100_000 and remaining <= 60, states
     assert "stops at max_minutes=0.1" in written.decode("utf-8", errors="replace")
+    assert b" tokens/s, " not in written  # the plain lines stand in for the bar off a terminal only

@@ -11,6 +11,11 @@ from typing import Iterable, Sequence
 from tqdm import tqdm
 
 from pinyin_hanzi.evaluation.metrics import conversion_scores, edit_distance, paired_difference, typed
+from pinyin_hanzi.progress import PlainProgress, bar_on
+
+# Off a terminal (a log file), --evaluate says how far it is at most this often: a bar's redraws would bury
+# the log, and a silent evaluation of many minutes looks hung.
+PLAIN_PROGRESS_SECONDS = 30.0
 
 
 def evaluate_file(converter, examples: Sequence, *, constrained: bool | None = True, unsegmented: bool = False,
@@ -26,8 +31,8 @@ def evaluate_file(converter, examples: Sequence, *, constrained: bool | None = T
     0, else the converter's own setting). Returns the settings used and the scores of
     :func:`pinyin_hanzi.evaluation.metrics.conversion_scores`, plus top1 (and top3, top5 from the 5-best list when
     beam >= 5): the share of sentences whose reference is among the k best conversions. ``progress``: a bar
-    on stderr (sentences, rate, time left) while it converts, where stderr is a terminal. Raises ValueError
-    for a share outside [0, 1]."""
+    on stderr (sentences, rate, time left) while it converts where stderr is a terminal, else a plain line
+    every PLAIN_PROGRESS_SECONDS. Raises ValueError for a share outside [0, 1]."""
     references = [e.hanzi for e in examples]
     settings = converter.search_settings(beam=beam, constrained=constrained)
     nbest = 5 if settings.beam >= 5 else 1
@@ -82,15 +87,21 @@ def _reads_prefixes(converter, prefixes: bool | str | None, abbreviate: float) -
 def _convert_typed(converter, examples: Sequence, unsegmented: bool, abbreviate: float, abbreviate_as: str,
                    progress: str | None, **options):
     """The conversions of ``examples`` typed as :func:`pinyin_hanzi.evaluation.metrics.typed` types them, ``batch_size``
-    sentences at a time, with a progress bar labelled ``progress`` (None: none). ValueError for a share
-    outside [0, 1] or an unknown abbreviation style."""
+    sentences at a time, with progress labelled ``progress`` (None: none): a bar on a terminal, else a plain
+    line every PLAIN_PROGRESS_SECONDS (a log file). ValueError for a share outside [0, 1] or an unknown
+    abbreviation style."""
     lines = [typed(e.tokens, e.hanzi, unsegmented, abbreviate=abbreviate, abbreviate_as=abbreviate_as)
              for e in examples]
     step = options["batch_size"]  # converted in the same pieces with or without a bar: the same scores either way
     found = []
+    plain = None
+    if progress is not None and sys.stderr is not None and not bar_on(sys.stderr):
+        plain = PlainProgress(len(lines), progress, "sentences", every=PLAIN_PROGRESS_SECONDS)
     with tqdm(total=len(lines), desc=progress, unit=" sentences", file=sys.stderr, dynamic_ncols=True,
-              disable=progress is None or sys.stderr is None or not sys.stderr.isatty()) as bar:
+              disable=progress is None or not bar_on(sys.stderr)) as bar:
         for begin in range(0, len(lines), step):
             found += converter.convert_lines(lines[begin : begin + step], **options)
             bar.update(min(step, len(lines) - begin))
+            if plain is not None:
+                plain.update(min(step, len(lines) - begin))
     return found

@@ -1,6 +1,6 @@
 """What rank 0 records of a run: TensorBoard scalars, texts and pictures, ``train_log.jsonl`` (every step),
-``eval_log.jsonl`` (every evaluation), the resolved config, the progress bar on stderr, and the setup summary
-printed when training starts."""
+``eval_log.jsonl`` (every evaluation), the resolved config, the progress bar on stderr (plain lines where stderr
+is no terminal), and the setup summary printed when training starts."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from tqdm import tqdm
 
 from pinyin_hanzi import visualize
 from pinyin_hanzi.config import save_config
+from pinyin_hanzi.progress import bar_on, duration
 from pinyin_hanzi.runtime import resolve_precision
 from pinyin_hanzi.training.run import Parts, Run
 
@@ -32,27 +33,44 @@ class Logs:
 
     def start_progress(self) -> None:
         """The bar on stderr, on rank 0, and only when stderr is a terminal: in a log file its redraws would
-        bury the messages."""
+        bury the messages, and a plain line every train.log_every steps stands in for it (:meth:`record_step`)."""
         t = self.run.config.train
         self.first_step = self.run.step
         self.progress = tqdm(total=t.max_steps, initial=self.run.step, desc=t.name, unit="step", dynamic_ncols=True,
                              file=sys.stderr, mininterval=1.0,
-                             disable=not (self.run.process.is_main and sys.stderr is not None and sys.stderr.isatty()))
+                             disable=not (self.run.process.is_main and bar_on(sys.stderr)))
 
-    def aim_at_the_last_step(self) -> None:
-        """With train.max_minutes, the bar's total is the step the run will stop at: train.max_steps, or the
-        step that the time cap reaches first at the pace so far (evaluations included), so that the bar's
-        ETA is the time left, not that of steps the run will never take."""
+    def last_step(self) -> int:
+        """The step the run will stop at: train.max_steps, or with train.max_minutes the step that the time cap
+        reaches first at the pace so far (evaluations included)."""
         t, run = self.run.config.train, self.run
         spent, done = time.time() - run.started, run.step - self.first_step
-        if t.max_minutes <= 0 or self.progress.disable or done < 1 or spent <= 0:
-            return
+        if t.max_minutes <= 0 or done < 1 or spent <= 0:
+            return t.max_steps
         reachable = run.step + int(done / spent * max(t.max_minutes * 60 - spent, 0.0))
-        last_step = min(t.max_steps, max(reachable, run.step))
+        return min(t.max_steps, max(reachable, run.step))
+
+    def aim_at_the_last_step(self) -> None:
+        """The bar's total is :meth:`last_step`, so that the bar's ETA is the time left, not that of steps the
+        run will never take."""
+        t = self.run.config.train
+        if t.max_minutes <= 0 or self.progress.disable:
+            return
+        last_step = self.last_step()
         if last_step != self.progress.total:
             self.progress.total = last_step
             capped = f"{t.name} (stops at max_minutes={t.max_minutes:g})" if last_step < t.max_steps else t.name
             self.progress.set_description(capped, refresh=False)
+
+    def progress_line(self, loss: float, tokens_per_second: float) -> str:
+        """What the bar shows, as a line for a log file: step, loss, tokens/s, time trained, time left (at the
+        pace of this process's steps so far, evaluations included)."""
+        t, run = self.run.config.train, self.run
+        last_step, done = self.last_step(), run.step - self.first_step
+        left = (last_step - run.step) * (time.time() - run.started) / done if done > 0 else float("nan")
+        capped = f" (stops at max_minutes={t.max_minutes:g})" if last_step < t.max_steps else ""
+        return (f"step {run.step:,}/{last_step:,}{capped}: loss {loss:.3f}, {tokens_per_second:,.0f} tokens/s, "
+                f"{duration(run.elapsed())} elapsed, {duration(left)} left")
 
     def say(self, message: str) -> None:
         """A message for the user (run.log: stderr, like every message; stdout holds only the result), printed
@@ -65,7 +83,8 @@ class Logs:
         self.window_tokens, self.window_start = 0, time.time()
 
     def record_step(self, loss: float, lr: float, grad_norm: float, tokens: int, scheduler) -> None:
-        """A step's record: every step in train_log.jsonl, every log_every steps in TensorBoard."""
+        """A step's record: every step in train_log.jsonl, every log_every steps in TensorBoard and, off a
+        terminal, as a plain line (:meth:`progress_line`)."""
         step = self.run.step
         self.window_tokens += tokens
         self.aim_at_the_last_step()
@@ -82,6 +101,8 @@ class Logs:
             self.writer.add_scalar("train/grad_norm", grad_norm, step)
             self.writer.add_scalar("train/tokens_per_second", tokens_per_second, step)
             self.progress.set_postfix(loss=f"{loss:.3f}", tok_s=f"{tokens_per_second:,.0f}", refresh=False)
+            if self.progress.disable:  # stderr is no terminal (nohup, a scheduler's log, CI): a line in its place
+                self.say(self.progress_line(loss, tokens_per_second))
 
     def record_evaluation(self, result: dict, parts: Parts) -> None:
         """An evaluation's scalars, samples and pictures in TensorBoard (rank 0 only evaluates)."""

@@ -24,11 +24,12 @@ from pinyin_hanzi.training.validation import validate
 
 def train_loop(run: Run, parts: Parts, logs: Logs) -> None:
     """Step until train.max_steps (or train.max_minutes): evaluate and save every train.eval_every steps
-    and at the end. TrainingError after train.max_bad_steps non-finite batches in a row; errors.Interrupted
-    after a stop signal (SIGTERM, SIGUSR1), at the end of the step it came in, with last.pt saved."""
+    and at the end. TrainingError after train.max_bad_steps non-finite batches in a row, or when the token
+    store cannot be read; errors.Interrupted after a stop signal (Ctrl-C, SIGTERM, SIGUSR1), at the end of the
+    step it came in, with last.pt saved (a second Ctrl-C raises it at once)."""
     t = run.config.train
     run.started = time.time()
-    run.signals.defer()  # from now on a stop signal ends the step first, then saves
+    run.signals.defer(logs.say)  # from now on a stop signal ends the step first, then saves
     logs.restart_window()
     logs.start_progress()
     bad_in_a_row = 0
@@ -68,8 +69,11 @@ def _global_step(run: Run, parts: Parts) -> tuple[float, float, float, int, bool
     t, process = run.config.train, run.process
     global_batch = [parts.stream.next_indices() for _ in range(t.grad_accum_steps)]  # (epoch, indices) each
     tokens = sum(parts.stream.n_target_tokens(indices) for _, indices in global_batch)
-    mine = [parts.stream.batch(epoch, indices)
-            for epoch, indices in global_batch[process.rank :: process.world_size]]
+    try:  # the examples are read from the token store's files at every step
+        mine = [parts.stream.batch(epoch, indices)
+                for epoch, indices in global_batch[process.rank :: process.world_size]]
+    except OSError as error:
+        raise run.data_unreadable(error) from None
     lr = parts.optimizer.param_groups[0]["lr"]
     loss, grad_norm, stepped = train_step(parts.trained_model, mine, tokens, parts.optimizer, parts.scheduler, t,
                                           run.device, parts.candidates, process.world_size, parts.teacher)

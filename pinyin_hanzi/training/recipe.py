@@ -72,12 +72,13 @@ def train(config: Config, *, resume: bool = False, init_from: str | None = None,
     One process at a time owns a run: its checkpoint and run folders are locked for the whole run.
 
     Raises TrainingError if a new run would replace an existing run's checkpoints (unless ``overwrite``),
-    the loss or gradient is not finite for ``train.max_bad_steps`` batches in a row, or a checkpoint cannot
-    be written (a full disk); OutputError if an output folder is not writable or another process trains
-    the run; CheckpointError, ConfigError, DataError for unusable checkpoints, settings or data;
-    errors.Interrupted (a KeyboardInterrupt) on Ctrl-C, saying what was kept and how to go on, and on
-    SIGTERM or SIGUSR1 (see :class:`~pinyin_hanzi.training.run.StopSignals`), which in the training loop
-    save last.pt first."""
+    the loss or gradient is not finite for ``train.max_bad_steps`` batches in a row, a checkpoint cannot
+    be written (a full disk) or the prepared data vanishes while training reads it; OutputError if an
+    output folder is not writable or another process trains the run; CheckpointError, ConfigError,
+    DataError for unusable checkpoints, settings or data (ConfigError too for a train.distill_from that is
+    the run's own checkpoint); errors.Interrupted (a KeyboardInterrupt) on Ctrl-C, SIGTERM or SIGUSR1,
+    saying what was kept and how to go on (see :class:`~pinyin_hanzi.training.run.StopSignals`): in the
+    training loop they save last.pt at the end of the step first, and a second Ctrl-C stops at once."""
     process = distributed.from_environment()
     t = config.train
     if resume and overwrite:
@@ -130,7 +131,8 @@ def _train(run: Run, *, resume: bool, workers: int | None = None) -> Path:
     teacher_state = checkpoint.load_checkpoint(t.distill_from) if t.distill_from else None  # likewise
     splits = _setup_data(run, workers)
     saved = load_resumable(run, splits) if resume else None
-    model, pinyin_vocab, hanzi_vocab = _setup_model(config, splits, saved, run.kept_path, run.init_from, log)
+    model, pinyin_vocab, hanzi_vocab = _setup_model(config, splits, saved, run.kept_path, run.init_from, log,
+                                                    read_from=run.init_source)
     _check_trainable(config, len(pinyin_vocab), len(hanzi_vocab))  # before the optimizer allocates its state
     model.to(run.device)
     syllable_lm, char_lm_state, word_lm_state = setup_language_models(config, splits.store, splits.fingerprint,
@@ -221,27 +223,28 @@ def _setup_batches(config: Config, splits: Splits, pinyin_vocab: Vocab, hanzi_vo
 
 
 def _setup_model(config: Config, splits: Splits, saved: dict | None, saved_path: Path | None,
-                 init_from: str | None, log) -> tuple[Transformer, Vocab, Vocab]:
+                 init_from: str | None, log, *, read_from: Path | None = None) -> tuple[Transformer, Vocab, Vocab]:
     """(model on the CPU, pinyin vocabulary, hanzi vocabulary): those of the resumed checkpoint ``saved``,
-    the weights of ``init_from`` over its vocabularies grown by the data's new tokens (:func:`_init_from`),
-    or a new model over the prepared data's vocabularies."""
+    the weights of ``init_from`` over its vocabularies grown by the data's new tokens (:func:`_init_from`;
+    read from ``read_from`` if given), or a new model over the prepared data's vocabularies."""
     if saved is not None:
         model, pinyin_vocab, hanzi_vocab, _ = checkpoint.model_from_checkpoint(saved, str(saved_path))
     elif init_from:
-        return _init_from(config, splits, init_from, log)
+        return _init_from(config, splits, init_from, log, read_from=read_from)
     else:
         pinyin_vocab, hanzi_vocab = splits.pinyin_vocab, splits.hanzi_vocab
         model = Transformer(config.model, source_vocab_size=len(pinyin_vocab), target_vocab_size=len(hanzi_vocab))
     return model, pinyin_vocab, hanzi_vocab
 
 
-def _init_from(config: Config, splits: Splits, path: str, log) -> tuple[Transformer, Vocab, Vocab]:
+def _init_from(config: Config, splits: Splits, path: str, log, read_from: Path | None = None
+               ) -> tuple[Transformer, Vocab, Vocab]:
     """--init-from: the checkpoint's weights over vocabularies grown by the prepared data's new tokens (new
     characters, the prefix tokens of data.abbreviate), and deeper if the config asks for more encoder or
     decoder layers (growing a trained model instead of training a larger one from scratch) or fewer (the
     start of a shallower one): see :mod:`pinyin_hanzi.models.growing`. CheckpointError unless the other model
-    settings agree."""
-    source = checkpoint.load_checkpoint(path)
+    settings agree. ``read_from``: where the checkpoint is now, if not at ``path`` (run.init_source)."""
+    source = checkpoint.load_checkpoint(read_from or path)
     trained, trained_pinyin, trained_hanzi, _ = checkpoint.model_from_checkpoint(source, path)
     saved_model = source[checkpoint.CONFIG_KEY].get("model")
     if not isinstance(saved_model, dict):

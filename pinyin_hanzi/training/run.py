@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import itertools
+import os
 import shlex
 import shutil
 import signal
@@ -26,7 +27,7 @@ from pinyin_hanzi.data.corpus import data_fingerprint, prepared_examples
 from pinyin_hanzi.data.examples import Example
 from pinyin_hanzi.data.store import StoredSplit, TokenStore
 from pinyin_hanzi.data.vocab import Vocab
-from pinyin_hanzi.errors import CheckpointError, Interrupted, TrainingError
+from pinyin_hanzi.errors import CheckpointError, ConfigError, Interrupted, TrainingError
 from pinyin_hanzi.files import check_writable, locked, os_error_reason
 from pinyin_hanzi.lm.syllable import SyllableBigrams
 from pinyin_hanzi.models.transformer import Transformer
@@ -36,24 +37,34 @@ from pinyin_hanzi.training.distillation import Teacher
 
 # What job schedulers, `timeout`, container stops and cloud preemptions send (SIGTERM), and what SLURM sends
 # ahead of a time limit (`--signal=USR1@60`): training stops at the next step boundary with last.pt saved.
-STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGUSR1") if hasattr(signal, name))
+# Ctrl-C (SIGINT) does the same, since people press it far more often than schedulers stop a run; a second
+# Ctrl-C stops at once.
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGUSR1") if hasattr(signal, name))
+
+SAVING_AT_CTRL_C = "interrupted: saving at the end of this step (Ctrl-C again to stop now)"
 
 
 class StopSignals:
     """The signals of STOP_SIGNALS as requests to stop, for the block it is entered for (in the main thread;
-    the previous handlers come back after it). Before the training loop a signal stops at once, as Ctrl-C
-    does (there is nothing to save yet); once :meth:`defer` is called, it is only recorded in ``received``,
-    and the loop stops at the next step boundary, saving last.pt first."""
+    the previous handlers come back after it). Before the training loop a signal stops at once (there is
+    nothing to save yet); once :meth:`defer` is called, it is only recorded in ``received``,
+    and the loop stops at the next step boundary, saving last.pt first. A Ctrl-C while a stop is pending
+    stops at once (errors.Interrupted), keeping the last checkpoint.
+
+    SIGINT is taken over only from Python's own handler: a process that ignores it (started with ``&`` by
+    a script, or under nohup) goes on ignoring it, and a handler of an application that calls train() stays."""
 
     def __init__(self):
         self.received: int | None = None  # the first stop signal's number
         self.deferred = False
+        self._say: Callable[[str], None] | None = None
         self._previous: dict[int, object] = {}
 
     def __enter__(self) -> StopSignals:
         if threading.current_thread() is threading.main_thread():  # signal.signal works only there
             for number in STOP_SIGNALS:
-                self._previous[number] = signal.signal(number, self._receive)
+                if number != signal.SIGINT or signal.getsignal(number) is signal.default_int_handler:
+                    self._previous[number] = signal.signal(number, self._receive)
         return self
 
     def __exit__(self, *exception) -> None:
@@ -61,13 +72,20 @@ class StopSignals:
             signal.signal(number, handler)
         self._previous.clear()
 
-    def defer(self) -> None:
-        self.deferred = True
+    def defer(self, say: Callable[[str], None] | None = None) -> None:
+        """From now on a signal asks for a stop at the next step boundary; ``say`` tells the user so when
+        Ctrl-C asks (it need not: a scheduler's signal has no one watching)."""
+        self.deferred, self._say = True, say
 
     def _receive(self, number: int, frame) -> None:
-        self.received = self.received or number
-        if not self.deferred:
+        if not self.deferred or (number == signal.SIGINT and self.received is not None):
             raise Interrupted("", number)
+        self.received = self.received or number
+        if number == signal.SIGINT and self._say is not None:
+            # A handler runs between two bytecodes of the main thread, which may be inside a write to the
+            # same stream: Python then refuses the reentrant write. The stop is recorded; only the line is lost.
+            with contextlib.suppress(RuntimeError):
+                self._say(SAVING_AT_CTRL_C)
 
 
 def stop_message(number: int) -> str:
@@ -88,6 +106,7 @@ class Run:
     run_dir: Path  # TensorBoard events, train_log.jsonl, eval_log.jsonl, config.yaml
     command: str | None = None  # the command line that trains this run, without its mode flags (for messages)
     init_from: str | None = None  # --init-from's checkpoint
+    init_source: Path | None = None  # where it is read, if not there: --overwrite set this run's own aside
     step: int = 0  # optimizer steps taken
     best_accuracy: float = -1.0  # the best validation character accuracy so far
     kept_path: Path | None = None  # the checkpoint --resume would continue from (last.pt, else best.pt)
@@ -95,7 +114,7 @@ class Run:
     data_fingerprint: str | None = None  # corpus.data_fingerprint of the prepared data this run reads
     elapsed_before: float = 0.0  # seconds trained before this process started (by the run it resumes)
     started: float = 0.0  # time.time() at this process's first step
-    signals: StopSignals = field(default_factory=StopSignals)  # SIGTERM / SIGUSR1 received
+    signals: StopSignals = field(default_factory=StopSignals)  # Ctrl-C, SIGTERM, SIGUSR1 received
     set_aside: bool = False  # --overwrite moved the old run's files aside; they go once this run has a checkpoint
 
     @property
@@ -132,6 +151,18 @@ class Run:
         """The error that stops a run whose write to ``path`` failed (a full or read-only disk)."""
         remedy = "free space" if error.errno in (errno.ENOSPC, errno.EDQUOT) else "make it writable"
         return TrainingError(f"{os_error_reason(error)} while saving {path}: {self.kept()}; {remedy}, then "
+                             f"{self.next_step()}")
+
+    def data_unreadable(self, error: OSError) -> TrainingError:
+        """The error that stops a run whose read of the token store failed: its files were removed or moved
+        while it trained (another preparation of the same folder, a clean-up), or the disk failed. Not a
+        save's failure (:meth:`write_failed`): a start prepares missing data again, so --resume goes on."""
+        name = Path(error.filename) if error.filename else Path(self.config.data.prepared_dir)
+        if isinstance(error, FileNotFoundError):
+            return TrainingError(f"the prepared data in {name.parent} was removed or moved while training ran "
+                                 f"({name.name} is gone): {self.kept()}; {self.next_step()} (it prepares the data "
+                                 f"again)")
+        return TrainingError(f"{os_error_reason(error)} while reading the prepared data {name}: {self.kept()}; "
                              f"{self.next_step()}")
 
     def _at_step(self) -> str:
@@ -196,11 +227,13 @@ def owned(run: Run, *, resume: bool, overwrite: bool):
     """Hold the run for the block: its output folders are checked writable (so that a read-only or missing
     disk is found now, not at the first checkpoint) and locked, so that no other process trains the same
     run meanwhile (OutputError names the one that does). Then TrainingError if a new run would replace
-    another's checkpoints; CheckpointError if there is nothing to resume. Rank 0 alone writes, and locks.
+    another's checkpoints; CheckpointError if there is nothing to resume; ConfigError if train.distill_from
+    is one of the run's own checkpoints (:func:`_check_teacher`). Rank 0 alone writes, and locks.
 
     ``overwrite`` moves the old run's files aside (:func:`_set_aside`) rather than deleting them: they are
     deleted once the new run has written its first checkpoint, and put back if the block ends before that
-    (a typo in the corpus path, an unusable --init-from, Ctrl-C, a signal)."""
+    (a typo in the corpus path, an unusable --init-from, Ctrl-C, a signal). An --init-from of the run's own
+    checkpoint is then read where it was set aside (run.init_source)."""
     t = run.config.train
     with contextlib.ExitStack() as held:
         if run.process.is_main:
@@ -218,6 +251,8 @@ def owned(run: Run, *, resume: bool, overwrite: bool):
                                 f"--resume, name a new one with train.name=..., or replace it with --overwrite")
         if run.init_from:  # before the data: a missing file or a device is said at once
             checkpoint.check_checkpoint_path(run.init_from)
+        _check_teacher(run, overwrite=overwrite)
+        own_start = _own_checkpoint(run, run.init_from) if overwrite else None
         if resume:  # before the data: say it at once
             # last.pt, or best.pt alone when a kill at the first evaluation came between the two writes
             run.kept_path = next((path for path in (run.last_path, run.best_path) if path.is_file()), None)
@@ -227,10 +262,38 @@ def owned(run: Run, *, resume: bool, overwrite: bool):
         try:
             if overwrite and run.process.is_main:
                 _set_aside(run)
+            if own_start is not None:  # --init-from this run's own checkpoint: read where it was set aside
+                run.init_source = own_start.parent / SET_ASIDE / own_start.name
             yield
         finally:
             if run.set_aside:  # the new run wrote no checkpoint: the old one stays what there is
                 _put_back(run)
+
+
+def _own_checkpoint(run: Run, path: str | None) -> Path | None:
+    """This run's best.pt or last.pt if ``path`` names it (spelt otherwise, linked or not), else None."""
+    if not path:
+        return None
+    for own in (run.best_path, run.last_path):
+        try:
+            if os.path.samefile(path, own):
+                return own
+        except OSError:  # one of them is missing (under torchrun rank 0 may have set it aside already): by name
+            if Path(path).resolve() == own.resolve():
+                return own
+    return None
+
+
+def _check_teacher(run: Run, *, overwrite: bool) -> None:
+    """ConfigError, before anything is moved, if train.distill_from is one of this run's own checkpoints:
+    --overwrite sets it aside before the teacher is read (it would be missing), and a resumed run rewrites
+    it (the teacher would be the student, a different one at every resume)."""
+    teacher = run.config.train.distill_from
+    if _own_checkpoint(run, teacher) is None:
+        return
+    why = "which --overwrite replaces" if overwrite else "which the run rewrites as it trains"
+    raise ConfigError(f"train.distill_from={teacher} is this run's own checkpoint, {why}: copy it elsewhere first "
+                      f"(cp {shlex.quote(teacher)} teacher.pt) and set train.distill_from=teacher.pt")
 
 
 # --overwrite keeps the old run's files here (in checkpoints/NAME/ and runs/NAME/) until the new run has
