@@ -429,7 +429,7 @@ def test_kill_9_then_resume_reproduces_the_uninterrupted_losses(tmp_path, tiny_c
 
     from pinyin_hanzi.checkpoint import load_checkpoint
 
-    settings = {"max_steps": 100, "eval_every": 20, "log_every": 10, "batch_tokens": 64}
+    settings = {"max_steps": 48, "eval_every": 12, "log_every": 6, "batch_tokens": 64}
     killed_dir, straight_dir = tmp_path / "killed", tmp_path / "straight"
     killed = write_config(tmp_path / "killed.yaml", tiny_config_dict(killed_dir, tiny_corpus, **settings))
     straight = write_config(tmp_path / "straight.yaml", tiny_config_dict(straight_dir, tiny_corpus, **settings))
@@ -438,16 +438,16 @@ def test_kill_9_then_resume_reproduces_the_uninterrupted_losses(tmp_path, tiny_c
                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     victim = subprocess.Popen([sys.executable, str(ROOT / "train.py"), "--config", str(killed)], env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:  # kill it mid-way: after the step-20 checkpoint, with steps since then that will be lost
-        _wait_for_step(victim, killed_dir / "runs" / "tiny", 30)
+    try:  # kill it mid-way: after the step-12 checkpoint, with steps since then that will be lost
+        _wait_for_step(victim, killed_dir / "runs" / "tiny", 18)
         victim.send_signal(signal.SIGKILL)
         assert victim.wait(timeout=60) == -signal.SIGKILL
     finally:
         victim.kill()
     reached = _train_log(killed_dir / "runs" / "tiny")[-1]["step"]
-    assert 30 <= reached < 100, reached
+    assert 18 <= reached < 48, reached
     checkpoint = load_checkpoint(killed_dir / "checkpoints" / "tiny" / "last.pt")  # intact, not half-written
-    assert checkpoint["step"] % 20 == 0 and checkpoint["step"] <= reached  # the steps since it are lost ...
+    assert checkpoint["step"] % 12 == 0 and checkpoint["step"] <= reached  # the steps since it are lost ...
 
     resumed = run(ROOT / "train.py", "--config", killed, "--resume")
     assert resumed.returncode == 0, resumed.stderr
@@ -456,7 +456,7 @@ def test_kill_9_then_resume_reproduces_the_uninterrupted_losses(tmp_path, tiny_c
     assert reference.returncode == 0, reference_errors
     # ... and trained again: the record is clean (each step once) and equal to the uninterrupted run's.
     after_resume, uninterrupted = _train_log(killed_dir / "runs" / "tiny"), _train_log(straight_dir / "runs" / "tiny")
-    assert [record["step"] for record in uninterrupted] == list(range(1, 101))
+    assert [record["step"] for record in uninterrupted] == list(range(1, 49))
     assert after_resume == uninterrupted
     a = load_checkpoint(killed_dir / "checkpoints" / "tiny" / "last.pt")["model"]
     b = load_checkpoint(straight_dir / "checkpoints" / "tiny" / "last.pt")["model"]
