@@ -83,7 +83,8 @@ class TrainConfig:
     label_smoothing: float = 0.1  # share of the target probability spread over the other classes of the loss
     loss: str = "full"  # "full" softmax over all hanzi, or "candidates": over the syllable's candidates only
     grad_clip: float = 1.0  # largest gradient norm; 0 = no clipping
-    log_every: int = 20  # steps between TensorBoard records of the training loss, lr and gradient norm
+    log_every: int = 20  # steps between TensorBoard records of the training loss, lr and gradient norm, and,
+    # off a terminal, a plain progress line on stderr
     eval_every: int = 500  # steps between evaluations; each writes last.pt, and best.pt when accuracy improves
     eval_sentences: int = 400  # validation clauses decoded (constrained greedy) at each evaluation
     attention_sentences: int = 2  # validation clauses whose cross-attention goes to TensorBoard (0 = none)
