@@ -5,16 +5,11 @@
     python serve.py --checkpoint checkpoints/quickstart/best.pt --port 8080
 """
 
-import os
 import sys
 
-try:
-    from pinyin_hanzi.cli.serve import main
-except KeyboardInterrupt:  # Ctrl-C while the imports run (a second or more): what it says at any later moment
-    if sys.stderr is not None:
-        sys.stderr.write("interrupted\n")
-        sys.stderr.flush()
-    os._exit(130)  # no teardown of half-imported modules (which could report errors of their own)
+from pinyin_hanzi.startup import command_main
+
+main = command_main("pinyin_hanzi.cli.serve")  # Ctrl-C meanwhile: one line, status 130
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -7,13 +7,9 @@ import sys
 
 gc.disable()  # until the converter is loaded: see pinyin_hanzi/runtime.py, startup_done
 
-try:
-    from pinyin_hanzi.cli.translate import main  # noqa: E402 - after the collector is paused
-except KeyboardInterrupt:  # Ctrl-C while the imports run (a second or more): what it says at any later moment
-    if sys.stderr is not None:
-        sys.stderr.write("interrupted\n")
-        sys.stderr.flush()
-    os._exit(130)  # no teardown of half-imported modules (which could report errors of their own)
+from pinyin_hanzi.startup import command_main  # noqa: E402 - after the collector is paused
+
+main = command_main("pinyin_hanzi.cli.translate")  # Ctrl-C meanwhile: one line, status 130
 
 if __name__ == "__main__":
     status = main()  # its output is written and flushed, errors reported, by the time it returns
