@@ -21,17 +21,18 @@ def _image(path):
         return image.size, hashlib.md5(image.tobytes()).hexdigest()
 
 
-def test_attention_images_from_the_cli_differ_between_inputs(trained, tmp_path):
+def test_attention_images_from_the_cli_differ_between_inputs(trained, tmp_path, capsys):
+    from pinyin_hanzi.cli import translate
+
     _, _, best = trained
     sizes = {}
     digests = {}
     for name, text, extra in [("a", "wo men qu bei jing ba", []), ("b", "ni hao", []),
                               ("heads", "wo men qu bei jing ba", ["--heads"]),
                               ("encoder", "wo men qu bei jing ba", ["--attention-kind", "encoder"])]:
-        path = tmp_path / f"{name}.png"
-        result = run(ROOT / "translate.py", "--checkpoint", best, "--attention", path, *extra, text)
-        assert result.returncode == 0, result.stderr
-        assert path.is_file() and "attention image written" in result.stderr
+        path = tmp_path / f"{name}.png"  # in this process: the command's work, not four interpreter start-ups
+        assert translate.main(["--checkpoint", str(best), "--attention", str(path), *extra, text]) == 0
+        assert path.is_file() and "attention image written" in capsys.readouterr().err
         sizes[name], digests[name] = _image(path)
     assert all(width >= 200 and height >= 200 for width, height in sizes.values())
     assert len(set(digests.values())) == 4  # different inputs, heads and kinds give different pictures
