@@ -59,7 +59,8 @@ from pinyin_hanzi.runtime import autocast_for, cpu_has_native_bf16, resolve_prec
 from pinyin_hanzi.text.lexicon import Lexicon
 from pinyin_hanzi.text.pinyin import CLAUSE_PUNCTUATION, hanzi_to_tokens
 from pinyin_hanzi.text.typed_input import PREFIX_TOKENS
-from pinyin_hanzi.training.loss import loss_fn, model_loss
+from pinyin_hanzi.training.loss import summed_loss
+from pinyin_hanzi.training.speed import BatchLoss, compile_mode, fast_device
 from pinyin_hanzi.visualize import flops_per_token
 
 
@@ -88,8 +89,10 @@ class Reference(nn.Module):
         return self.output(hidden)
 
 
-def matmul_peak(device: torch.device, dtype: torch.dtype = torch.float32, size: int = 2048, repeats: int = 5) -> float:
-    """Median FLOP/s of a (size x size) @ (size x size) product in ``dtype`` on this device."""
+def matmul_peak(device: torch.device, dtype: torch.dtype = torch.float32, size: int = 0, repeats: int = 5) -> float:
+    """Median FLOP/s of a (size x size) @ (size x size) product in ``dtype`` on this device (size 0: 8192 on a
+    GPU, whose peak a smaller product does not reach, 2048 elsewhere)."""
+    size = size or (8192 if device.type == "cuda" else 2048)
     a = torch.randn(size, size, device=device, dtype=dtype)
     b = torch.randn(size, size, device=device, dtype=dtype)
     times = []
@@ -136,18 +139,20 @@ def prepared_corpus(data: DataConfig) -> tuple[list[Example], Vocab, Vocab]:
 
 
 def run_steps(model, optimizer, batches, device, loss, precision: str) -> tuple[int, float]:
-    """Train on ``batches`` in ``precision``; returns (target tokens, seconds)."""
+    """Train on ``batches`` ((batch on the device, its target tokens) each) in ``precision`` as train.py's
+    step does (the loss and gradient norm read back once a step); returns (target tokens, seconds)."""
     tokens = 0
     if device.type == "cuda":
         torch.cuda.synchronize()
     started = time.perf_counter()
-    for batch in batches:
+    for batch, n_tokens in batches:
         model.train()
-        with autocast_for(device, precision):
-            value, n_tokens = loss(model, batch)
         optimizer.zero_grad(set_to_none=True)
-        value.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        with autocast_for(device, precision):
+            value = loss(batch)
+        (value / n_tokens).backward()
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        torch.stack([value.detach().float(), norm.float()]).tolist()
         optimizer.step()
         tokens += n_tokens
     if device.type == "cuda":
@@ -167,6 +172,10 @@ def main() -> int:
     parser.add_argument("--reference-precision", default="fp32", metavar="fp32[,bf16]",
                         help="the reference's precision(s), comma-separated; each one is a reference in the same run "
                         "(default fp32)")
+    parser.add_argument("--compile", default="off", metavar="MODE",
+                        help="also train ours and the reference compiled in this torch.compile mode (default, "
+                        "reduce-overhead, max-autotune; on: reduce-overhead on a GPU, default elsewhere), beside "
+                        "ours eager: compiled_vs_eager and vs_stock (compiled against compiled) in the JSON")
     parser.add_argument("overrides", nargs="*", metavar="section.key=value", help="config overrides, e.g. train.loss=full")
     args = parser.parse_args()
     check_bounds(parser, [("--rounds", args.rounds, 1, 1000), ("--steps", args.steps, 1, 100_000),
@@ -187,8 +196,10 @@ def benchmark(args) -> int:
     set_threads(args.threads)
     device = select_device(args.device)
     precision = resolve_precision(config.train.precision, device)
+    fast_device(device)  # TF32 on a GPU, as train.py
     stream, candidates, vocab_sizes = batch_stream(config, args.data, device)
-    ours, runners = make_runners(config, args.reference_precision, device, precision, vocab_sizes, candidates)
+    ours, runners = make_runners(config, args.reference_precision, device, precision, vocab_sizes, candidates,
+                                 args.compile)
     peaks = matmul_peaks(device)
     print(f"ours in {precision}; matmul peak fp32 {peaks['fp32'] / 1e9:,.1f}, bf16 {peaks['bf16'] / 1e9:,.1f} GFLOP/s",
           flush=True)
@@ -216,23 +227,50 @@ def batch_stream(config, data: str, device: torch.device):
 
 
 def make_runners(config, reference_precisions: list[str], device: torch.device, precision: str,
-                 vocab_sizes: tuple[int, int], candidates: tuple[torch.Tensor, ...]) -> tuple[Transformer, dict]:
-    """Our model, and what each model trains with: name -> (model as stepped, optimizer, loss, precision),
-    ours first, then a reference per precision, each its own copy."""
-    torch.manual_seed(0)
-    ours = Transformer(config.model, source_vocab_size=vocab_sizes[0], target_vocab_size=vocab_sizes[1]).to(device)
-    ours_step = torch.compile(ours) if config.train.compile else ours  # train.compile=true, as train.py does
+                 vocab_sizes: tuple[int, int], candidates: tuple[torch.Tensor, ...], compile_setting: str = "off"
+                 ) -> tuple[Transformer, dict]:
+    """Our model, and what each model trains with: name -> (model, optimizer, loss of a batch, precision):
+    ours eager; with a compile mode, ours compiled (a copy of the same initial weights); then a reference per
+    precision, compiled in that mode too (a fair pair), each its own copy. Fused AdamW on a GPU for all."""
+    mode = compile_mode(compile_setting, device)
+    fused = device.type == "cuda" or None
     use_candidates = config.train.loss == "candidates"
-    ours_loss = lambda model, batch: model_loss(model, batch, config.train.label_smoothing,
-                                                candidates if use_candidates else None)  # as train_step
-    reference_loss = lambda model, batch: loss_fn(model(batch.source, batch.target), batch.target,
-                                                  config.train.label_smoothing)
-    runners = {"ours": (ours_step, torch.optim.AdamW(ours.parameters(), lr=1e-4), ours_loss, precision)}
+    label_smoothing = config.train.label_smoothing
+
+    def new_ours() -> Transformer:
+        torch.manual_seed(0)
+        return Transformer(config.model, source_vocab_size=vocab_sizes[0], target_vocab_size=vocab_sizes[1]).to(device)
+
+    def ours_runner(model: Transformer, model_mode: str | None):
+        loss = BatchLoss(model, label_smoothing, candidates if use_candidates else None, mode=model_mode,
+                         device=device)  # as train.py's step computes it
+        return model, torch.optim.AdamW(model.parameters(), lr=1e-4, fused=fused), loss, precision
+
+    ours = new_ours()
+    runners = {"ours": ours_runner(ours, None)}
+    if mode is not None:
+        runners["ours compiled"] = ours_runner(new_ours(), mode)
     for reference_precision in dict.fromkeys(reference_precisions):
         reference = Reference(config.model, *vocab_sizes).to(device)
-        runners[f"reference {reference_precision}"] = (reference, torch.optim.AdamW(reference.parameters(), lr=1e-4),
-                                                      reference_loss, reference_precision)
+        runners[f"reference {reference_precision}"] = (
+            reference, torch.optim.AdamW(reference.parameters(), lr=1e-4, fused=fused),
+            reference_loss(reference, label_smoothing, mode), reference_precision)
     return ours, runners
+
+
+def reference_loss(model: Reference, label_smoothing: float, mode: str | None):
+    """The reference's summed loss of a batch (full softmax), compiled in ``mode`` (None: eager)."""
+    def loss(source, target):
+        return summed_loss(model(source, target), target, label_smoothing)
+
+    compiled = loss if mode is None else torch.compile(loss, mode=mode, dynamic=True)
+    graphs = mode is not None and "reduce-overhead" in mode
+
+    def call(batch):
+        if graphs:
+            torch.compiler.cudagraph_mark_step_begin()
+        return compiled(batch.source, batch.target)
+    return call
 
 
 def matmul_peaks(device: torch.device) -> dict[str, float]:
@@ -252,8 +290,10 @@ def run_rounds(rounds: int, steps: int, runners: dict, stream, candidates: tuple
     for round_index in range(rounds + 1):  # round 0 warms up every model and is not counted
         batches = []
         for _ in range(steps):
-            batch = next(stream).to(device)
-            batches.append(batch)
+            batch = next(stream)
+            n_tokens = batch.n_target_tokens
+            batch = batch.to(device)
+            batches.append((batch, n_tokens))
             real = batch.target != PAD_ID
             lengths.append(float(real.sum(1).float().mean()))
             candidate_counts.append(1 + float(candidates[1][batch.source].sum(-1)[real].float().mean()))
@@ -269,37 +309,44 @@ def run_rounds(rounds: int, steps: int, runners: dict, stream, candidates: tuple
 
 def report(args, config, device: torch.device, precision: str, ours: Transformer, medians: dict[str, float],
            peaks: dict[str, float], lengths: list[float], candidate_counts: list[float]) -> None:
-    """The ratios to each reference, our achieved FLOP/s against the peak, and the one-line JSON summary."""
-    ours_rate = medians["ours"]
+    """The ratios to each reference, our achieved FLOP/s against the peak, and the one-line JSON summary.
+    With a compile mode: ``compiled_vs_eager`` (ours), ``vs_stock`` (ours compiled over the reference
+    compiled) and ``mfu`` (ours compiled, as a fraction of the bf16 matmul peak measured here)."""
+    best = "ours compiled" if "ours compiled" in medians else "ours"
     flops = flops_per_token(ours, statistics.mean(lengths))
     training_flops = flops["training"]
-    if config.train.loss == "candidates":  # the output layer computes the candidates' logits only (Transformer.logits)
+    if config.train.loss == "candidates" and device.type != "cuda":
+        # the output layer computes the candidates' logits only (candidate_logits; a GPU takes the full product)
         training_flops += 3 * (2 * config.model.d_model * statistics.mean(candidate_counts) - flops["output"])
-    ratios = {name.split()[1]: ours_rate / rate for name, rate in medians.items() if name != "ours"}
+    references = {name.split()[1]: rate for name, rate in medians.items() if name.startswith("reference")}
     first = args.reference_precision[0]
+    ours_rate, best_rate = medians["ours"], medians[best]
     summary = {
         "benchmark": "train_throughput", "device": str(device), "threads": torch.get_num_threads(),
-        "config": args.config, "data": args.data, "d_model": config.model.d_model, "layers": [config.model.n_encoder_layers,
-                                                                              config.model.n_decoder_layers],
-        "loss": config.train.loss, "abbreviate": config.data.abbreviate, "compile": config.train.compile,
-        "precision": precision,
-        "reference_precision": first, "batch_tokens": config.train.batch_tokens, "rounds": args.rounds,
-        "steps_per_round": args.steps, "ours_tokens_per_s": round(ours_rate),
-        "reference_tokens_per_s": round(medians[f"reference {first}"]), "ratio": round(ratios[first], 3),
-        **{f"ratio_vs_reference_{p}": round(r, 3) for p, r in ratios.items() if p != first},
-        **{f"reference_{p}_tokens_per_s": round(medians[f"reference {p}"]) for p in ratios if p != first},
+        "config": args.config, "data": args.data, "d_model": config.model.d_model,
+        "layers": [config.model.n_encoder_layers, config.model.n_decoder_layers],
+        "loss": config.train.loss, "abbreviate": config.data.abbreviate, "compile": args.compile,
+        "precision": precision, "reference_precision": first, "batch_tokens": config.train.batch_tokens,
+        "rounds": args.rounds, "steps_per_round": args.steps, "ours_tokens_per_s": round(ours_rate),
+        **({"ours_compiled_tokens_per_s": round(best_rate)} if best != "ours" else {}),
+        "reference_tokens_per_s": round(references[first]), "ratio": round(ours_rate / references[first], 3),
+        **{f"ratio_vs_reference_{p}": round(ours_rate / r, 3) for p, r in references.items() if p != first},
+        **{f"reference_{p}_tokens_per_s": round(r) for p, r in references.items() if p != first},
+        "compiled_vs_eager": round(best_rate / ours_rate, 3), "vs_stock": round(best_rate / references[first], 3),
+        "mfu": round(best_rate * training_flops / max(peaks.values()), 4),  # bf16 peak, but where bf16 is emulated
         "matmul_peak_gflops": round(peaks[precision] / 1e9, 1), "matmul_peak_fp32_gflops": round(peaks["fp32"] / 1e9, 1),
         "matmul_peak_bf16_gflops": round(peaks["bf16"] / 1e9, 1),
         "ours_training_mflops_per_token": round(training_flops / 1e6, 2),
         "reference_training_mflops_per_token": round(flops["training"] / 1e6, 2),
-        "ours_achieved_gflops": round(ours_rate * training_flops / 1e9, 1),
-        "ours_fraction_of_peak": round(ours_rate * training_flops / peaks[precision], 3),
+        "ours_achieved_gflops": round(best_rate * training_flops / 1e9, 1),
+        "ours_fraction_of_peak": round(best_rate * training_flops / peaks[precision], 3),
     }
-    for reference_precision, ratio in ratios.items():
-        print(f"ours ({precision}) {ours_rate:,.0f} tok/s vs reference ({reference_precision}) "
-              f"{medians[f'reference {reference_precision}']:,.0f} tok/s: ratio {ratio:.3f}")
-    print(f"ours at {summary['ours_achieved_gflops']} GFLOP/s = {summary['ours_fraction_of_peak']:.0%} of the "
-          f"{summary['matmul_peak_gflops']} GFLOP/s {precision} matmul peak")
+    for name, rate in medians.items():
+        print(f"{name}: {rate:,.0f} tok/s")
+    print(f"{best} ({precision}) / reference {first} ({'compiled' if best != 'ours' else 'eager'}): "
+          f"{summary['vs_stock']:.3f}; compiled / eager: {summary['compiled_vs_eager']:.3f}")
+    print(f"{best} at {summary['ours_achieved_gflops']} GFLOP/s = {summary['ours_fraction_of_peak']:.1%} of the "
+          f"{summary['matmul_peak_gflops']} GFLOP/s {precision} matmul peak; MFU (of bf16's) {summary['mfu']:.1%}")
     print(json.dumps(summary))
 
 

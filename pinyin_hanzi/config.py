@@ -90,7 +90,11 @@ class TrainConfig:
     attention_sentences: int = 2  # validation clauses whose cross-attention goes to TensorBoard (0 = none)
     checkpoint_dir: str = "checkpoints"  # last.pt and best.pt go to <checkpoint_dir>/<name>/
     runs_dir: str = "runs"  # TensorBoard events, config.yaml and the JSONL logs go to <runs_dir>/<name>/
-    compile: bool = False  # torch.compile the model
+    compile: str = "auto"  # torch.compile the step's forward pass and loss (its backward pass with them): "on"
+    # (reduce-overhead, i.e. CUDA graphs, on a GPU; default on a CPU), "off", a torch.compile mode (default,
+    # reduce-overhead, max-autotune), or "auto" = off for now: it crashed on an H200 with torch 2.11 and measured
+    # no faster on a 2-core CPU (docs/benchmarks.md, "Compiled training")
+    prefetch: int = -1  # global batches built ahead on a thread (pinned on a GPU); -1 = 4 on a GPU, 0 on a CPU
     precision: str = "auto"  # "fp32", "bf16" (autocast; weights and optimizer stay fp32) or "auto": bf16 on CPUs
     # with native bf16 matrix units (AVX512-BF16 or AMX), fp32 elsewhere (GPUs too: faster there at these sizes)
     language_models: list[str] = field(default_factory=list)  # the n-gram models counted from the training split
@@ -105,6 +109,7 @@ class TrainConfig:
 
 
 PREFIX_MODES = ("auto", "on", "off")  # decode.prefixes
+COMPILE_SETTINGS = ("auto", "on", "off", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 PRECISIONS = ("auto", "fp32", "bf16", "int8")  # decode.precision
 
 
@@ -282,6 +287,7 @@ def validate_config(config: Config, where: str) -> None:
     check(t.label_smoothing < 1.0, "train.label_smoothing", "a number in [0, 1)")
     check(t.loss in ("full", "candidates"), "train.loss", "'full' or 'candidates'")
     check(t.precision in ("auto", "fp32", "bf16"), "train.precision", "'auto', 'fp32' or 'bf16'")
+    check(t.compile in COMPILE_SETTINGS, "train.compile", ", ".join(COMPILE_SETTINGS))
     check(set(t.language_models) <= {"char", "word"}, "train.language_models", "a list of char and/or word")
 
 
@@ -297,8 +303,8 @@ def _coerce(value, annotation, key: str, where: str):
         if not isinstance(value, dict):
             raise ConfigError(f"{where}: {key}={shown(value)} has the wrong type: expected a mapping of name: weight")
         return {str(name): _coerce(weight, float, f"{key}.{name}", where) for name, weight in value.items()}
-    if key == "decode.prefixes" and isinstance(value, bool):  # YAML 1.1 reads a bare on / off as a boolean
-        value = "on" if value else "off"
+    if key in ("decode.prefixes", "train.compile") and isinstance(value, bool):  # YAML 1.1 reads a bare on / off
+        value = "on" if value else "off"  # (or true / false) as a boolean
     expected = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}[annotation]
     if annotation is bool:
         ok = isinstance(value, bool)

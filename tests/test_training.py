@@ -10,7 +10,7 @@ from pinyin_hanzi.checkpoint import load_checkpoint
 from pinyin_hanzi.config import TrainConfig, load_config
 from pinyin_hanzi.data.corpus import prepare, read_split
 from pinyin_hanzi.errors import CheckpointError, TrainingError
-from pinyin_hanzi.training import loop, loss
+from pinyin_hanzi.training import loop, loss, speed
 from pinyin_hanzi.training import recipe as training
 from pinyin_hanzi.training.recipe import lr_at, train
 from pinyin_hanzi.training.run import Splits
@@ -45,8 +45,8 @@ def test_tiny_model_memorises_the_tiny_corpus(trained):
     assert list((tmp / "runs" / "tiny").glob("events.out.tfevents.*"))
 
 
-@pytest.mark.parametrize("abbreviate", [0.0, 0.5])
-def test_resume_continues_exactly_like_an_uninterrupted_run(tmp_path, tiny_corpus, monkeypatch, abbreviate):
+@pytest.mark.parametrize("abbreviate, prefetch", [(0.0, -1), (0.5, -1), (0.5, 2)])
+def test_resume_continues_exactly_like_an_uninterrupted_run(tmp_path, tiny_corpus, monkeypatch, abbreviate, prefetch):
     torch.set_num_threads(1)
     settings = dict(max_steps=24, eval_every=12, log_every=4, batch_tokens=64, attention_sentences=0)
     config_a = tiny_config_dict(tmp_path / "a", tiny_corpus, **settings)
@@ -54,6 +54,7 @@ def test_resume_continues_exactly_like_an_uninterrupted_run(tmp_path, tiny_corpu
     for config in (config_a, config_b):
         config["model"]["dropout"] = 0.1  # dropout draws random numbers: their state must be restored too
         config["data"]["abbreviate"] = abbreviate  # and the abbreviations of the batches after the resume
+        config["train"]["prefetch"] = prefetch  # batches built ahead: the checkpoint keeps the position of those taken
     straight = load_config(write_config(tmp_path / "a.yaml", config_a))
     resumed = load_config(write_config(tmp_path / "b.yaml", config_b))
 
@@ -113,17 +114,17 @@ def test_a_new_run_never_replaces_an_existing_one(trained):
 
 def _nan_on(monkeypatch, bad_batches):
     """Make the training loss NaN on the given training batches (counted from 1; evaluation untouched)."""
-    original, calls = loss.loss_sum, [0]
+    original, calls = speed.summed_loss, [0]
 
-    def loss_sum(*args, **kwargs):
-        summed, n_tokens = original(*args, **kwargs)
+    def summed_loss(*args, **kwargs):
+        summed = original(*args, **kwargs)
         if torch.is_grad_enabled():
             calls[0] += 1
             if bad_batches(calls[0]):
                 summed = summed * float("nan")
-        return summed, n_tokens
+        return summed
 
-    monkeypatch.setattr(loss, "loss_sum", loss_sum)
+    monkeypatch.setattr(speed, "summed_loss", summed_loss)
 
 
 def test_a_non_finite_loss_skips_the_batch_with_a_warning(tmp_path, tiny_corpus, monkeypatch):

@@ -41,9 +41,14 @@ def candidate_logits(hidden: torch.Tensor, weight: torch.Tensor, candidates: tor
 
     Candidates (n, t, c) for hidden (g n, t, d) are shared by each g consecutive rows, as a beam search's
     hypotheses of one input share their syllable's list: each list's output rows are gathered once and
-    multiplied with its g rows in one small matrix product. ValueError if g n rows cannot share n lists."""
+    multiplied with its g rows in one small matrix product. ValueError if g n rows cannot share n lists.
+
+    On a GPU the full product is taken and the candidates' columns picked: there it is one matrix product
+    near peak, where the chunks read their widths back from the device, a stall each."""
     if candidates.shape[0] != hidden.shape[0]:  # rows sharing lists: decoding's case
         return shared_candidate_logits(hidden, weight, candidates)
+    if hidden.is_cuda:  # one product near a GPU's peak; the chunks below would each wait for the device
+        return F.linear(hidden, weight).gather(-1, candidates)
     if candidates.shape[:-1].numel() <= POSITIONS_PER_CHUNK:  # a few positions (decoding): all at once
         return _gathered_logits(hidden, weight, candidates)
     flat_hidden, flat_ids = hidden.flatten(0, -2), candidates.flatten(0, -2)  # (n, d), (n, c)

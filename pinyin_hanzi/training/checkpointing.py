@@ -34,7 +34,7 @@ def save_checkpoint(run: Run, parts: Parts, accuracy: float | None, elapsed: flo
     state = checkpoint.training_checkpoint(
         config=run.config.to_dict(), pinyin_vocab=parts.pinyin_vocab.tokens, hanzi_vocab=parts.hanzi_vocab.tokens,
         model=parts.model.state_dict(), optimizer=parts.optimizer.state_dict(), scheduler=parts.scheduler.state_dict(),
-        step=run.step, best_accuracy=run.best_accuracy, valid_char_accuracy=accuracy, batches=parts.stream.state_dict(),
+        step=run.step, best_accuracy=run.best_accuracy, valid_char_accuracy=accuracy, batches=(parts.prefetch or parts.stream).state_dict(),
         rng=rng_state(), syllable_lm=parts.syllable_lm.state_dict(), char_lm=parts.char_lm_state,
         word_lm=parts.word_lm_state, elapsed_seconds=elapsed, data_fingerprint=run.data_fingerprint)
     for path in (run.best_path, run.last_path) if improved else (run.last_path,):

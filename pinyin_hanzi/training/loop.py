@@ -17,7 +17,7 @@ from pinyin_hanzi.runtime import autocast_for, resolve_precision
 from pinyin_hanzi.training import distributed
 from pinyin_hanzi.training.checkpointing import save_checkpoint
 from pinyin_hanzi.training.logs import Logs
-from pinyin_hanzi.training.loss import model_loss_sum
+from pinyin_hanzi.training.speed import BatchLoss
 from pinyin_hanzi.training.run import STOP_SIGNALS, Parts, Run
 from pinyin_hanzi.training.validation import validate
 
@@ -59,6 +59,8 @@ def train_loop(run: Run, parts: Parts, logs: Logs) -> None:
                 logs.say(f"stopping: train.max_minutes={t.max_minutes} reached at step {run.step}")
                 break
     finally:
+        if parts.prefetch is not None:
+            parts.prefetch.close()
         logs.close()
 
 
@@ -67,22 +69,26 @@ def _global_step(run: Run, parts: Parts) -> tuple[float, float, float, int, bool
     process walks in step, of which process r takes batches r, r + N, r + 2N, ... Returns (loss, gradient
     norm, learning rate used, target tokens of the global batch, stepped) (see :func:`train_step`)."""
     t, process = run.config.train, run.process
-    global_batch = [parts.stream.next_indices() for _ in range(t.grad_accum_steps)]  # (epoch, indices) each
-    tokens = sum(parts.stream.n_target_tokens(indices) for _, indices in global_batch)
     try:  # the examples are read from the token store's files at every step
-        mine = [parts.stream.batch(epoch, indices)
-                for epoch, indices in global_batch[process.rank :: process.world_size]]
+        if parts.prefetch is not None:  # built ahead on a thread (speed.Prefetcher)
+            tokens, mine = parts.prefetch.next()
+        else:
+            global_batch = [parts.stream.next_indices() for _ in range(t.grad_accum_steps)]  # (epoch, indices) each
+            tokens = sum(parts.stream.n_target_tokens(indices) for _, indices in global_batch)
+            mine = [parts.stream.batch(epoch, indices)
+                    for epoch, indices in global_batch[process.rank :: process.world_size]]
     except OSError as error:
         raise run.data_unreadable(error) from None
     lr = parts.optimizer.param_groups[0]["lr"]
     loss, grad_norm, stepped = train_step(parts.trained_model, mine, tokens, parts.optimizer, parts.scheduler, t,
-                                          run.device, parts.candidates, process.world_size, parts.teacher)
+                                          run.device, parts.candidates, process.world_size, parts.teacher,
+                                          batch_loss=parts.batch_loss)
     return loss, grad_norm, lr, tokens, stepped
 
 
 def train_step(model, batches: list[Batch], total_tokens: int, optimizer, scheduler, config: TrainConfig, device,
-               candidates: tuple[torch.Tensor, torch.Tensor] | None = None, world_size: int = 1, teacher=None
-               ) -> tuple[float, float, bool]:
+               candidates: tuple[torch.Tensor, torch.Tensor] | None = None, world_size: int = 1, teacher=None, *,
+               batch_loss: BatchLoss | None = None) -> tuple[float, float, bool]:
     """One optimizer step on this process's batches of a global batch of ``total_tokens`` target tokens.
 
     Each batch's summed loss is divided by the global batch's token count, so the accumulated gradient is
@@ -92,24 +98,31 @@ def train_step(model, batches: list[Batch], total_tokens: int, optimizer, schedu
     each (pinyin vocab, c), from :meth:`Lexicon.for_vocab`, restricts the softmax
     (train.loss=candidates); ``teacher`` (distillation.Teacher) mixes its distribution into the loss.
 
+    ``batch_loss`` (speed.BatchLoss over ``model``, compiled or not) computes each batch's summed loss;
+    without one, eagerly, as configured.
+
     Returns (mean loss of the global batch, gradient norm before clipping, stepped). A non-finite loss or
-    gradient norm does not step: the gradients are dropped, stepped is False, the weights are untouched."""
+    gradient norm does not step: the gradients are dropped, stepped is False, the weights are untouched.
+    The loss and the norm are read back from the device together, once a step: the only wait for it."""
     model.train()
     optimizer.zero_grad(set_to_none=True)
     precision = resolve_precision(config.precision, device)
-    local_loss = 0.0
+    if batch_loss is None:
+        batch_loss = BatchLoss(model, config.label_smoothing, candidates, teacher, device=device)
+    local_loss = torch.zeros((), device=device)
     for index, batch in enumerate(batches):
         is_last = index == len(batches) - 1
         no_sync = getattr(model, "no_sync", None)  # DDP: all-reduce the gradients once, after the last batch
         with no_sync() if no_sync is not None and not is_last else contextlib.nullcontext():
             batch = batch.to(device)
             with autocast_for(device, precision):
-                summed, _ = model_loss_sum(model, batch, config.label_smoothing, candidates, teacher)
+                summed = batch_loss(batch)
             (summed / (total_tokens / world_size)).backward()
-        local_loss += (summed.detach() / total_tokens).item()
-    loss = distributed.sum_over_processes([local_loss], device)[0]
+        local_loss = local_loss + summed.detach().float() / total_tokens
     max_norm = config.grad_clip if config.grad_clip > 0 else float("inf")
-    grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm))
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)  # clipped on the device
+    loss, grad_norm = torch.stack([local_loss, grad_norm.float()]).tolist()
+    loss = distributed.sum_over_processes([loss], device)[0]
     if not (math.isfinite(loss) and math.isfinite(grad_norm)):
         optimizer.zero_grad(set_to_none=True)
         return loss, grad_norm, False

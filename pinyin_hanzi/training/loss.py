@@ -17,17 +17,20 @@ def loss_sum(logits: torch.Tensor, target: torch.Tensor, label_smoothing: float,
     With ``allowed`` (b, t, c) bool, ``logits`` (b, t, c) are those of :func:`candidate_columns` — the
     reference in column 0, then the other characters of the position's syllable — and the softmax runs over
     the allowed columns only; label smoothing spreads its mass over them instead of the whole vocabulary."""
-    real = target != PAD_ID
-    n_tokens = int(real.sum())
+    return summed_loss(logits, target, label_smoothing, allowed), int((target != PAD_ID).sum())
+
+
+def summed_loss(logits: torch.Tensor, target: torch.Tensor, label_smoothing: float,
+                allowed: torch.Tensor | None = None) -> torch.Tensor:
+    """:func:`loss_sum`'s loss alone: counting the tokens would wait for the device (a host synchronisation)
+    and break a compiled graph in two, and a training step does not need the count."""
     if allowed is None:
-        loss = F.cross_entropy(logits.flatten(0, 1).float(), target.flatten(), ignore_index=PAD_ID,
+        return F.cross_entropy(logits.flatten(0, 1).float(), target.flatten(), ignore_index=PAD_ID,
                                label_smoothing=label_smoothing, reduction="sum")
-        return loss, n_tokens
     log_probs = logits.float().masked_fill(~allowed, float("-inf")).log_softmax(dim=-1)  # (b, t, c)
     nll = -log_probs[..., 0]  # (b, t)
     smooth = -log_probs.masked_fill(~allowed, 0.0).sum(dim=-1) / allowed.sum(dim=-1).clamp(min=1)  # (b, t)
-    loss = ((1.0 - label_smoothing) * nll + label_smoothing * smooth).masked_fill(~real, 0.0).sum()
-    return loss, n_tokens
+    return ((1.0 - label_smoothing) * nll + label_smoothing * smooth).masked_fill(target == PAD_ID, 0.0).sum()
 
 
 def loss_fn(logits: torch.Tensor, target: torch.Tensor, label_smoothing: float,
@@ -37,16 +40,23 @@ def loss_fn(logits: torch.Tensor, target: torch.Tensor, label_smoothing: float,
     return loss / max(n_tokens, 1), n_tokens
 
 
-def candidate_columns(source: torch.Tensor, target: torch.Tensor, candidates: tuple[torch.Tensor, torch.Tensor]
-                      ) -> tuple[torch.Tensor, torch.Tensor]:
+def candidate_columns(source: torch.Tensor, target: torch.Tensor, candidates: tuple[torch.Tensor, torch.Tensor],
+                      *, whole_lists: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """The characters the candidate loss softmaxes over: hanzi ids (b, t, 1 + c), the reference first and
     then the position's candidate list (<pad> after it), and (b, t, 1 + c) bool, True at the entries that
     count: the reference, and the list's other characters (the reference's own entry in the list is left
     out of the softmax, so each character counts once). c is the batch's longest list, not the vocabulary's:
     a prefix token's list is long, and a batch without one need not carry it. ``candidates`` (ids, real),
-    each (pinyin vocab, c), from :meth:`Lexicon.for_vocab`."""
+    each (pinyin vocab, c), from :meth:`Lexicon.for_vocab`.
+
+    ``whole_lists``: c is the table's width instead, the same for every batch. Finding the batch's longest
+    list reads a number back from the device, which on a GPU stalls the queue of kernels every step; the
+    wider softmax costs a GPU less than that wait (docs/benchmarks.md, "Compiled training")."""
     ids, real = candidates
-    width = int(real.sum(dim=-1)[source].max()) if source.numel() else 0
+    if whole_lists:
+        width = ids.shape[1]
+    else:
+        width = int(real.sum(dim=-1)[source].max()) if source.numel() else 0
     ids, real = ids[:, :width][source], real[:, :width][source]  # (b, t, c)
     counted = real & (ids != target[..., None])
     return (torch.cat([target[..., None], ids], dim=-1),

@@ -56,6 +56,7 @@ from pinyin_hanzi.training.language_models import setup_language_models
 from pinyin_hanzi.training.logs import log_setup, setup_logging
 from pinyin_hanzi.training.loop import train_loop
 from pinyin_hanzi.training.run import Parts, Run, Splits, owned, stop_message
+from pinyin_hanzi.training.speed import BatchLoss, Prefetcher, compile_mode, fast_device
 
 
 def train(config: Config, *, resume: bool = False, init_from: str | None = None, overwrite: bool = False,
@@ -152,9 +153,12 @@ def _train(run: Run, *, resume: bool, workers: int | None = None) -> Path:
         candidates = tuple(part.to(run.device) for part in lexicon.for_vocab(pinyin_vocab))
     teacher = _setup_teacher(t, teacher_state, pinyin_vocab, hanzi_vocab, run.device, log) if teacher_state else None
     teacher_state = None  # the teacher's model holds its weights: the checkpoint's copy is not kept for the run
-    parts = Parts(model, _wrap_for_training(model, run), pinyin_vocab, hanzi_vocab, optimizer, scheduler, stream,
+    trained_model = _wrap_for_training(model, run)
+    batch_loss = BatchLoss(trained_model, t.label_smoothing, candidates, teacher, compile_mode(t.compile, run.device),
+                           run.device)
+    parts = Parts(model, trained_model, pinyin_vocab, hanzi_vocab, optimizer, scheduler, stream,
                   syllable_lm, char_lm_state, word_lm_state, lexicon, candidates, valid, splits.valid_sample,
-                  teacher)
+                  teacher, batch_loss, _prefetcher(stream, run))
     log_setup(run, parts, logs)
     train_loop(run, parts, logs)
     log(f"best valid char accuracy {run.best_accuracy:.2%}; checkpoints in {run.checkpoint_dir}")
@@ -188,6 +192,7 @@ def _setup_run(config: Config, process: distributed.Process, *, init_from: str |
     torch.manual_seed(t.seed)  # the same on every process: rank 0's saved RNG state then resumes them all
     set_threads(t.threads)
     device = distributed.start(process, select_device(t.device))
+    fast_device(device)
     return Run(config, process, device, log, checkpoint_dir=Path(t.checkpoint_dir) / t.name,
                run_dir=Path(t.runs_dir) / t.name, command=command, init_from=init_from)
 
@@ -271,9 +276,11 @@ def _setup_optimizer(model: Transformer, t: TrainConfig
     """AdamW (weight decay on matrices only) and its schedule, :func:`lr_at`."""
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
+    # Fused on a GPU: the update of every parameter in a few kernels, not several per parameter.
+    fused = next(model.parameters()).is_cuda
     optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": t.weight_decay},
                                    {"params": no_decay, "weight_decay": 0.0}],
-                                  lr=t.lr, betas=(t.beta1, t.beta2))
+                                  lr=t.lr, betas=(t.beta1, t.beta2), fused=fused or None)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_at(step, t) / t.lr)
     return optimizer, scheduler
 
@@ -289,10 +296,20 @@ def lr_at(step: int, config: TrainConfig) -> float:
 
 
 def _wrap_for_training(model: Transformer, run: Run) -> torch.nn.Module:
-    """The module train_step runs: DDP over the processes when there are several, compiled with
-    train.compile."""
-    trained_model = model
+    """The module train_step runs: DDP over the processes when there are several (speed.BatchLoss compiles
+    the step around it with train.compile)."""
     if run.process.world_size > 1:
-        trained_model = torch.nn.parallel.DistributedDataParallel(
+        return torch.nn.parallel.DistributedDataParallel(
             model, device_ids=[run.device.index] if run.device.type == "cuda" else None)
-    return torch.compile(trained_model) if run.config.train.compile else trained_model
+    return model
+
+
+def _prefetcher(stream: BatchStream, run: Run) -> Prefetcher | None:
+    """train.prefetch global batches built ahead on a thread (-1: 4 on a GPU, none on a CPU, whose cores the
+    step itself uses); None for none."""
+    t = run.config.train
+    depth = t.prefetch if t.prefetch >= 0 else 4 if run.device.type == "cuda" else 0
+    if depth == 0:
+        return None
+    return Prefetcher(stream, accumulate=t.grad_accum_steps, rank=run.process.rank,
+                      world_size=run.process.world_size, pin=run.device.type == "cuda", depth=depth)

@@ -34,6 +34,7 @@ from pinyin_hanzi.models.transformer import Transformer
 from pinyin_hanzi.text.lexicon import Lexicon
 from pinyin_hanzi.training import distributed
 from pinyin_hanzi.training.distillation import Teacher
+from pinyin_hanzi.training.speed import BatchLoss, Prefetcher
 
 # What job schedulers, `timeout`, container stops and cloud preemptions send (SIGTERM), and what SLURM sends
 # ahead of a time limit (`--signal=USR1@60`): training stops at the next step boundary with last.pt saved.
@@ -220,6 +221,8 @@ class Parts:
     valid: StoredSplit  # the validation split in the model's vocabularies (batches.encode_split), for the loss
     valid_sample: list[Example]  # its first examples as text, for the conversions and pictures
     teacher: Teacher | None = None  # train.distill_from's model (distillation.py); None: no teacher
+    batch_loss: BatchLoss | None = None  # each batch's summed loss, compiled with train.compile (speed.py)
+    prefetch: Prefetcher | None = None  # the batches built ahead on a thread (train.prefetch); None: built in the step
 
 
 @contextlib.contextmanager
