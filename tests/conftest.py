@@ -150,7 +150,7 @@ def plain_pypinyin_tokens(text):
 # The files whose tests take longest (most of their time waiting on child processes), first: with the README's
 # `pytest -n 2 --dist loadfile` a test process takes a whole file at a time, in this order, so that the short
 # files fill the end and both processes finish together instead of one running a long file alone.
-LONGEST_FIRST = ("test_bad_input.py", "test_training_cli.py", "test_distributed.py", "test_cli.py",
+LONGEST_FIRST = ("test_bad_input.py", "test_training_cli.py", "test_distributed.py", "test_ime.py", "test_cli.py",
                  "test_training_run.py", "test_training.py", "test_service.py", "test_converter.py",
                  "test_packaging.py", "test_history.py", "test_service_learning.py", "test_user_words.py",
                  "test_connections.py", "test_validation.py", "test_visualize.py", "test_checkpoint.py")

@@ -1,0 +1,191 @@
+"""The IBus engine typed through a real ibus-daemon (issue #52): first-keystroke time, per-keystroke latency,
+memory, whether it commits what ``Converter`` converts, and a random-key fuzz.
+
+Starts its own D-Bus session and ibus-daemon (pinyin_hanzi/ime/headless.py: nothing of the user's IBus is
+touched, nothing is left running), switches an input context to the engine (ibus-daemon starts its process
+from the component), and types a document clause by clause, each clause's syllables run together and then
+Space, as a user types it: People's Daily of 5 June 2013 (``data/bench/sessions/pd2013.tsv``, which
+``bench/typing_session.py`` extracts; evaluation text, never trained on), else any other kind extracted there,
+else the Chinese of this repository's documents annotated with pypinyin (so that it runs out of the box).
+Clauses of 2 to ``--max-syllables`` syllables, the first ``--clauses`` of them.
+
+- ``first_key_s``: from the engine's start (the input context asks for it) to the first key's candidate table
+  (the model loads meanwhile; ``ready_s`` when the engine joined the bus);
+- ``p50_ms`` / ``p99_ms`` / ``max_ms``: each later key press as the application waits for it (the engine
+  converts before it answers), Space and its commit included;
+- ``rss_mb``: the engine process's peak resident memory (VmHWM), ``uss_mb`` its private memory at the end;
+- ``mismatches``: clauses whose commit differs from ``Converter.convert`` of the same letters in this process
+  (with the same settings, learning the same commits in the same order; a fresh history on both sides);
+- the fuzz: ``--fuzz`` random keys (letters, ', Space, digits, Backspace, Enter, Escape, pages, arrows,
+  punctuation, Shift alone), checking after each Escape that no preedit is left and at the end that the
+  engine still runs; ``fuzz_p99_ms`` its latency.
+
+    python bench/ime_keys.py [--clauses 500] [--fuzz 20000] [--max-syllables 20] [--threads 2] [--seed 0]
+
+The last line printed is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import re
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from pinyin_hanzi.ime import composer as keys  # noqa: E402
+from pinyin_hanzi.ime.headless import HeadlessIBus, missing  # noqa: E402
+
+SESSIONS = ROOT / "data" / "bench" / "sessions"
+FUZZ_KEYS = ([ord(c) for c in "abcdefghijklmnopqrstuvwxyz"] * 6 + [ord("'"), ord(" "), ord(" "), ord(" ")]
+             + [ord(c) for c in "1234567890,.?!;:\"-="] + [keys.BACKSPACE] * 4
+             + [keys.RETURN, keys.ESCAPE, keys.ESCAPE, keys.PAGE_DOWN, keys.PAGE_UP, keys.UP, keys.DOWN, keys.TAB,
+                keys.LEFT, keys.SHIFT_L])
+
+
+def clauses(limit: int, max_syllables: int) -> tuple[str, list[tuple[str, str]]]:
+    """(where they came from, [(letters typed, hanzi)]) of the document to type."""
+    kinds = ["pd2013"] + sorted(p.stem for p in SESSIONS.glob("*.tsv") if p.stem != "pd2013")
+    for kind in kinds:
+        path = SESSIONS / f"{kind}.tsv"
+        if path.exists():
+            found = []
+            for line in path.read_text(encoding="utf-8").splitlines():
+                _, pinyin, hanzi = line.split("\t")
+                if 2 <= len(pinyin.split()) <= max_syllables:
+                    found.append(("".join(pinyin.split()), hanzi))
+            if len(found) >= limit:
+                return str(path.relative_to(ROOT)), found[:limit]
+    return "this repository's documents", _repository_clauses(limit, max_syllables)
+
+
+def _repository_clauses(limit: int, max_syllables: int) -> list[tuple[str, str]]:
+    from pinyin_hanzi.text.pinyin import hanzi_to_tokens
+
+    runs = []
+    for path in sorted(ROOT.glob("**/*.md")):
+        runs += re.findall(r"[\u4e00-\u9fff]{2,%d}" % max_syllables, path.read_text(encoding="utf-8"))
+    found = []
+    for run in dict.fromkeys(runs):
+        tokens = hanzi_to_tokens(run)
+        if len(tokens) == len(run) and all(t.isalpha() for t in tokens):
+            found.append(("".join(tokens), run))
+    return (found * (limit // max(len(found), 1) + 1))[:limit]
+
+
+def rss_mb(pid: int) -> tuple[float, float]:
+    """(peak resident, private) memory of a process in MB."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    peak = int(re.search(r"VmHWM:\s+(\d+)", status)[1]) / 1024
+    rollup = Path(f"/proc/{pid}/smaps_rollup").read_text()
+    private = sum(int(n) for n in re.findall(r"Private_(?:Clean|Dirty):\s+(\d+)", rollup)) / 1024
+    return round(peak, 1), round(private, 1)
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return round(ordered[min(len(ordered) - 1, int(fraction * len(ordered)))], 2)
+
+
+def type_document(session: HeadlessIBus, document: list[tuple[str, str]]) -> tuple[list[float], list[str]]:
+    """Type every clause and Space; the latency of each key (ms) and each clause's commit."""
+    latencies, commits = [], []
+    for letters, _ in document:
+        before = len(session.commits)
+        for char in letters + " ":
+            start = time.perf_counter()
+            session.key(ord(char))
+            latencies.append((time.perf_counter() - start) * 1000)
+        commits.append("".join(session.commits[before:]))
+    return latencies, commits
+
+
+def fuzz(session: HeadlessIBus, count: int, seed: int) -> dict:
+    generator = random.Random(seed)
+    latencies, stuck = [], 0
+    for _ in range(count):
+        keyval = generator.choice(FUZZ_KEYS)
+        start = time.perf_counter()
+        if keyval == keys.SHIFT_L:
+            session.toggle_english()
+        else:
+            session.key(keyval, keys.SHIFT_MASK if generator.random() < 0.02 else 0)
+        latencies.append((time.perf_counter() - start) * 1000)
+        stuck += keyval == keys.ESCAPE and bool(session.preedit or session.candidates)
+    session.key(keys.ESCAPE)
+    stuck += bool(session.preedit or session.candidates)
+    return {"fuzz_keys": count, "fuzz_p50_ms": percentile(latencies, 0.5), "fuzz_p99_ms": percentile(latencies, 0.99),
+            "fuzz_stuck_preedit": stuck, "fuzz_engine_alive": session.engine_alive()}
+
+
+def reference_commits(document: list[tuple[str, str]], threads: int) -> list[str]:
+    """What Converter.convert gives for the same letters, learning each commit as the engine does."""
+    import torch
+
+    torch.set_num_threads(threads)
+    from pinyin_hanzi.decoding.converter import Converter
+
+    converter = Converter.from_checkpoint(None, history="")
+    commits = []
+    for letters, _ in document:
+        commits.append(converter.convert(letters))
+        converter.learn(commits[-1])
+    return commits
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--clauses", type=int, default=500)
+    parser.add_argument("--fuzz", type=int, default=20_000)
+    parser.add_argument("--max-syllables", type=int, default=20)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    reason = missing()
+    if reason:
+        sys.exit(f"error: {reason}")
+    source, document = clauses(args.clauses, args.max_syllables)
+    print(f"typing {len(document)} clauses from {source}", flush=True)
+    with tempfile.TemporaryDirectory() as work:
+        settings = Path(work) / "ime.yaml"
+        settings.write_text(f"history: {work}/history.txt\nthreads: {args.threads}\n", encoding="utf-8")
+        with HeadlessIBus(work, settings) as session:
+            start = time.perf_counter()
+            session.activate()
+            ready = time.perf_counter() - start
+            session.key(ord(document[0][0][0]))
+            while not session.candidates:
+                session._pump()
+                time.sleep(0.002)
+            first = time.perf_counter() - start
+            session.key(keys.ESCAPE)
+            latencies, commits = type_document(session, document)
+            pid = session.engine_pid()
+            peak, private = rss_mb(pid)
+            print(f"typed {len(latencies)} keys; fuzzing {args.fuzz} keys", flush=True)
+            fuzzed = fuzz(session, args.fuzz, args.seed) if args.fuzz else {}
+            peak_after, private_after = rss_mb(pid)
+    expected = reference_commits(document, args.threads)
+    mismatches = [(letters, got, want) for (letters, _), got, want in zip(document, commits, expected) if got != want]
+    for letters, got, want in mismatches[:5]:
+        print(f"mismatch: {letters}: engine {got!r}, Converter {want!r}")
+    hanzi_right = sum(got == hanzi for (_, hanzi), got in zip(document, commits))
+    print(json.dumps({"source": source, "clauses": len(document), "keys": len(latencies), "ready_s": round(ready, 2),
+                      "first_key_s": round(first, 2), "p50_ms": percentile(latencies, 0.5),
+                      "p99_ms": percentile(latencies, 0.99), "max_ms": round(max(latencies), 1),
+                      "mean_ms": round(statistics.mean(latencies), 2), "rss_mb": peak, "uss_mb": private,
+                      "rss_after_fuzz_mb": peak_after, "uss_after_fuzz_mb": private_after,
+                      "mismatches": len(mismatches), "clauses_exact": hanzi_right, "threads": args.threads,
+                      "cpus": os.cpu_count(), **fuzzed}, ensure_ascii=False))
+
+
+if __name__ == "__main__":
+    main()
