@@ -4,7 +4,7 @@
 # $OUT. Needs: a GPU with PyTorch; the prepared everyday store in data/prepared/everyday/ or as an archive
 # (FLAGSHIP_STORE, made by: tar -C data/prepared -cJf STORE.tar.xz everyday); wheels in .whl/ if pypinyin is missing.
 #
-#   OUT=/tmp/out bash bench/gpu_flagship.sh                   # on the GPU machine
+#   OUT=/tmp/out bash bench/gpu_flagship.sh                   # on the GPU machine (RUN_CUDA_TESTS=0: no tests first)
 #   OUT=/tmp/out FLAGSHIP_SECONDS=30 BENCH_ARGS="--rounds 1 --steps 2 model.d_model=64 model.n_heads=2" \
 #     FLAGSHIP_ARGS="model.d_model=64 model.n_heads=2 train.batch_tokens=2048" bash bench/gpu_flagship.sh  # CPU check
 #
@@ -38,6 +38,11 @@ fi
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo "no nvidia-smi"
   python3 -c "import torch, sys; print('python', sys.version.split()[0], 'torch', torch.__version__)"; nproc; } \
     | tee -a "$OUT/summary.txt"
+
+if [ "${RUN_CUDA_TESTS:-1}" = 1 ]; then  # the CUDA path's tests (tests/test_cuda.py), a minute or two
+    timeout 240 python3 -m pytest -q -p no:cacheprovider tests/test_cuda.py > /tmp/flagship/cuda_tests.log 2>&1
+    say "CUDA tests exit $?: $(tail -n 1 /tmp/flagship/cuda_tests.log)"
+fi
 
 bench() {  # $1: --compile setting, $2: seconds, $3: log. Ours vs stock nn.Transformer on base.yaml, bf16.
     say "throughput: base.yaml, compile $1"
@@ -94,5 +99,5 @@ if [ -f "$kept" ]; then
     split -b 15M -d /tmp/flagship/flagship.pt "$OUT/flagship.pt.part-"
     sha256sum /tmp/flagship/flagship.pt | tee -a "$OUT/summary.txt"
 fi
-tar -C /tmp/flagship -czf "$OUT/logs.tar.gz" throughput_eager.log throughput.log train.log runs 2>/dev/null
+tar -C /tmp/flagship -czf "$OUT/logs.tar.gz" cuda_tests.log throughput_eager.log throughput.log train.log runs 2>/dev/null
 say "done"

@@ -60,7 +60,7 @@ from pinyin_hanzi.text.lexicon import Lexicon
 from pinyin_hanzi.text.pinyin import CLAUSE_PUNCTUATION, hanzi_to_tokens
 from pinyin_hanzi.text.typed_input import PREFIX_TOKENS
 from pinyin_hanzi.training.loss import summed_loss
-from pinyin_hanzi.training.speed import BatchLoss, compile_mode, fast_device
+from pinyin_hanzi.training.speed import BatchLoss, compile_mode, fast_device, padded_rows
 from pinyin_hanzi.visualize import flops_per_token
 
 
@@ -145,11 +145,11 @@ def run_steps(model, optimizer, batches, device, loss, precision: str) -> tuple[
     if device.type == "cuda":
         torch.cuda.synchronize()
     started = time.perf_counter()
-    for batch, n_tokens in batches:
+    for batch, n_tokens, padded in batches:
         model.train()
         optimizer.zero_grad(set_to_none=True)
         with autocast_for(device, precision):
-            value = loss(batch)
+            value = loss(batch, padded)
         (value / n_tokens).backward()
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         torch.stack([value.detach().float(), norm.float()]).tolist()
@@ -266,7 +266,7 @@ def reference_loss(model: Reference, label_smoothing: float, mode: str | None):
     compiled = loss if mode is None else torch.compile(loss, mode=mode, dynamic=True)
     graphs = mode is not None and "reduce-overhead" in mode
 
-    def call(batch):
+    def call(batch, padded=True):  # (the stock model takes its padding masks whatever they hold)
         if graphs:
             torch.compiler.cudagraph_mark_step_begin()
         return compiled(batch.source, batch.target)
@@ -291,9 +291,9 @@ def run_rounds(rounds: int, steps: int, runners: dict, stream, candidates: tuple
         batches = []
         for _ in range(steps):
             batch = next(stream)
-            n_tokens = batch.n_target_tokens
+            n_tokens, padded = batch.n_target_tokens, padded_rows(batch)  # on the CPU, as train_step asks
             batch = batch.to(device)
-            batches.append((batch, n_tokens))
+            batches.append((batch, n_tokens, padded))
             real = batch.target != PAD_ID
             lengths.append(float(real.sum(1).float().mean()))
             candidate_counts.append(1 + float(candidates[1][batch.source].sum(-1)[real].float().mean()))

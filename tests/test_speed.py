@@ -13,7 +13,7 @@ from pinyin_hanzi.data.vocab import PAD_ID
 from pinyin_hanzi.errors import ConfigError
 from pinyin_hanzi.models.transformer import Transformer
 from pinyin_hanzi.training.loss import candidate_columns, model_loss_sum
-from pinyin_hanzi.training.speed import BatchLoss, Prefetcher, compile_mode
+from pinyin_hanzi.training.speed import BatchLoss, Prefetcher, compile_mode, padded_rows
 
 from conftest import tiny_config_dict, write_config
 
@@ -122,3 +122,11 @@ def test_train_compile_reads_yaml_booleans_and_refuses_other_words(tmp_path, tin
     config["train"]["compile"] = "fast"
     with pytest.raises(ConfigError, match="train.compile='fast' is invalid: expected auto, on, off, default"):
         load_config(write_config(tmp_path / "c.yaml", config))
+
+
+def test_a_batch_without_padding_gives_the_same_loss_without_a_mask():
+    model, batch, candidates = _model_and_batch()
+    full = Batch(batch.source[:2], batch.target[:2])  # the first two rows are not padded
+    loss = BatchLoss(model, 0.1, candidates, device=CPU)
+    assert not padded_rows(full) and padded_rows(batch)
+    assert float(loss(full, padded=False)) == pytest.approx(float(loss(full)), rel=1e-6)

@@ -286,9 +286,11 @@ class Transformer(nn.Module):
         if c.tie_output:
             self.output.weight = self.target_embedding.tokens.weight
 
-    def encode(self, source: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """source (b, s) ids -> memory (b, s, d) and the padding mask (b, 1, 1, s), True at real tokens."""
-        padding_mask = (source != PAD_ID)[:, None, None, :]
+    def encode(self, source: torch.Tensor, padded: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """source (b, s) ids -> memory (b, s, d) and the padding mask (b, 1, 1, s), True at real tokens; None
+        when the caller knows that no row is padded (``padded=False``: training's batches hold examples of one
+        length), so that attention can take the fused kernels that accept no mask."""
+        padding_mask = (source != PAD_ID)[:, None, None, :] if padded else None
         x = self.source_embedding(source)
         for layer in self.encoder_layers:
             x = layer(x, padding_mask)
@@ -321,11 +323,12 @@ class Transformer(nn.Module):
         """An empty cache for incremental :meth:`decode`, one per batch of inputs."""
         return DecoderCache(len(self.decoder_layers))
 
-    def forward(self, source: torch.Tensor, target: torch.Tensor, candidates: torch.Tensor | None = None
-                ) -> torch.Tensor:
+    def forward(self, source: torch.Tensor, target: torch.Tensor, candidates: torch.Tensor | None = None,
+                padded: bool = True) -> torch.Tensor:
         """Teacher-forced logits: source (b, s), target (b, t) -> (b, t, v); position i predicts target[:, i].
-        With ``candidates`` (b, t, c) hanzi ids, the logits of those only (b, t, c), as in :meth:`decode`."""
-        memory, padding_mask = self.encode(source)
+        With ``candidates`` (b, t, c) hanzi ids, the logits of those only (b, t, c), as in :meth:`decode`.
+        ``padded=False``: no row of ``source`` is padded (see :meth:`encode`)."""
+        memory, padding_mask = self.encode(source, padded)
         return self.decode(shift_right(target), memory, padding_mask, candidates=candidates)
 
     def load_state_dict(self, state_dict: Mapping[str, Any], *args, **kwargs) -> Any:

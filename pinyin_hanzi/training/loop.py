@@ -17,7 +17,7 @@ from pinyin_hanzi.runtime import autocast_for, resolve_precision
 from pinyin_hanzi.training import distributed
 from pinyin_hanzi.training.checkpointing import save_checkpoint
 from pinyin_hanzi.training.logs import Logs
-from pinyin_hanzi.training.speed import BatchLoss
+from pinyin_hanzi.training.speed import BatchLoss, padded_rows
 from pinyin_hanzi.training.run import STOP_SIGNALS, Parts, Run
 from pinyin_hanzi.training.validation import validate
 
@@ -114,9 +114,10 @@ def train_step(model, batches: list[Batch], total_tokens: int, optimizer, schedu
         is_last = index == len(batches) - 1
         no_sync = getattr(model, "no_sync", None)  # DDP: all-reduce the gradients once, after the last batch
         with no_sync() if no_sync is not None and not is_last else contextlib.nullcontext():
+            padded = padded_rows(batch)  # asked before the copy: on the CPU, no read-back
             batch = batch.to(device)
             with autocast_for(device, precision):
-                summed = batch_loss(batch)
+                summed = batch_loss(batch, padded)
             (summed / (total_tokens / world_size)).backward()
         local_loss = local_loss + summed.detach().float() / total_tokens
     max_norm = config.grad_clip if config.grad_clip > 0 else float("inf")

@@ -21,6 +21,7 @@ import threading
 import torch
 
 from pinyin_hanzi.data.batches import Batch, BatchStream
+from pinyin_hanzi.data.vocab import PAD_ID
 from pinyin_hanzi.training.loss import candidate_columns, summed_loss
 
 
@@ -58,8 +59,8 @@ class BatchLoss:
         self.model, self.candidates, self.mode = model, candidates, mode
         self.whole_lists = device is not None and device.type == "cuda"
 
-        def loss(source, target, columns, allowed):
-            logits = model(source, target, columns)
+        def loss(source, target, columns, allowed, padded):
+            logits = model(source, target, columns, padded)
             total = summed_loss(logits, target, label_smoothing, allowed)
             if teacher is not None:
                 taught = teacher.loss_sum(source, target, logits, columns, allowed)
@@ -69,14 +70,23 @@ class BatchLoss:
         self._loss = loss if mode is None else torch.compile(loss, mode=mode, dynamic=True)
         self._graphs = mode is not None and "reduce-overhead" in mode
 
-    def __call__(self, batch: Batch) -> torch.Tensor:
+    def __call__(self, batch: Batch, padded: bool = True) -> torch.Tensor:
+        """``padded=False``: no row of the batch is padded (known on the CPU: see :func:`padded_rows`), so the
+        model attends without a padding mask."""
         columns = allowed = None
         if self.candidates is not None:
             columns, allowed = candidate_columns(batch.source, batch.target, self.candidates,
                                                  whole_lists=self.whole_lists)
         if self._graphs:  # a new forward pass: the last one's graph outputs may be overwritten
             torch.compiler.cudagraph_mark_step_begin()
-        return self._loss(batch.source, batch.target, columns, allowed)
+        return self._loss(batch.source, batch.target, columns, allowed, padded)
+
+
+def padded_rows(batch: Batch) -> bool:
+    """Whether any source row of ``batch`` is padded. Asked of the batch on the CPU, before its copy to the
+    device, where the answer costs no read-back: training's batches hold examples of one length and have none,
+    and attention without a mask may take faster kernels (flash attention on a GPU)."""
+    return bool((batch.source == PAD_ID).any())
 
 
 class Prefetcher:
