@@ -110,6 +110,9 @@ def attention_figure(weights: Sequence[torch.Tensor], query_labels: Sequence[str
     layer; one panel per layer with heads averaged, or one row per head with ``heads``."""
     plt = _pyplot()
     font = cjk_font()
+    # Some CJK fonts (Droid Sans Fallback) have no Latin letters: matplotlib takes each glyph from the first
+    # family of the list that has it, so the pinyin labels come from DejaVu Sans (matplotlib's own) there.
+    font = [font, "DejaVu Sans"] if font else None
     layers = len(weights)
     n_heads = weights[0].shape[0]
     rows = n_heads if heads else 1

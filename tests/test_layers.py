@@ -9,7 +9,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "pinyin_hanzi"
 LAYERS = [("errors", "files", "runtime", "progress"), ("text",), ("data",), ("config", "config_docs", "config_limits"),
           ("models", "lm"),
           ("checkpoint", "checkpoint_copies", "visualize"), ("decoding", "evaluation", "__init__"),
-          ("training", "serving"), ("cli", "startup")]
+          ("training", "serving"), ("cli", "startup", "ime")]
 RANK = {name: rank for rank, names in enumerate(LAYERS) for name in names}
 SEAMS = {("text/lexicon.py", "data"), ("data/corpus.py", "config")}
 
