@@ -45,6 +45,15 @@ Gtk.main()
 """
 
 
+def set_global_engine(timeout: float = 15.0) -> None:
+    """``ibus engine`` once the panel is up (it answers with an error until then)."""
+    deadline = time.monotonic() + timeout
+    while subprocess.run(["ibus", "engine", ENGINE_NAME], env=dict(os.environ), capture_output=True).returncode:
+        if time.monotonic() > deadline:
+            sys.exit(f"error: ibus engine {ENGINE_NAME} failed for {timeout:.0f} s: the panel did not come up")
+        time.sleep(0.2)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default=str(ROOT / "docs" / "images" / "ime_ibus_candidates.png"))
@@ -63,11 +72,16 @@ def main() -> None:
         window = None
         try:
             time.sleep(1.0)
-            display = {"DISPLAY": DISPLAY, "GTK_IM_MODULE": "ibus", "NO_AT_BRIDGE": "1"}
+            # The panel needs an engine it knows besides ours, or it aborts at start (panel_switch_engine's
+            # assertion): the system's components (the xkb keyboards) are listed after the engine's own.
+            display = {"DISPLAY": DISPLAY, "GTK_IM_MODULE": "ibus", "NO_AT_BRIDGE": "1",
+                       "IBUS_COMPONENT_PATH": f"{work}/component:/usr/share/ibus/component"}
             with HeadlessIBus(work, settings, panel=PANEL, environment=display) as session:
+                # the global engine first: the panel switches a new input context to it (to its first
+                # keyboard otherwise, which would take the engine away from the context made here)
+                set_global_engine()
                 session.activate()  # starts the engine's process and loads the model once
                 session.type("ni ")
-                subprocess.run(["ibus", "engine", ENGINE_NAME], env=dict(os.environ), check=True)
                 window = subprocess.Popen([sys.executable, "-c", WINDOW], env=dict(os.environ))
                 time.sleep(3.0)
                 subprocess.run(["xdotool", "search", "--name", "pinyin_hanzi", "windowfocus", "--sync"],
