@@ -188,4 +188,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:  # the session's daemons are stopped on the way out (HeadlessIBus.__exit__)
+        sys.exit("interrupted: nothing measured")
