@@ -209,3 +209,13 @@ def test_the_share_of_abbreviated_examples_and_their_rates_follow_the_setting():
             rates = [len(positions) / 30 for positions in abbreviated]
             assert min(rates) < 0.1 and max(rates) == 1.0  # from a syllable or two to all of them
             assert sum(rates) / len(rates) == pytest.approx(0.5, abs=0.05)
+
+
+def test_a_batch_abbreviates_each_example_as_it_would_alone():
+    from pinyin_hanzi.data.batches import abbreviated
+
+    lengths, indices = np.array([3, 12, 7, 12]), np.array([5, 17, 123456789, 2**40])
+    rows = abbreviated(lengths, 12, 0.8, 4, 2, indices)
+    for row, (length, index) in enumerate(zip(lengths, indices)):
+        assert np.flatnonzero(rows[row]).tolist() == training_abbreviations(int(length), 0.8, 4, 2, int(index))
+        assert not rows[row, length:].any()
