@@ -10,7 +10,8 @@ from pinyin_hanzi.checkpoint import load_checkpoint
 from pinyin_hanzi.config import TrainConfig, load_config
 from pinyin_hanzi.data.corpus import prepare, read_split
 from pinyin_hanzi.errors import CheckpointError, TrainingError
-from pinyin_hanzi.training import loop, loss, speed
+from pinyin_hanzi.training import loop
+from pinyin_hanzi.training import loss as losses
 from pinyin_hanzi.training import recipe as training
 from pinyin_hanzi.training.recipe import lr_at, train
 from pinyin_hanzi.training.run import Splits
@@ -114,7 +115,7 @@ def test_a_new_run_never_replaces_an_existing_one(trained):
 
 def _nan_on(monkeypatch, bad_batches):
     """Make the training loss NaN on the given training batches (counted from 1; evaluation untouched)."""
-    original, calls = speed.summed_loss, [0]
+    original, calls = losses.summed_loss, [0]
 
     def summed_loss(*args, **kwargs):
         summed = original(*args, **kwargs)
@@ -124,7 +125,7 @@ def _nan_on(monkeypatch, bad_batches):
                 summed = summed * float("nan")
         return summed
 
-    monkeypatch.setattr(speed, "summed_loss", summed_loss)
+    monkeypatch.setattr(losses, "summed_loss", summed_loss)
 
 
 def test_a_non_finite_loss_skips_the_batch_with_a_warning(tmp_path, tiny_corpus, monkeypatch):

@@ -13,7 +13,6 @@ token is a syllable too (the ``o`` and ``n`` of ``Python``), which its target ch
 
 from __future__ import annotations
 
-import random
 from array import array
 from dataclasses import dataclass
 from typing import Iterable, Iterator, Sequence

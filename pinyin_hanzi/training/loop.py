@@ -17,7 +17,7 @@ from pinyin_hanzi.runtime import autocast_for, resolve_precision
 from pinyin_hanzi.training import distributed
 from pinyin_hanzi.training.checkpointing import save_checkpoint
 from pinyin_hanzi.training.logs import Logs
-from pinyin_hanzi.training.speed import BatchLoss, padded_rows
+from pinyin_hanzi.training.speed import BatchLoss, global_batch, padded_rows
 from pinyin_hanzi.training.run import STOP_SIGNALS, Parts, Run
 from pinyin_hanzi.training.validation import validate
 
@@ -73,10 +73,7 @@ def _global_step(run: Run, parts: Parts) -> tuple[float, float, float, int, bool
         if parts.prefetch is not None:  # built ahead on a thread (speed.Prefetcher)
             tokens, mine = parts.prefetch.next()
         else:
-            global_batch = [parts.stream.next_indices() for _ in range(t.grad_accum_steps)]  # (epoch, indices) each
-            tokens = sum(parts.stream.n_target_tokens(indices) for _, indices in global_batch)
-            mine = [parts.stream.batch(epoch, indices)
-                    for epoch, indices in global_batch[process.rank :: process.world_size]]
+            tokens, mine = global_batch(parts.stream, t.grad_accum_steps, process.rank, process.world_size)
     except OSError as error:
         raise run.data_unreadable(error) from None
     lr = parts.optimizer.param_groups[0]["lr"]

@@ -71,12 +71,22 @@ def model_loss_sum(model, batch, label_smoothing: float, candidates=None, teache
     columns = allowed = None
     if candidates is not None:
         columns, allowed = candidate_columns(batch.source, batch.target, candidates)
-    logits = model(batch.source, batch.target, columns)
-    loss, n_tokens = loss_sum(logits, batch.target, label_smoothing, allowed)
+    loss = columns_loss_sum(model, batch.source, batch.target, columns, allowed, label_smoothing, teacher)
+    return loss, int((batch.target != PAD_ID).sum())
+
+
+def columns_loss_sum(model, source: torch.Tensor, target: torch.Tensor, columns: torch.Tensor | None,
+                     allowed: torch.Tensor | None, label_smoothing: float, teacher=None, padded: bool = True
+                     ) -> torch.Tensor:
+    """:func:`model_loss_sum`'s loss (the token count aside) over candidate ``columns`` and ``allowed``
+    already gathered (None: all characters): the part a training step compiles (training/speed.py).
+    ``padded=False``: no row of ``source`` is padded, and the model attends without a mask."""
+    logits = model(source, target, columns, padded)
+    loss = summed_loss(logits, target, label_smoothing, allowed)
     if teacher is None:
-        return loss, n_tokens
-    taught = teacher.loss_sum(batch.source, batch.target, logits, columns, allowed)
-    return (1.0 - teacher.weight) * loss + teacher.weight * taught, n_tokens
+        return loss
+    taught = teacher.loss_sum(source, target, logits, columns, allowed)
+    return (1.0 - teacher.weight) * loss + teacher.weight * taught
 
 
 def model_loss(model, batch, label_smoothing: float, candidates=None) -> tuple[torch.Tensor, int]:

@@ -22,7 +22,7 @@ import torch
 
 from pinyin_hanzi.data.batches import Batch, BatchStream
 from pinyin_hanzi.data.vocab import PAD_ID
-from pinyin_hanzi.training.loss import candidate_columns, summed_loss
+from pinyin_hanzi.training.loss import candidate_columns, columns_loss_sum
 
 
 def fast_device(device: torch.device) -> None:
@@ -56,16 +56,11 @@ class BatchLoss:
 
     def __init__(self, model: torch.nn.Module, label_smoothing: float, candidates=None, teacher=None,
                  mode: str | None = None, device: torch.device | None = None):
-        self.model, self.candidates, self.mode = model, candidates, mode
+        self.candidates = candidates
         self.whole_lists = device is not None and device.type == "cuda"
 
         def loss(source, target, columns, allowed, padded):
-            logits = model(source, target, columns, padded)
-            total = summed_loss(logits, target, label_smoothing, allowed)
-            if teacher is not None:
-                taught = teacher.loss_sum(source, target, logits, columns, allowed)
-                total = (1.0 - teacher.weight) * total + teacher.weight * taught
-            return total
+            return columns_loss_sum(model, source, target, columns, allowed, label_smoothing, teacher, padded)
 
         self._loss = loss if mode is None else torch.compile(loss, mode=mode, dynamic=True)
         self._graphs = mode is not None and "reduce-overhead" in mode
@@ -89,6 +84,14 @@ def padded_rows(batch: Batch) -> bool:
     return bool((batch.source == PAD_ID).any())
 
 
+def global_batch(stream: BatchStream, accumulate: int, rank: int, world_size: int) -> tuple[int, list[Batch]]:
+    """The next global batch of ``stream``, the ``accumulate`` batches of one optimizer step that every process
+    walks in step: (its target tokens, this process's batches of it: ``rank``'s r, r + N, r + 2N, ...)."""
+    drawn = [stream.next_indices() for _ in range(accumulate)]  # (epoch, indices) each
+    tokens = sum(stream.n_target_tokens(indices) for _, indices in drawn)
+    return tokens, [stream.batch(epoch, indices) for epoch, indices in drawn[rank::world_size]]
+
+
 class Prefetcher:
     """The next global batches of a :class:`BatchStream`, built ``depth`` ahead on a thread: this process's
     share of each (``rank`` of ``world_size``, ``accumulate`` batches a step), pinned when the device is a
@@ -108,9 +111,7 @@ class Prefetcher:
         self._thread.start()
 
     def _global_batch(self) -> tuple[int, list[Batch]]:
-        drawn = [self.stream.next_indices() for _ in range(self.accumulate)]
-        tokens = sum(self.stream.n_target_tokens(indices) for _, indices in drawn)
-        mine = [self.stream.batch(epoch, indices) for epoch, indices in drawn[self.rank :: self.world_size]]
+        tokens, mine = global_batch(self.stream, self.accumulate, self.rank, self.world_size)
         if self.pin:
             mine = [Batch(batch.source.pin_memory(), batch.target.pin_memory()) for batch in mine]
         return tokens, mine
