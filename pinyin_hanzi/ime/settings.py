@@ -26,13 +26,13 @@ from pathlib import Path
 
 import yaml
 
+from pinyin_hanzi.config import PREFIX_MODES
 from pinyin_hanzi.errors import ConfigError
 from pinyin_hanzi.text.fuzzy import fuzzy_pairs
 from pinyin_hanzi.text.shuangpin import layout_named
 
 SETTINGS_VARIABLE = "PINYIN_HANZI_IME_SETTINGS"
 DEFAULT_HISTORY = "~/.local/share/pinyin_hanzi/ime_history.txt"
-PREFIX_MODES = ("auto", "on", "off")
 RANGES = {"page_size": (1, 10), "sentences": (1, 10), "threads": (1, 64)}
 
 
