@@ -290,3 +290,36 @@ def test_clauses_counted_at_once_give_the_counts_of_clauses_counted_one_by_one()
     for k in (1, 2):
         assert one_by_one.grams[k] == at_once.grams[k] and one_by_one.totals[k] == at_once.totals[k]
         assert one_by_one.distinct[k] == at_once.distinct[k]
+
+
+def test_the_read_ahead_shares_come_from_committed_pairs_and_triples_that_fit_the_typed_lists():
+    model, vocab = _model()
+    history = History()
+    history.listen(model)
+    ids = vocab.ids
+    # three positions; at 0 two homophones 甲 and 乙 (乙 never committed), then 丙 or 丁, then 化
+    lists = torch.tensor([[[ids["甲"], ids["乙"]], [ids["丙"], ids["丁"]], [ids["化"], 0]]])
+    real = lists != 0
+    assert model.span_shares(lists.numpy(), real.numpy()) is None  # an empty history knows nothing
+    history.learn("甲丙化")
+    history.learn("甲丁")
+    shares, weights = model.span_shares(lists.numpy(), real.numpy())
+    # at 0: pairs 甲丙 and 甲丁 (1 each) and the triple 甲丙化 (counted twice) fit; 乙 never began one
+    assert np.allclose(shares[0, 0], [1, 0]) and np.isclose(weights[0, 0], 4 / (4 + history_module_lm.SPAN_PRIOR))
+    # at 1: 丙化 fits (丁 was never followed by 化); nothing reads ahead of the last position
+    assert np.allclose(shares[0, 1], [1, 0]) and weights[0, 2] == 0
+    history.forget("甲丙化")
+    shares, weights = model.span_shares(lists.numpy(), real.numpy())
+    assert np.isclose(weights[0, 0], 1 / (1 + history_module_lm.SPAN_PRIOR)) and weights[0, 1] == 0
+    history.forget()
+    assert model.span_shares(lists.numpy(), real.numpy()) is None and not model._followers
+
+
+def test_the_read_ahead_mixes_into_the_network_where_it_knows_something_and_nowhere_else():
+    from pinyin_hanzi.decoding.search import ReadAhead
+    shares = torch.tensor([[[1.0, 0.0], [0.0, 0.0]]], dtype=torch.float64)
+    ahead = ReadAhead(shares, torch.tensor([[0.5, 0.0]], dtype=torch.float64))
+    log_probs = torch.tensor([[[0.2, 0.8]]]).log()
+    assert torch.allclose(ahead.mix(log_probs, 0, 0).exp(), torch.tensor([[[0.6, 0.4]]]))
+    assert torch.equal(ahead.mix(log_probs, 1, 0), log_probs)  # μ 0: the network's own
+    assert torch.equal(ahead.mix(log_probs[:0], 0, 1), log_probs[:0])  # the input has finished

@@ -7,7 +7,9 @@ finished inputs, score the allowed characters, keep the best extensions. Two thi
 - :class:`Constraint`: the characters each position may take (the lexicon's lists of a syllable's hanzi,
   or any character when unconstrained);
 - :class:`NgramFusion`: shallow fusion of models of the next character given the ones before it (the
-  character n-gram model of lm/char_ngram.py, the word model of lm/word.py), wherever a search is given one.
+  character n-gram model of lm/char_ngram.py, the word model of lm/word.py), wherever a search is given one;
+  a fused model that reads ahead (the user history's, lm/history_lm.py) also mixes what it knows of the
+  whole input's syllables into the network's distribution, once per search (:class:`ReadAhead`).
 
 The search runs what it is given: which beam, constraint and fusion a call uses is decided once, in
 settings.py (greedy conversion, for one, is given no fusion).
@@ -93,6 +95,15 @@ class NgramFusion:
         self.models = [(model, weight) for model, weight in models if weight > 0]
         self.history = max([model.order - 1 for model, _ in self.models] + [1])
 
+    def read_ahead(self, constraint: Constraint) -> ReadAhead | None:
+        """What the models that read ahead (``span_shares``) make of the inputs' candidate lists, or None."""
+        if constraint.lists is None:
+            return None
+        for model, _ in self.models:
+            if hasattr(model, "span_shares") and (found := model.span_shares(*(x.numpy() for x in constraint.lists))):
+                return ReadAhead(*(torch.from_numpy(x) for x in found))
+        return None
+
     def scores(self, context: torch.Tensor, ids: torch.Tensor, padded: bool = True) -> torch.Tensor:
         """sum of weight x log P(ids (n, c) | context (n, m)) -> (n, c). <pad> (past the end of a shorter input in
         the batch) scores 0, or inputs would pay for their neighbours' length; ``padded`` False: the caller
@@ -124,6 +135,23 @@ class NgramFusion:
         return total
 
 
+class ReadAhead:
+    """Per input and position, a distribution over the candidate list (n, s, c) and its share μ (n, s) in a
+    mixture with the network's: log((1 - μ) P_net + μ P) replaces log P_net where μ > 0."""
+
+    def __init__(self, shares: torch.Tensor, weights: torch.Tensor):
+        self.shares, self.weights = shares, weights
+
+    def mix(self, log_probs: torch.Tensor, position: int, done: int) -> torch.Tensor:
+        """The network's log-probabilities (b, r, c) at ``position`` of the inputs from ``done`` on, mixed."""
+        weights = self.weights[done:, position]
+        if not bool(weights.any()):
+            return log_probs
+        weights, shares = weights[:, None, None], self.shares[done:, position, None, : log_probs.shape[-1]]
+        mixed = ((1 - weights) * log_probs.double().exp() + weights * shares).log().float()
+        return torch.where(weights > 0, mixed, log_probs)
+
+
 def encode(model: Transformer, source: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Memory (b, s, d) and the cross-attention mask (b, 1, 1, s): None when no input is padded (a single
     sentence), so that attention need not apply an all-True mask at every step."""
@@ -147,6 +175,7 @@ def beam_search(model: Transformer | InferenceDecoder, source: torch.Tensor, con
     length = source.shape[1]
     lengths = (source != PAD_ID).sum(dim=1).tolist()
     beams = _Beams(model, source, beam, fusion.history if fusion is not None else 0)
+    ahead = fusion.read_ahead(constraint) if fusion is not None else None
     for position in range(length):
         beams.drop_finished(lengths, position)
         context = beams.context(position)  # (b r, m), or None without fusion
@@ -157,6 +186,8 @@ def beam_search(model: Transformer | InferenceDecoder, source: torch.Tensor, con
         if beams.done:
             ids, real = ids[beams.done :], None if real is None else real[beams.done :]
         log_probs = beams.model_log_probs(model, ids, real, lists)  # (b, r, c)
+        if ahead is not None:
+            log_probs = ahead.mix(log_probs, position, beams.done)
         if fusion is not None:  # the fused models' one place (and the forced last character's, above)
             listed = ids if beams.rows == 1 else ids.repeat_interleave(beams.rows, dim=0)
             log_probs = log_probs + fusion.scores(context, listed, padded=real is not None).view(log_probs.shape)

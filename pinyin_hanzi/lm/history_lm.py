@@ -2,7 +2,7 @@
 
 A user who typed 核武器 once types it again, ten clauses later. The static models have seen too little of
 such words and convert them wrong again (和武器). A cache model, counted from the committed clauses alone
-(lm/history.py), knows better. Two terms, both 0 for text the user never committed:
+(lm/history.py), knows better. Three terms, all nothing for text the user never committed:
 
 - In context: P_cache(c | h) is the interpolated (Witten-Bell) probability of character c after the
   characters h before it over the history's n-grams of orders 2..``order`` (0 where c never followed h's
@@ -20,8 +20,16 @@ such words and convert them wrong again (和武器). A cache model, counted from
   beam search drops the word's first character before the word can be finished; kept, it turned 吗 into 妈
   after 妈妈 had been committed (at full weight learning cost 0.56 point of CER on held-out People's Daily
   1998 typed in order).
+- Read ahead, for a word's first character too: the typed syllables are known before the search starts, so
+  the history's pairs and triples whose characters fit the lists of positions i, i+1 (, i+2) say which
+  character the user wrote at i when they typed these syllables (匹 before 诺曹 for ``pi nuo cao``, 她 before
+  说 for ``ta shuo``). Their share among the list's characters, P_span(c), is mixed into the network's own
+  distribution over the list, (1 - μ) P_net(c) + μ P_span(c), with μ = N / (N + SPAN_PRIOR) for the N
+  matching n-grams: one pair seen once moves little, a word committed again and again decides. Unlike the
+  provisional credit it is never taken back: it is about the syllables, which do not change.
 
-The sum is weighted by decode.history_weight. Its form, λ, the order and the weight were chosen on documents
+The first two are summed and weighted by decode.history_weight; the third is a mixture the search makes
+(decoding/search.py, ReadAhead). Their forms, λ, the order, the weight and SPAN_PRIOR were chosen on documents
 the evaluation never types: docs/benchmarks.md, "Learning from the user".
 
 Counts change as the history does (``added``, ``removed``: the history's listener calls), in time linear in
@@ -41,6 +49,7 @@ from pinyin_hanzi.text.pinyin import is_hanzi
 
 ORDER = 3  # n-grams of up to this many characters: contexts of up to ORDER - 1
 INTERPOLATION = 0.1  # λ, the cache model's share of the mixture
+SPAN_PRIOR = 8.0  # the network's weight, in matching n-grams, against the history's read-ahead share
 BULK_CHARACTERS = 4096  # clauses added at once with more characters than this are counted with numpy
 
 
@@ -64,6 +73,7 @@ class HistoryLM:
         self.distinct: list[dict[int, int]] = [{} for _ in range(order)]
         self.characters = 0
         self._credit: np.ndarray | None = None  # (V,) each character's provisional credit, while counts stay
+        self._followers: dict[int, dict[int, int]] | None = None  # pairs by first id (built when first read)
         self._lock = threading.Lock()  # counts change (learning) while searches on other threads read them
 
     def __len__(self) -> int:
@@ -112,6 +122,13 @@ class HistoryLM:
     def _add(self, k: int, context: int, gram: int, sign: int) -> None:
         grams, totals, distinct = self.grams[k], self.totals[k], self.distinct[k]
         count = grams.get(gram, 0) + sign
+        if k == 1 and self._followers is not None:
+            after = self._followers.setdefault(context, {})
+            after[gram % self.vocab_size] = count
+            if count <= 0:
+                del after[gram % self.vocab_size]
+                if not after:
+                    del self._followers[context]
         if count > 0:
             grams[gram] = count
             if count == sign:  # a new one
@@ -132,7 +149,7 @@ class HistoryLM:
         ids = np.array([self.ids.get(chr(code), -1) for code in distinct.tolist()], dtype=np.int64)[inverse]
         valid = ids >= 0
         with self._lock:
-            self._credit = None
+            self._credit = self._followers = None
             self.characters += int(valid.sum())
             self.unigrams += np.bincount(ids[valid], minlength=size)
             context, whole = np.zeros(len(ids), dtype=np.int64), valid.copy()  # at i: the k ids before i
@@ -222,3 +239,52 @@ class HistoryLM:
         if continued is not None:
             result += owed[:, None] * continued
         return result
+
+    # ------------------------------------------------------------------------------------------ read-ahead
+
+    def span_shares(self, ids: np.ndarray, real: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+        """The read-ahead term of the module's docstring for a search's candidate lists ``ids`` (n, s, c) (``real``:
+        where they are not padding): P_span (n, s, c) float64 and μ (n, s) float64 (0 where no n-gram of the
+        history fits); None when nothing fits anywhere. Pairs count once and triples twice (a longer match is
+        surer evidence)."""
+        n, positions, _ = ids.shape
+        shares, size = np.zeros(ids.shape), self.vocab_size
+        with self._lock:
+            if not self.characters or positions < 2:
+                return None
+            if self._followers is None:
+                self._followers = {}
+                for gram, count in self.grams[1].items():
+                    first, second = divmod(gram, size)
+                    self._followers.setdefault(first, {})[second] = count
+            followers, triples = self._followers, self.grams[2] if self.order > 2 else {}
+            committed = (self.unigrams.take(ids.clip(0, size - 1)) > 0) & real & (ids > UNK_ID)
+            lists: dict[tuple[int, int], set[int]] = {}  # a position's committed characters: none other fits
+            for b, i, j in zip(*np.nonzero(committed[:, :-1])):  # nothing to read ahead of the last position
+                after = followers.get(int(ids[b, i, j]))
+                if not after:
+                    continue
+                if (b, i + 1) not in lists:
+                    lists[b, i + 1] = set(ids[b, i + 1][committed[b, i + 1]].tolist())
+                fitting = _fitting(after, lists[b, i + 1])
+                if fitting and i + 2 < positions:
+                    if (b, i + 2) not in lists:
+                        lists[b, i + 2] = set(ids[b, i + 2][committed[b, i + 2]].tolist())
+                    pair = int(ids[b, i, j]) * size
+                    total = sum(fitting.values()) + 2 * sum(triples.get((pair + x) * size + y, 0)
+                                                            for x in fitting for y in lists[b, i + 2])
+                else:
+                    total = sum(fitting.values())
+                shares[b, i, j] = total
+        found = shares.sum(-1)
+        if not found.any():
+            return None
+        return shares / np.maximum(found, 1)[..., None], found / (found + SPAN_PRIOR)
+
+
+def _fitting(after: dict[int, int], allowed: set[int]) -> dict[int, int]:
+    """The entries of ``after`` (id -> count) whose ids are in ``allowed``, walking the smaller of the two (a
+    common character is followed by thousands of others in a long history; a list holds tens)."""
+    if len(after) <= len(allowed):
+        return {x: count for x, count in after.items() if x in allowed}
+    return {x: after[x] for x in allowed if x in after}
