@@ -12,13 +12,18 @@ Clauses of 2 to ``--max-syllables`` syllables, the first ``--clauses`` of them.
 - ``first_key_s``: from the engine's start (the input context asks for it) to the first key's candidate table
   (the model loads meanwhile; ``ready_s`` when the engine joined the bus);
 - ``p50_ms`` / ``p99_ms`` / ``max_ms``: each later key press as the application waits for it (the engine
-  converts before it answers), Space and its commit included;
+  answers with a preview and converts on a thread of its own), typed back to back as fast as the bench can,
+  so that the engine's thread is converting while most keys arrive; Space and its commit included;
+- ``exact_p50_ms`` / ``exact_p99_ms`` / ``exact_max_ms``: from a clause's last letter to the engine showing
+  that line's conversion (its candidate table), which the bench waits for before Space, as a typist looks
+  before committing; it includes finishing the conversion of earlier letters that was under way;
 - ``rss_mb``: the engine process's peak resident memory (VmHWM), ``uss_mb`` its private memory at the end;
 - ``mismatches``: clauses whose commit differs from ``Converter.convert`` of the same letters in this process
   (with the same settings, learning the same commits in the same order; a fresh history on both sides);
 - the fuzz: ``--fuzz`` random keys (letters, ', Space, digits, Backspace, Enter, Escape, pages, arrows,
   punctuation, Shift alone), checking after each Escape that no preedit is left and at the end that the
-  engine still runs; ``fuzz_p99_ms`` its latency.
+  engine still runs; ``fuzz_p99_ms`` its latency (with no pause: Space, digits and pages there wait for the
+  conversion of the letters if it is not there yet).
 
     python bench/ime_keys.py [--clauses 500] [--fuzz 20000] [--max-syllables 20] [--threads 2] [--seed 0]
 
@@ -95,17 +100,23 @@ def percentile(values: list[float], fraction: float) -> float:
     return round(ordered[min(len(ordered) - 1, int(fraction * len(ordered)))], 2)
 
 
-def type_document(session: HeadlessIBus, document: list[tuple[str, str]]) -> tuple[list[float], list[str]]:
-    """Type every clause and Space; the latency of each key (ms) and each clause's commit."""
-    latencies, commits = [], []
+def type_document(session: HeadlessIBus, document: list[tuple[str, str]]) -> tuple[list[float], list[float], list[str]]:
+    """Type every clause, wait for its conversion to be shown, and Space; the latency of each key (ms), the
+    wait from each clause's last letter to its conversion (ms), and each clause's commit."""
+    latencies, exact, commits = [], [], []
     for letters, _ in document:
         before = len(session.commits)
-        for char in letters + " ":
+        for char in letters:
             start = time.perf_counter()
             session.key(ord(char))
             latencies.append((time.perf_counter() - start) * 1000)
+        session.settle()
+        exact.append((time.perf_counter() - start) * 1000)
+        start = time.perf_counter()
+        session.key(ord(" "))
+        latencies.append((time.perf_counter() - start) * 1000)
         commits.append("".join(session.commits[before:]))
-    return latencies, commits
+    return latencies, exact, commits
 
 
 def fuzz(session: HeadlessIBus, count: int, seed: int) -> dict:
@@ -162,12 +173,10 @@ def main() -> None:
             session.activate()
             ready = time.perf_counter() - start
             session.key(ord(document[0][0][0]))
-            while not session.candidates:
-                session._pump()
-                time.sleep(0.002)
+            session.settle(timeout=120)  # the first key's conversion waits for the model
             first = time.perf_counter() - start
             session.key(keys.ESCAPE)
-            latencies, commits = type_document(session, document)
+            latencies, exact, commits = type_document(session, document)
             pid = session.engine_pid()
             peak, private = rss_mb(pid)
             print(f"typed {len(latencies)} keys; fuzzing {args.fuzz} keys", flush=True)
@@ -181,7 +190,9 @@ def main() -> None:
     print(json.dumps({"source": source, "clauses": len(document), "keys": len(latencies), "ready_s": round(ready, 2),
                       "first_key_s": round(first, 2), "p50_ms": percentile(latencies, 0.5),
                       "p99_ms": percentile(latencies, 0.99), "max_ms": round(max(latencies), 1),
-                      "mean_ms": round(statistics.mean(latencies), 2), "rss_mb": peak, "uss_mb": private,
+                      "mean_ms": round(statistics.mean(latencies), 2), "exact_p50_ms": percentile(exact, 0.5),
+                      "exact_p99_ms": percentile(exact, 0.99), "exact_max_ms": round(max(exact), 1),
+                      "rss_mb": peak, "uss_mb": private,
                       "rss_after_fuzz_mb": peak_after, "uss_after_fuzz_mb": private_after,
                       "mismatches": len(mismatches), "clauses_exact": hanzi_right, "threads": args.threads,
                       "cpus": os.cpu_count(), **fuzzed}, ensure_ascii=False))

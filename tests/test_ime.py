@@ -69,7 +69,7 @@ def test_syllable_ends_lay_tokens_over_letters():
 
 
 class StandIn:
-    """Conversions with fixed tables: the composer's rules without a model."""
+    """Conversions with fixed tables, made as soon as they are asked for: the composer's rules without a model."""
 
     def __init__(self, tables: dict[str, list[Entry]], **settings):
         self.settings = ImeSettings(**settings)
@@ -80,11 +80,52 @@ class StandIn:
                    if words or e.consumed == len(typed)]
         return Table(tuple(entries), ())
 
+    cached = table
+
+    def request(self, typed, words=False):
+        pass
+
     def wait(self, timeout=None):
         return True
 
     def learn(self, text):
         self.learned.append(text)
+
+
+class Deferred(StandIn):
+    """A stand-in whose tables come later, as the conversions' thread makes them: :meth:`finish` makes the
+    table requested (or the one named), :meth:`table` (a commit) makes it at once. Its conversion of a line
+    is its syllables' characters from ``hanzi``, and what it made is remembered as the real one remembers."""
+
+    def __init__(self, hanzi: dict[str, str], **settings):
+        super().__init__({}, **settings)
+        self.hanzi, self.made, self.requested, self.converted = hanzi, {}, None, []
+
+    def _convert(self, typed):
+        syllables = tuple(s for s in SYLLABLES if s in typed)
+        syllables = tuple(sorted(syllables, key=typed.index))
+        text = "".join(self.hanzi[s] for s in syllables) + typed[sum(map(len, syllables)):]
+        return Table((Entry(text, len(typed)), Entry(text[::-1], len(typed))), syllables + tuple(
+            typed[sum(map(len, syllables)):]))
+
+    def cached(self, typed, words=False):
+        return self.made.get(typed)
+
+    def request(self, typed, words=False):
+        self.requested = typed
+
+    def finish(self, typed=None):
+        typed = typed or self.requested
+        self.made[typed] = self._convert(typed)
+        self.converted.append(typed)
+
+    def table(self, typed, words=False):
+        if typed not in self.made:
+            self.finish(typed)
+        return self.made[typed]
+
+
+SYLLABLES = ("wo", "xiang", "qu", "ni", "hao")
 
 
 def press(composer: Composer, text: str) -> list[bool]:
@@ -103,6 +144,56 @@ def test_partial_selection_commits_the_first_syllables_and_converts_the_rest():
     assert composer.take_commits() == ["我想"] and composer.typed == "qu" and composer.view().preedit == "去"
     press(composer, " ")
     assert composer.take_commits() == ["去"] and composer.conversions.learned == ["我想去"]
+
+
+def test_a_preview_first_then_the_conversion_replaces_it():
+    conversions = Deferred({"wo": "我", "xiang": "想", "qu": "去"})
+    composer = Composer(conversions)
+    press(composer, "wo")
+    assert composer.view() == keys.View("wo", "wo", (), 0) and conversions.requested == "wo"  # nothing converted yet
+    conversions.finish()
+    assert composer.view() == keys.View("我", "wo", ("我", "我"[::-1]), 0, exact=True)
+    press(composer, "xiangq")
+    # the syllables before the last of the latest conversion of a beginning (wo of "woxiang"), then the letters
+    conversions.finish("woxiang")
+    assert composer.view().preedit == "我xiangq" and not composer.view().exact
+    assert conversions.requested == "woxiangq"
+    conversions.finish()
+    assert composer.view().preedit == "我想q" and composer.view().candidates[0] == "我想q"
+
+
+def test_a_conversion_for_letters_no_longer_typed_is_not_shown():
+    conversions = Deferred({"ni": "你", "hao": "好"})
+    composer = Composer(conversions)
+    press(composer, "nih")
+    composer.view()
+    press(composer, "ao")
+    conversions.finish("nih")  # the stale request ends after the letters changed
+    view = composer.view()
+    assert not view.exact and view.candidates == () and view.preedit == "你hao" and conversions.requested == "nihao"
+    conversions.finish()
+    assert composer.view().exact and composer.view().preedit == "你好"
+
+
+def test_a_commit_right_after_the_last_key_is_the_conversion_of_the_letters():
+    conversions = Deferred({"wo": "我", "xiang": "想", "qu": "去"})
+    composer = Composer(conversions)
+    press(composer, "woxiangqu")
+    assert not composer.view().exact  # what is shown is a preview ...
+    press(composer, " ")  # ... but Space commits the letters' own conversion, made for it
+    assert composer.take_commits() == ["我想去"] and conversions.learned == ["我想去"]
+    press(composer, "woxiang2")  # a digit too: the second candidate of the letters' conversion
+    assert composer.take_commits() == ["想我"] and conversions.converted[-1] == "woxiang"
+
+
+def test_preview_of_letters_never_converted_is_the_letters():
+    from pinyin_hanzi.ime.conversion import preview
+
+    table = Table((Entry("我想", 7),), ("wo", "xiang"))
+    assert preview("woxiangqu", {"woxiang": table}.get, False) == "我xiangqu"
+    assert preview("woxiang'qu", {"woxiang": table}.get, False) == "我想qu"  # ' ends the syllable before it
+    assert preview("woxiangqu", {}.get, False) == "woxiangqu"
+    assert preview("woxiangqu", {"woxiang": Table((Entry("我想啊", 7),), ("wo", "xiang"))}.get, False) == "woxiangqu"
 
 
 def test_enter_escape_backspace_and_punctuation():
@@ -205,6 +296,7 @@ def test_nihao_space_commits_and_is_learned(ic):
 
 def test_a_sentence_with_its_preedit_and_table(ic):
     ic.type("woxiangqubeijing")
+    ic.settle()  # the key's answer was a preview: the conversion follows from the engine's thread
     assert ic.preedit == "我想去北京" and ic.candidates[0] == "我想去北京" and len(ic.candidates) >= 3
     ic.type(" ")
     assert ic.commits == ["我想去北京"]
@@ -212,6 +304,7 @@ def test_a_sentence_with_its_preedit_and_table(ic):
 
 def test_choosing_candidate_two(ic):
     ic.type("shiyan")
+    ic.settle()
     second = ic.candidates[1]
     ic.type("2")
     assert ic.commits == [second] and ic.preedit == ""
@@ -219,6 +312,7 @@ def test_choosing_candidate_two(ic):
 
 def test_partial_selection_then_the_rest(ic):
     ic.type("woxiangqubeijing")
+    ic.settle()
     sentences = len(ic.candidates)
     ic.key(keys.PAGE_DOWN)  # past the sentences: the candidates of the first syllables join the table
     words = ic.candidates[sentences:]
@@ -229,6 +323,7 @@ def test_partial_selection_then_the_rest(ic):
         ic.key(keys.UP)
     ic.type(" ")
     assert ic.commits == [words[two - sentences]]
+    ic.settle()
     assert len(ic.preedit) == 3 and ic.candidates  # qubeijing is left, converted
     ic.type(" ")
     assert len(ic.commits) == 2 and len(ic.commits[1]) == 3 and ic.preedit == ""
@@ -237,11 +332,28 @@ def test_partial_selection_then_the_rest(ic):
 def test_backspace_escape_and_enter(ic):
     ic.type("nihaom")
     ic.type("\b")
+    ic.settle()
     assert ic.preedit == "你好"
     ic.type("\x1b")
     assert ic.preedit == "" and ic.candidates == [] and ic.commits == []
     ic.type("nihao\n")
     assert ic.commits == ["nihao"]
+
+
+def test_keys_are_answered_with_a_preview_and_the_conversion_follows(ic):
+    ic.type("woxiangqu")
+    ic.settle()
+    assert ic.preedit == "我想去" and ic.candidates
+    ic.type("beijing")
+    assert ic.preedit.startswith("我想") and ic.preedit.endswith("g")  # a preview: hanzi kept, then the letters
+    ic.settle()
+    assert ic.preedit == "我想去北京" and ic.candidates[0] == "我想去北京"
+    line = "zhongguorenmingongheguowansui"
+    ic.type("\x1b" + line)
+    ic.settle()
+    converted = ic.candidates[0]  # (nothing is learned until a commit: Escape commits nothing)
+    ic.type("\x1b" + line + " ")  # Space right after the last letter commits the conversion, not a preview
+    assert ic.commits == [converted] and converted.isalpha() and not converted.isascii()
 
 
 def test_english_mode_passes_digits_and_letters(ic):

@@ -2,7 +2,8 @@
 
 No IBus here: keys arrive as X keysyms and modifier bits (the numbers IBus passes on), and the engine
 (engine.py) draws what :meth:`Composer.view` says and commits what :meth:`Composer.take_commits` gives. So the
-rules of typing are tested without a desktop, and the engine stays a thin adapter.
+rules of typing are tested without a desktop, and the engine stays a thin adapter. A view never waits for a
+conversion (it is a preview until the letters' table is there); a key that commits or moves in the table does.
 
 Chinese mode, composing (letters typed since the last commit):
 letters and ' extend it; Space commits the highlighted candidate; 1-9 (0: the tenth) the candidate of that
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pinyin_hanzi.ime.conversion import SEPARATORS, Conversions, Entry
+from pinyin_hanzi.ime.conversion import SEPARATORS, Conversions, Entry, preview
 
 # X keysyms (X11/keysymdef.h) and modifier bits (IBus.ModifierType) of the keys handled here
 BACKSPACE, TAB, RETURN, ESCAPE, KP_ENTER = 0xFF08, 0xFF09, 0xFF0D, 0xFF1B, 0xFF8D
@@ -39,12 +40,14 @@ PAIRED_QUOTES = {'"': ("“", "”"), "'": ("‘", "’")}
 @dataclass(frozen=True)
 class View:
     """What the engine shows: the preedit (the highlighted conversion and any letters it leaves), the letters
-    as typed (IBus's auxiliary text), the candidates and which is highlighted."""
+    as typed (IBus's auxiliary text), the candidates and which is highlighted. ``exact``: the preedit is the
+    conversion of the letters typed (False: a preview, or no composition; no candidates are shown then)."""
 
     preedit: str
     typed: str
     candidates: tuple[str, ...]
     cursor: int
+    exact: bool = False
 
 
 class Composer:
@@ -162,15 +165,15 @@ class Composer:
     # ------------------------------------------------------------------------------------------ commits
 
     def _entries(self) -> tuple[Entry, ...]:
+        """The table of the letters typed, converted now if it was not yet (the keys that commit or move in
+        the table act on the exact conversion, never on a preview)."""
         table = self.conversions.table(self.typed, self._words)
         return table.entries if table is not None else ()
 
     def _choose(self, index: int, rest_as_typed: bool = False) -> None:
         """Commit candidate ``index``; the letters it leaves stay to be converted (or, ``rest_as_typed``, are
         committed as they are: punctuation ends the composition). Before the model is ready the letters wait
-        for it: a commit is what the model converts, never the raw letters by accident."""
-        if not self.conversions.ready:
-            self.conversions.wait()
+        for it: a commit is what the model converts, never the raw letters or a preview by accident."""
         entries = self._entries()
         if not entries:  # the model failed to load: the letters pass as typed
             self._commit_typed()
@@ -215,16 +218,23 @@ class Composer:
     # ------------------------------------------------------------------------------------------- view
 
     def view(self) -> View:
+        """What to show now, without waiting for a conversion: the table of the letters typed if it was made,
+        else a preview (conversion.preview) and no candidates, and the letters' conversion is asked for
+        (the engine shows it when it is there)."""
         if not self.typed:
             return View("", "", (), 0)
-        table = self.conversions.table(self.typed, self._words)
+        table = self.conversions.cached(self.typed, self._words)
         if table is None:
-            return View(self.typed, self._status(), (), 0)
+            self.conversions.request(self.typed, self._words)
+            shown = preview(self.typed, self.conversions.cached, bool(self.settings.shuangpin))
+            return View(shown, self._status(), (), 0)
         entry = table.entries[min(self.cursor, len(table.entries) - 1)]
         preedit = entry.text + self.typed[entry.consumed :].lstrip(SEPARATORS)
-        return View(preedit, self.typed, tuple(e.text for e in table.entries), self.cursor)
+        return View(preedit, self.typed, tuple(e.text for e in table.entries), self.cursor, exact=True)
 
     def _status(self) -> str:
         if self.conversions.error:
             return f"{self.typed}  (no model: {self.conversions.error})"
-        return f"{self.typed}  (loading the model…)"
+        if not self.conversions.ready:
+            return f"{self.typed}  (loading the model…)"
+        return self.typed

@@ -1,11 +1,18 @@
 """What the input method shows for what was typed: the candidate table of a composition, from the Converter.
 
-The model loads on a thread of its own when the engine starts (:class:`Conversions`), so that the engine is on
-the bus at once and keys typed meanwhile are held in the preedit; :meth:`Conversions.table` answers None until
-the model is there. A table holds the whole line's n-best conversions (what Space commits is the first, the
-same as ``Converter.convert`` of the same letters) and then candidates for the first two syllables and the
-first one: choosing one of those commits it and leaves the rest of the letters to convert (partial selection).
-Tables are kept per typed text until the next commit is learned, so that Backspace and retyping cost nothing.
+One thread of its own (:class:`Conversions`) loads the model when the engine starts, converts once to warm it
+up, and then converts what the keys ask for: the engine is on the bus at once, and a key is answered without
+waiting for a conversion. :meth:`Conversions.cached` answers at once (a table, or None: not converted yet),
+:meth:`Conversions.request` asks the thread for the table of the letters typed now (only the latest request
+is kept: letters typed meanwhile make older ones stale), and :meth:`Conversions.table` converts before it
+answers, for the keys that commit or move in the table. Until a table is there the composer shows
+:func:`preview`: the hanzi of an earlier conversion for the syllables the new letters leave as they were, then
+the letters.
+
+A table holds the whole line's n-best conversions (what Space commits is the first, the same as
+``Converter.convert`` of the same letters) and then candidates for the first two syllables and the first one:
+choosing one of those commits it and leaves the rest of the letters to convert (partial selection). Tables are
+kept per typed text until the next commit is learned, so that Backspace and retyping cost nothing.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ CACHED_TABLES = 512
 WORD_SYLLABLES = (2, 1)  # the first syllables whose own candidates follow the whole line's
 WORDS_EACH = 3  # candidates kept for each of them
 LONGEST_PREFIX = 6  # letters an abbreviation may have (zhuan -> zhua*)
+STOP_WAIT_S = 5.0  # how long stop() waits for a conversion in progress
 
 
 @dataclass(frozen=True)
@@ -45,21 +53,30 @@ class Table:
 
 
 class Conversions:
-    """The converter behind the engine, loaded on a background thread, and the tables it makes.
+    """The converter behind the engine, on a thread of its own, and the tables it makes.
 
-    ``load`` builds the Converter (it is called on that thread); ``notify`` is called there once it is ready
-    or has failed (:attr:`error` then holds the one-line reason)."""
+    ``load`` builds the Converter (called on that thread); ``loaded`` is called there once it is ready or has
+    failed (:attr:`error` then holds the one-line reason), ``converted`` there after each table it made for
+    :meth:`request`. Every use of the converter holds one lock, so a table is never made while a commit is
+    being learned: a table kept is what ``Converter.convert`` gives with the history as it is."""
 
-    def __init__(self, settings: ImeSettings, load: Callable[[], object], notify: Callable[[], None] = lambda: None):
+    def __init__(self, settings: ImeSettings, load: Callable[[], object], loaded: Callable[[], None] = lambda: None,
+                 converted: Callable[[], None] = lambda: None):
         self.settings = settings
         self.converter = None
         self.error: str | None = None
         self._ready = threading.Event()
         self._tables: OrderedDict[tuple[str, bool], Table] = OrderedDict()
-        self._thread = threading.Thread(target=self._load, args=(load, notify), name="model-load", daemon=True)
+        self._tables_lock = threading.Lock()  # held for a look-up: the keys' thread never waits for a conversion
+        self._converter_lock = threading.Lock()
+        self._wanted = threading.Condition()
+        self._request: tuple[str, bool] | None = None
+        self._stopping = False
+        self._converted = converted
+        self._thread = threading.Thread(target=self._run, args=(load, loaded), name="conversions", daemon=True)
         self._thread.start()
 
-    def _load(self, load, notify) -> None:
+    def _run(self, load, loaded) -> None:
         from pinyin_hanzi.errors import PinyinHanziError
 
         try:
@@ -68,7 +85,37 @@ class Conversions:
             self.error = str(error)
         finally:
             self._ready.set()
-            notify()
+            loaded()
+        with self._wanted:
+            idle = self._request is None
+        if idle and self.converter is not None:  # else the first key's conversion is the warm-up
+            self._warm_up()
+        while self.converter is not None:
+            with self._wanted:
+                while self._request is None and not self._stopping:
+                    self._wanted.wait()
+                if self._stopping:
+                    return
+                key, self._request = self._request, None
+            try:
+                self._make(key)
+            except Exception as error:  # noqa: BLE001 - the thread serves every later key: it must not die
+                _say(f"cannot convert {key[0]!r}: {type(error).__name__}: {error}")
+                continue
+            self._converted()
+
+    def _warm_up(self) -> None:
+        """Convert a line of each kind (syllables, abbreviations) and keep nothing: the first key's conversion
+        then does not pay for first-use work."""
+        with self._converter_lock:
+            self.converter.convert_lines(["nihao", "wxqbj"], nbest=self.settings.sentences, **self._options())
+
+    def stop(self) -> None:
+        """End the thread (after the conversion in progress, if any)."""
+        with self._wanted:
+            self._stopping = True
+            self._wanted.notify()
+        self._thread.join(STOP_WAIT_S)
 
     @property
     def ready(self) -> bool:
@@ -79,26 +126,57 @@ class Conversions:
         self._ready.wait(timeout)
         return self.ready
 
+    def cached(self, typed: str, words: bool = False) -> Table | None:
+        """The table of ``typed`` if it was made already, else None; never waits."""
+        key = (typed, words and self.settings.words)
+        with self._tables_lock:
+            table = self._tables.get(key)
+            if table is not None:
+                self._tables.move_to_end(key)
+        return table
+
+    def request(self, typed: str, words: bool = False) -> None:
+        """Ask the conversions' thread for the table of ``typed``; an earlier request not yet started is dropped
+        (its letters are no longer those typed). ``converted`` is called when the table is there."""
+        if typed and self.cached(typed, words) is None:
+            with self._wanted:
+                self._request = (typed, words and self.settings.words)
+                self._wanted.notify()
+
     def table(self, typed: str, words: bool = False) -> Table | None:
-        """The candidate table of ``typed`` (non-empty), or None while the model is not ready: the whole line's
-        n-best conversions, and with ``words`` (and the setting words) then those of its first syllables."""
-        if not self.ready or not typed:
+        """The candidate table of ``typed`` (non-empty), converted here if it was not yet (after the model has
+        loaded, and after a conversion in progress on the thread), or None if the model failed to load: the
+        whole line's n-best conversions, and with ``words`` (and the setting words) then those of its first
+        syllables."""
+        if not typed or not self.wait():
             return None
         key = (typed, words and self.settings.words)
-        table = self._tables.get(key)
-        if table is None:
-            table = self._tables[key] = self._with_words(typed) if key[1] else self._convert(typed)
-            if len(self._tables) > CACHED_TABLES:
-                self._tables.popitem(last=False)
-        else:
-            self._tables.move_to_end(key)
-        return table
+        with self._wanted:  # this thread makes it: the conversions' thread is not to start anything else meanwhile
+            self._request = None
+        return self.cached(*key) or self._make(key)
 
     def learn(self, text: str) -> None:
         """Give what the user committed to the converter's history; the tables kept are stale from then on."""
         if self.ready and text:
-            self.converter.learn(text)
-            self._tables.clear()
+            with self._converter_lock:
+                self.converter.learn(text)
+                with self._tables_lock:
+                    self._tables.clear()
+
+    def _make(self, key: tuple[str, bool]) -> Table:
+        with self._converter_lock:
+            table = self.cached(*key)  # the other thread may have made it while this one waited for the lock
+            if table is None:
+                typed, words = key
+                table = self._with_words(typed) if words else self._convert(typed)
+                self._keep(key, table)
+        return table
+
+    def _keep(self, key: tuple[str, bool], table: Table) -> None:
+        with self._tables_lock:
+            self._tables[key] = table
+            if len(self._tables) > CACHED_TABLES:
+                self._tables.popitem(last=False)
 
     def _options(self) -> dict:
         s = self.settings
@@ -112,7 +190,8 @@ class Conversions:
     def _with_words(self, typed: str) -> Table:
         """The sentences' table with candidates for the first syllables after them. Converted only when asked
         for (the user turns past the sentences): a second conversion on every key would double its cost."""
-        table = self.table(typed)
+        table = self.cached(typed) or self._convert(typed)
+        self._keep((typed, False), table)
         ends = syllable_ends(typed, table.syllables, bool(self.settings.shuangpin))
         cuts = [ends[count - 1] for count in WORD_SYLLABLES if ends and count < len(ends)]
         if not cuts:
@@ -121,6 +200,32 @@ class Conversions:
         entries = table.entries + tuple(Entry(candidate.text, cut) for cut, candidates in zip(cuts, words)
                                         for candidate in candidates if candidate.text)
         return Table(tuple(dict.fromkeys(entries)), table.syllables)
+
+
+def _say(message: str) -> None:
+    """One line on the engine's stderr (ibus-daemon's log)."""
+    import sys
+
+    print(f"pinyin_hanzi.ime: {message}", file=sys.stderr, flush=True)
+
+
+def preview(typed: str, cached: Callable[[str], Table | None], double_pinyin: bool) -> str:
+    """What the preedit shows for ``typed`` before its own conversion is there: the best conversion of the
+    longest beginning of ``typed`` that has one (``cached``), for its syllables that the letters after it
+    cannot change (all but its last, which more letters may extend: xian -> xiang), then the letters from
+    there as typed. Just the letters when no beginning was converted."""
+    for length in range(len(typed) - 1, 0, -1):
+        table = cached(typed[:length])
+        if table is None:
+            continue
+        text, ends = table.best.text, syllable_ends(typed[:length], table.syllables, double_pinyin)
+        if ends is None or len(text) != len(ends):  # characters that do not stand one for a syllable: no preview
+            return typed
+        keep = len(ends) if typed[length] in SEPARATORS else len(ends) - 1
+        if keep == 0:
+            return typed
+        return text[:keep] + typed[ends[keep - 1]:].lstrip(SEPARATORS)
+    return typed
 
 
 def syllable_ends(typed: str, tokens: tuple[str, ...], double_pinyin: bool) -> list[int] | None:

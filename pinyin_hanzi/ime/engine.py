@@ -3,7 +3,10 @@
 One process serves every input context (IBus asks its factory for an engine per context); they share one
 :class:`~pinyin_hanzi.ime.conversion.Conversions`, whose model starts loading before the process joins the
 bus, so that the engine is listed at once and the model's seconds of loading overlap the desktop's start.
-Each key is converted on the GLib main loop before its reply: what a key shows is there when the key returns.
+A key is answered at once with a preview (the composer's view); the conversion of the letters runs on the
+conversions' thread, which hands its end back to the GLib main loop (``GLib.idle_add``: IBus is only called
+from the loop's thread), and the engine then shows the table if the letters are still those typed. Keys that
+commit or move in the table wait for the conversion of the letters typed, if it is not there yet.
 
 Needs PyGObject with IBus's introspection data (Debian: ``gir1.2-ibus-1.0``; PyGObject from ``python3-gi`` or
 ``pip install "PyGObject<3.50"`` in the project's environment).
@@ -12,6 +15,7 @@ Needs PyGObject with IBus's introspection data (Debian: ``gir1.2-ibus-1.0``; PyG
 from __future__ import annotations
 
 import functools
+import gc
 import itertools
 import signal
 from typing import Callable
@@ -23,6 +27,7 @@ from pinyin_hanzi.ime.conversion import Conversions
 from pinyin_hanzi.ime.settings import ImeSettings
 
 OBJECT_PATH = "/org/freedesktop/IBus/PinyinHanzi/Engine/{}"
+ONEDNN_PRIMITIVES = 64  # oneDNN's kernels kept (its default: 1024)
 
 
 def _ibus():
@@ -46,6 +51,7 @@ def engine_class() -> type:
         def __init__(self, conversions: Conversions, **properties):
             super().__init__(**properties)
             self.composer = Composer(conversions)
+            self.shown = None  # the View last sent to the application: an unchanged one is not sent again
             self._lookup = IBus.LookupTable.new(conversions.settings.page_size, 0, True, False)
             self._lookup.set_orientation(IBus.Orientation.HORIZONTAL)
 
@@ -83,6 +89,7 @@ def engine_class() -> type:
 
         def _drop(self) -> None:
             self.composer.reset()
+            self.shown = None
             self.render()
 
         def _key(self, keyval: int) -> None:
@@ -96,10 +103,15 @@ def engine_class() -> type:
 
 
 def _render(engine, IBus) -> None:
-    """Commit what the engine's composer committed, then show its preedit, the letters typed and its candidates."""
-    for text in engine.composer.take_commits():
+    """Commit what the engine's composer committed, then show its preedit, the letters typed and its candidates
+    (unless they are what the application shows already: a key's release, a conversion no longer wanted)."""
+    commits = engine.composer.take_commits()
+    for text in commits:
         engine.commit_text(IBus.Text.new_from_string(text))
     view = engine.composer.view()
+    if view == engine.shown and not commits:
+        return
+    engine.shown = view
     preedit = IBus.Text.new_from_string(view.preedit)
     if view.preedit:
         preedit.append_attribute(IBus.AttrType.UNDERLINE, IBus.AttrUnderline.SINGLE, 0, len(view.preedit))
@@ -114,13 +126,17 @@ def _render(engine, IBus) -> None:
 
 
 def load_converter(settings: ImeSettings) -> Callable[[], object]:
-    """What the model thread runs: torch with the settings' threads, the Converter with its history, and one
-    conversion of each kind, so that the first key does not pay for first-use work."""
+    """What the conversions' thread runs first: torch with the settings' threads, the Converter with its
+    history. (Its first conversion, a warm-up or the first key's, pays for first-use work.)"""
 
     def load():
         import os
         from pathlib import Path
 
+        # oneDNN keeps a kernel for every shape of product it met, and a typist's lines make ever new ones: a
+        # smaller cache bounds the engine's memory at no cost in speed found (docs/ime.md). Set before torch
+        # loads oneDNN, which reads it once; a value in the environment stays.
+        os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", str(ONEDNN_PRIMITIVES))
         import torch
 
         torch.set_num_threads(settings.threads)
@@ -129,8 +145,9 @@ def load_converter(settings: ImeSettings) -> Callable[[], object]:
         if settings.history_path:
             os.makedirs(Path(settings.history_path).parent, exist_ok=True)
         converter = Converter.from_checkpoint(settings.checkpoint or None, history=settings.history_path)
-        options = {"prefixes": settings.prefixes, "fuzzy": settings.fuzzy, "shuangpin": settings.shuangpin}
-        converter.convert_lines(["nihao", "wxqbj"], nbest=settings.sentences, **options)
+        # the model's hundreds of thousands of objects live as long as the engine: out of the collector's full
+        # passes, which would otherwise walk them all while a key waits for the interpreter
+        gc.freeze()
         return converter
 
     return load
@@ -142,13 +159,15 @@ def run_engine(settings: ImeSettings, *, launched_by_ibus: bool) -> None:
     component is registered (an engine started by hand, for development). PinyinHanziError without a daemon."""
     engines: list = []
 
-    def refresh() -> bool:  # the model is ready (or failed): show what the keys typed meanwhile convert to
+    def refresh() -> bool:  # a conversion is there (or the model failed): show it where it is still wanted
         for engine in engines:
-            engine.render()
+            if engine.shown is not None and not engine.shown.exact:
+                engine.render()
         return False
 
     GLib, IBus = _ibus()
-    conversions = Conversions(settings, load_converter(settings), lambda: GLib.idle_add(refresh))
+    update = lambda: GLib.idle_add(refresh)  # noqa: E731 - called on the conversions' thread
+    conversions = Conversions(settings, load_converter(settings), update, update)
     IBus.init()
     bus = IBus.Bus()
     if not bus.is_connected():
@@ -173,7 +192,10 @@ def run_engine(settings: ImeSettings, *, launched_by_ibus: bool) -> None:
         component = IBus.Component(**component_fields())
         component.add_engine(IBus.EngineDesc(**engine_fields()))
         bus.register_component(component)
-    loop.run()
+    try:
+        loop.run()
+    finally:
+        conversions.stop()
 
 
 __all__ = ["ENGINE_NAME", "engine_class", "run_engine"]

@@ -4,6 +4,7 @@ IBus input context in this process that types keys and records what the engine s
     with HeadlessIBus(workdir, settings_file) as session:    # starts both daemons, stops them after
         session.activate()                                    # the engine, started by ibus-daemon from its exec
         session.type("nihao ")                                # keys; session.commits == ["你好"]
+        session.type("woxiang"); session.settle()             # until the letters' conversion is shown
 
 Everything lives under ``workdir`` (the daemons' config, cache and address file), so the user's own IBus is not
 touched, and every process started here is stopped on exit. Used by tests/test_ime.py, bench/ime_keys.py and
@@ -25,6 +26,7 @@ from pinyin_hanzi.ime.composer import BACKSPACE, ESCAPE, RELEASE_MASK, RETURN, S
 
 NAMED_KEYS = {"\b": BACKSPACE, "\x1b": ESCAPE, "\n": RETURN}
 START_TIMEOUT_S = 10.0
+SETTLE_TICK_MS = 50
 
 
 def missing() -> str | None:
@@ -193,6 +195,23 @@ class HeadlessIBus:
         self.context.process_key_event(keyval, 0, state | RELEASE_MASK)
         self._pump()
         return handled
+
+    def settle(self, timeout: float = START_TIMEOUT_S) -> float:
+        """Wait until the engine shows the conversion of the letters typed (its candidate table: a preview
+        has none), or nothing is being composed; the seconds waited. PinyinHanziError past ``timeout``."""
+        from gi.repository import GLib
+
+        start = time.monotonic()
+        self._pump()
+        tick = GLib.timeout_add(SETTLE_TICK_MS, lambda: True)  # wakes the blocking wait below to check the time
+        try:
+            while self.preedit and not self.candidates:
+                if time.monotonic() - start > timeout:
+                    raise PinyinHanziError(f"the engine showed no conversion of the letters within {timeout} s")
+                GLib.MainContext.default().iteration(True)  # sleeps until the engine's next signal (no polling)
+        finally:
+            GLib.source_remove(tick)
+        return time.monotonic() - start
 
     def type(self, text: str) -> list[bool]:
         """Type ``text``: printable characters as their keys (capitals with Shift), and \\b Backspace, \\x1b
