@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Sequence
 
-from pinyin_hanzi.lm.syllable import SyllableBigrams
 from pinyin_hanzi.text.pinyin import CLAUSE_PUNCTUATION, is_hanzi
 from pinyin_hanzi.text.typed_input import (
     Piece,
@@ -27,6 +26,9 @@ from pinyin_hanzi.text.typed_input import (
 
 if TYPE_CHECKING:  # the planner reads the options; settings.py, which resolves them, imports the search
     from pinyin_hanzi.decoding.settings import TypingOptions
+    # and torch, which the service's server process, unpickling the Candidates its model processes send, must
+    # not import (seconds at its first conversion, and hundreds of MB)
+    from pinyin_hanzi.lm.syllable import SyllableBigrams
 
 CLAUSE_END_MARK = "。"  # what a typed line that ends in a syllable is decoded as ending with (not shown)
 ASCII_TO_CHINESE_PUNCTUATION = {",": "，", ".": "。", "?": "？", "!": "！"}
