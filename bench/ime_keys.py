@@ -25,7 +25,14 @@ Clauses of 2 to ``--max-syllables`` syllables, the first ``--clauses`` of them.
   engine still runs; ``fuzz_p99_ms`` its latency (with no pause: Space, digits and pages there wait for the
   conversion of the letters if it is not there yet).
 
+- with ``--with-service`` (serve.py started here, one model process, no history file, then the engine started
+  once it answers, as after a login) or ``--service URL`` (one running already; its history must be empty for
+  ``mismatches`` to mean anything), the engine converts through the service (the setting ``service``):
+  ``rss_mb`` is then the engine's alone and ``service_rss_mb`` / ``service_pss_mb`` the service's processes'
+  (the server and its model processes: peak resident summed, and proportional set size at the end).
+
     python bench/ime_keys.py [--clauses 500] [--fuzz 20000] [--max-syllables 20] [--threads 2] [--seed 0]
+                             [--with-service | --service URL]
 
 The last line printed is one JSON object.
 """
@@ -37,7 +44,10 @@ import json
 import os
 import random
 import re
+import signal
+import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -93,6 +103,50 @@ def rss_mb(pid: int) -> tuple[float, float]:
     rollup = Path(f"/proc/{pid}/smaps_rollup").read_text()
     private = sum(int(n) for n in re.findall(r"Private_(?:Clean|Dirty):\s+(\d+)", rollup)) / 1024
     return round(peak, 1), round(private, 1)
+
+
+def service_memory(port: int) -> dict:
+    """The memory of the process listening on ``port`` and of its children (the model processes), in MB."""
+    inode = next((line.split()[9] for line in Path("/proc/net/tcp").read_text().splitlines()[1:]
+                  if line.split()[1].endswith(f":{port:04X}") and line.split()[3] == "0A"), None)
+    server = next((int(entry.name) for entry in Path("/proc").iterdir() if entry.name.isdigit()
+                   and _holds_socket(entry, inode)), None) if inode else None
+    if server is None:
+        return {}
+    children = [int(c) for c in Path(f"/proc/{server}/task/{server}/children").read_text().split()]
+    peaks, pss = 0.0, 0.0
+    for pid in [server, *children]:
+        peaks += rss_mb(pid)[0]
+        pss += int(re.search(r"Pss:\s+(\d+)", Path(f"/proc/{pid}/smaps_rollup").read_text())[1]) / 1024
+    return {"service_rss_mb": round(peaks, 1), "service_pss_mb": round(pss, 1), "service_processes": 1 + len(children)}
+
+
+def _holds_socket(entry: Path, inode: str) -> bool:
+    try:
+        return any(os.readlink(fd) == f"socket:[{inode}]" for fd in (entry / "fd").iterdir())
+    except OSError:
+        return False
+
+
+def start_service() -> tuple[subprocess.Popen, str]:
+    """serve.py with the shipped model, one model process and no history, on a free port, once it answers."""
+    import urllib.request
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    process = subprocess.Popen([sys.executable, str(ROOT / "serve.py"), "--port", str(port), "--workers", "1",
+                                "--history", "none"], stdout=subprocess.DEVNULL, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and process.poll() is None:
+        try:
+            urllib.request.urlopen(f"{url}/health", timeout=2)
+            return process, url
+        except OSError:
+            time.sleep(0.3)
+    os.killpg(process.pid, signal.SIGTERM)
+    sys.exit("error: serve.py did not start")
 
 
 def percentile(values: list[float], fraction: float) -> float:
@@ -159,15 +213,32 @@ def main() -> None:
     parser.add_argument("--max-syllables", type=int, default=20)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--with-service", action="store_true", help="start serve.py and convert through it")
+    where.add_argument("--service", metavar="URL", help="convert through this running serve.py")
     args = parser.parse_args()
     reason = missing()
     if reason:
         sys.exit(f"error: {reason}")
+    service, url = start_service() if args.with_service else (None, args.service)
+    try:
+        measured = measure(args, url)
+    finally:
+        if service is not None:
+            os.killpg(service.pid, signal.SIGTERM)
+            service.wait()
+    print(json.dumps(measured, ensure_ascii=False))
+
+
+def measure(args: argparse.Namespace, url: str | None) -> dict:
+    """Type the document and the fuzz through a headless session (the engine converting through the service at
+    ``url``, if given); the figures of the module's docstring."""
     source, document = clauses(args.clauses, args.max_syllables)
     print(f"typing {len(document)} clauses from {source}", flush=True)
     with tempfile.TemporaryDirectory() as work:
         settings = Path(work) / "ime.yaml"
-        settings.write_text(f"history: {work}/history.txt\nthreads: {args.threads}\n", encoding="utf-8")
+        settings.write_text(f"history: {work}/history.txt\nthreads: {args.threads}\n"
+                            + (f"service: {url}\n" if url else ""), encoding="utf-8")
         with HeadlessIBus(work, settings) as session:
             start = time.perf_counter()
             session.activate()
@@ -182,20 +253,20 @@ def main() -> None:
             print(f"typed {len(latencies)} keys; fuzzing {args.fuzz} keys", flush=True)
             fuzzed = fuzz(session, args.fuzz, args.seed) if args.fuzz else {}
             peak_after, private_after = rss_mb(pid)
+            served = service_memory(int(url.rsplit(":", 1)[1].split("/")[0])) if url else {}
     expected = reference_commits(document, args.threads)
     mismatches = [(letters, got, want) for (letters, _), got, want in zip(document, commits, expected) if got != want]
     for letters, got, want in mismatches[:5]:
         print(f"mismatch: {letters}: engine {got!r}, Converter {want!r}")
     hanzi_right = sum(got == hanzi for (_, hanzi), got in zip(document, commits))
-    print(json.dumps({"source": source, "clauses": len(document), "keys": len(latencies), "ready_s": round(ready, 2),
-                      "first_key_s": round(first, 2), "p50_ms": percentile(latencies, 0.5),
-                      "p99_ms": percentile(latencies, 0.99), "max_ms": round(max(latencies), 1),
-                      "mean_ms": round(statistics.mean(latencies), 2), "exact_p50_ms": percentile(exact, 0.5),
-                      "exact_p99_ms": percentile(exact, 0.99), "exact_max_ms": round(max(exact), 1),
-                      "rss_mb": peak, "uss_mb": private,
-                      "rss_after_fuzz_mb": peak_after, "uss_after_fuzz_mb": private_after,
-                      "mismatches": len(mismatches), "clauses_exact": hanzi_right, "threads": args.threads,
-                      "cpus": os.cpu_count(), **fuzzed}, ensure_ascii=False))
+    return {"source": source, "service": bool(url), "clauses": len(document), "keys": len(latencies),
+            "ready_s": round(ready, 2), "first_key_s": round(first, 2), "p50_ms": percentile(latencies, 0.5),
+            "p99_ms": percentile(latencies, 0.99), "max_ms": round(max(latencies), 1),
+            "mean_ms": round(statistics.mean(latencies), 2), "exact_p50_ms": percentile(exact, 0.5),
+            "exact_p99_ms": percentile(exact, 0.99), "exact_max_ms": round(max(exact), 1),
+            "rss_mb": peak, "uss_mb": private, "rss_after_fuzz_mb": peak_after, "uss_after_fuzz_mb": private_after,
+            "mismatches": len(mismatches), "clauses_exact": hanzi_right, "threads": args.threads,
+            "cpus": os.cpu_count(), **served, **fuzzed}
 
 
 if __name__ == "__main__":

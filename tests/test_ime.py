@@ -73,7 +73,7 @@ class StandIn:
 
     def __init__(self, tables: dict[str, list[Entry]], **settings):
         self.settings = ImeSettings(**settings)
-        self.tables, self.learned, self.ready, self.error = tables, [], True, None
+        self.tables, self.learned, self.ready, self.error, self.down = tables, [], True, None, None
 
     def table(self, typed, words=False):
         entries = [e for e in self.tables.get(typed, [Entry(typed.upper(), len(typed))])

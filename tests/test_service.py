@@ -60,6 +60,20 @@ def test_passthrough_pieces_are_marked(service):
     assert [p["reading"] for p in best["pieces"]] == ["2", "0", "2", "4", "nian"]
 
 
+def test_a_request_reads_letters_with_its_own_typing_options(service):
+    """prefixes, fuzzy and shuangpin per request (what the IBus engine sends), else the model's own reading."""
+    def best(**options):
+        answer = post(service, "/convert", {"text": options.pop("text", "wxqbj"), "nbest": 1, **options})
+        assert answer.status_code == 200, answer.text
+        return answer.json()["candidates"][0]
+
+    assert best()["text"] == best(prefixes="auto")["text"] != "wxqbj"  # the shipped model reads abbreviations
+    assert best(prefixes="on")["segmentation"] == ["w*", "x*", "q*", "b*", "j*"]
+    assert best(prefixes="off")["text"] == best(prefixes=False)["text"] != best()["text"]
+    assert best(text="zongguo")["text"] != best(text="zongguo", fuzzy=["z-zh"])["text"] == "中国"
+    assert best(text="nihk", shuangpin="microsoft")["text"] == "你好" != best(text="nihk", shuangpin="")["text"]
+
+
 def test_a_list_converts_as_a_batch_with_the_same_results_as_one_by_one(service):
     texts = ["wo men qu bei jing ba", "xie xie", "jin tian tian qi hen hao"]
     batch = post(service, "/convert", {"text": texts, "beam": 3, "nbest": 2}).json()["results"]
@@ -147,6 +161,11 @@ BAD_REQUESTS = [
     ("option a string", "POST", "/convert", {"json": {"text": "ni", "chinese_punctuation": "yes"}}, 422,
      "chinese_punctuation"),
     ("unknown field", "POST", "/convert", {"json": {"text": "ni", "beam_size": 5}}, 422, "beam_size"),
+    ("an unknown fuzzy pair", "POST", "/convert", {"json": {"text": "ni", "fuzzy": ["z-q"]}}, 422, "fuzzy"),
+    ("an unknown shuangpin layout", "POST", "/convert", {"json": {"text": "ni", "shuangpin": "qwerty"}}, 422,
+     "shuangpin"),
+    ("prefixes neither a boolean nor a mode", "POST", "/convert", {"json": {"text": "ni", "prefixes": "yes"}}, 422,
+     "prefixes"),
     ("lone surrogate", "POST", "/convert", {"content": b'{"text": "ni \\ud800"}', "headers": JSON}, 422, "text"),
     ("not UTF-8", "POST", "/convert", {"content": b'{"text": "\xff\xfe ni"}', "headers": JSON}, 400, "body"),
     ("Latin-1, not UTF-8", "POST", "/convert", {"content": '{"text": "café"}'.encode("latin-1"), "headers": JSON},

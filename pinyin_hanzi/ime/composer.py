@@ -226,7 +226,9 @@ class Composer:
         table = self.conversions.cached(self.typed, self._words)
         if table is None:
             self.conversions.request(self.typed, self._words)
-            shown = preview(self.typed, self.conversions.cached, bool(self.settings.shuangpin))
+            # while the service is down the letters are what a commit gives: no hanzi of older conversions
+            shown = self.typed if self.conversions.down else preview(self.typed, self.conversions.cached,
+                                                                     bool(self.settings.shuangpin))
             return View(shown, self._status(), (), 0)
         entry = table.entries[min(self.cursor, len(table.entries) - 1)]
         preedit = entry.text + self.typed[entry.consumed :].lstrip(SEPARATORS)
@@ -235,6 +237,8 @@ class Composer:
     def _status(self) -> str:
         if self.conversions.error:
             return f"{self.typed}  (no model: {self.conversions.error})"
+        if self.conversions.down:
+            return f"{self.typed}  (the service does not answer: letters pass as typed)"
         if not self.conversions.ready:
             return f"{self.typed}  (loading the model…)"
         return self.typed

@@ -13,16 +13,23 @@ A table holds the whole line's n-best conversions (what Space commits is the fir
 ``Converter.convert`` of the same letters) and then candidates for the first two syllables and the first one:
 choosing one of those commits it and leaves the rest of the letters to convert (partial selection). Tables are
 kept per typed text until the next commit is learned, so that Backspace and retyping cost nothing.
+
+With a service (the setting ``service``: remote.py's converter in the place of the model) a conversion can fail
+because the service is down: :attr:`Conversions.down` then says why (one line on stderr, once), the keys pass the
+letters as typed, and the thread tries again for a key typed :data:`RETRY_S` or more later (never by itself, never
+on the keys' thread), until the service answers.
 """
 
 from __future__ import annotations
 
 import functools
 import threading
+import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Callable
 
+from pinyin_hanzi.ime.remote import ServiceError
 from pinyin_hanzi.ime.settings import ImeSettings
 
 SEPARATORS = "' "
@@ -31,6 +38,7 @@ WORD_SYLLABLES = (2, 1)  # the first syllables whose own candidates follow the w
 WORDS_EACH = 3  # candidates kept for each of them
 LONGEST_PREFIX = 6  # letters an abbreviation may have (zhuan -> zhua*)
 STOP_WAIT_S = 5.0  # how long stop() waits for a conversion in progress
+RETRY_S = 2.0  # while the service is down, a key asks it again at most this often
 
 
 @dataclass(frozen=True)
@@ -65,6 +73,8 @@ class Conversions:
         self.settings = settings
         self.converter = None
         self.error: str | None = None
+        self.down: str | None = None  # why the service does not convert now (a service-backed engine), else None
+        self._retry_at = 0.0  # while down: when a key's request may ask the service again
         self._ready = threading.Event()
         self._tables: OrderedDict[tuple[str, bool], Table] = OrderedDict()
         self._tables_lock = threading.Lock()  # held for a look-up: the keys' thread never waits for a conversion
@@ -98,7 +108,7 @@ class Conversions:
                     return
                 key, self._request = self._request, None
             try:
-                self._make(key)
+                self._make(key, retry=True)
             except Exception as error:  # noqa: BLE001 - the thread serves every later key: it must not die
                 _say(f"cannot convert {key[0]!r}: {type(error).__name__}: {error}")
                 continue
@@ -108,7 +118,12 @@ class Conversions:
         """Convert a line of each kind (syllables, abbreviations) and keep nothing: the first key's conversion
         then does not pay for first-use work."""
         with self._converter_lock:
-            self.converter.convert_lines(["nihao", "wxqbj"], nbest=self.settings.sentences, **self._options())
+            try:
+                self.converter.convert_lines(["nihao", "wxqbj"], nbest=self.settings.sentences, **self._options())
+            except ServiceError as error:
+                self._failed(error)
+                return
+            self._answered()
 
     def stop(self) -> None:
         """End the thread (after the conversion in progress, if any)."""
@@ -138,16 +153,16 @@ class Conversions:
     def request(self, typed: str, words: bool = False) -> None:
         """Ask the conversions' thread for the table of ``typed``; an earlier request not yet started is dropped
         (its letters are no longer those typed). ``converted`` is called when the table is there."""
-        if typed and self.cached(typed, words) is None:
+        if typed and self.cached(typed, words) is None and not (self.down and time.monotonic() < self._retry_at):
             with self._wanted:
                 self._request = (typed, words and self.settings.words)
                 self._wanted.notify()
 
     def table(self, typed: str, words: bool = False) -> Table | None:
         """The candidate table of ``typed`` (non-empty), converted here if it was not yet (after the model has
-        loaded, and after a conversion in progress on the thread), or None if the model failed to load: the
-        whole line's n-best conversions, and with ``words`` (and the setting words) then those of its first
-        syllables."""
+        loaded, and after a conversion in progress on the thread), or None if the model failed to load or the
+        service is down (the keys' thread never waits for a service known to be down): the whole line's n-best
+        conversions, and with ``words`` (and the setting words) then those of its first syllables."""
         if not typed or not self.wait():
             return None
         key = (typed, words and self.settings.words)
@@ -157,20 +172,51 @@ class Conversions:
 
     def learn(self, text: str) -> None:
         """Give what the user committed to the converter's history; the tables kept are stale from then on."""
-        if self.ready and text:
+        if self.ready and text and not self.down:
             with self._converter_lock:
-                self.converter.learn(text)
+                try:
+                    self.converter.learn(text)
+                except ServiceError as error:  # what was committed stays committed; only the learning is lost
+                    self._failed(error)
                 with self._tables_lock:
                     self._tables.clear()
 
-    def _make(self, key: tuple[str, bool]) -> Table:
+    def _make(self, key: tuple[str, bool], retry: bool = False) -> Table | None:
+        """The table of ``key``, converted now if it was not yet; None while the service is down (``retry``:
+        the thread asks it again once :data:`RETRY_S` has passed)."""
         with self._converter_lock:
             table = self.cached(*key)  # the other thread may have made it while this one waited for the lock
-            if table is None:
-                typed, words = key
+            if table is not None:
+                return table
+            if self.down and not (retry and time.monotonic() >= self._retry_at):
+                return None
+            typed, words = key
+            try:
                 table = self._with_words(typed) if words else self._convert(typed)
-                self._keep(key, table)
+            except ServiceError as error:
+                table = self._failed(error, typed)
+                if table is None:
+                    return None
+            else:
+                self._answered()
+            self._keep(key, table)
         return table
+
+    def _failed(self, error: ServiceError, typed: str = "") -> Table | None:
+        """A service's failure: down, said once and retried later (None); or this line refused (a line over
+        its work limit): its table is then the letters as typed, kept so that it is not asked for again."""
+        if error.down:
+            if self.down is None:
+                _say(f"the service does not convert, letters pass as typed until it does: {error}")
+            self.down, self._retry_at = str(error), time.monotonic() + RETRY_S
+            return None
+        _say(f"cannot convert {typed!r}: {error}")
+        return Table((Entry(typed, len(typed)),), ())
+
+    def _answered(self) -> None:
+        if self.down is not None:
+            self.down = None
+            _say("the service converts again")
 
     def _keep(self, key: tuple[str, bool], table: Table) -> None:
         with self._tables_lock:

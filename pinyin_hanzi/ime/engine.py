@@ -6,7 +6,8 @@ bus, so that the engine is listed at once and the model's seconds of loading ove
 A key is answered at once with a preview (the composer's view); the conversion of the letters runs on the
 conversions' thread, which hands its end back to the GLib main loop (``GLib.idle_add``: IBus is only called
 from the loop's thread), and the engine then shows the table if the letters are still those typed. Keys that
-commit or move in the table wait for the conversion of the letters typed, if it is not there yet.
+commit or move in the table wait for the conversion of the letters typed, if it is not there yet. With the
+setting ``service`` the conversions ask ``serve.py`` (remote.py) and this process loads no model and no torch.
 
 Needs PyGObject with IBus's introspection data (Debian: ``gir1.2-ibus-1.0``; PyGObject from ``python3-gi`` or
 ``pip install "PyGObject<3.50"`` in the project's environment).
@@ -127,7 +128,12 @@ def _render(engine, IBus) -> None:
 
 def load_converter(settings: ImeSettings) -> Callable[[], object]:
     """What the conversions' thread runs first: torch with the settings' threads, the Converter with its
-    history. (Its first conversion, a warm-up or the first key's, pays for first-use work.)"""
+    history. (Its first conversion, a warm-up or the first key's, pays for first-use work.) With the setting
+    ``service``, the service's client instead (remote.py): no torch, no model in this process."""
+    if settings.service:
+        from pinyin_hanzi.ime.remote import ServiceConverter
+
+        return lambda: ServiceConverter(settings.service)
 
     def load():
         import os

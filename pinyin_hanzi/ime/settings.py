@@ -13,6 +13,8 @@ naming the key and the file, as with the training configs:
     words: true               # also candidates for the first one and two syllables (partial selection)
     chinese_punctuation: true # , . ? ! ; : ( ) [ ] < > \\ " ' ... typed as ，。？！；：（）【】《》、“”‘’
     threads: 2                # torch threads for conversion (1..64)
+    service: ""               # "": the model in the engine's process; http://127.0.0.1:8000: serve.py converts
+                              # (checkpoint, threads and history are then the service's own)
 
 Where it is read: ``--settings PATH``, else $PINYIN_HANZI_IME_SETTINGS, else
 ``$XDG_CONFIG_HOME/pinyin_hanzi/ime.yaml`` (``~/.config/...``); a missing file means the defaults.
@@ -23,13 +25,12 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import yaml
 
 from pinyin_hanzi.config import PREFIX_MODES
 from pinyin_hanzi.errors import ConfigError
-from pinyin_hanzi.text.fuzzy import fuzzy_pairs
-from pinyin_hanzi.text.shuangpin import layout_named
 
 SETTINGS_VARIABLE = "PINYIN_HANZI_IME_SETTINGS"
 DEFAULT_HISTORY = "~/.local/share/pinyin_hanzi/ime_history.txt"
@@ -48,6 +49,7 @@ class ImeSettings:
     words: bool = True
     chinese_punctuation: bool = True
     threads: int = 2
+    service: str = ""  # the base URL of serve.py; "": convert in the engine's process
 
     @property
     def history_path(self) -> str:
@@ -111,22 +113,46 @@ def _checked(key: str, value, where: str):
         if value not in PREFIX_MODES:
             raise ConfigError(f"{where}: prefixes must be one of {', '.join(PREFIX_MODES)}, got {value!r}")
         return value
+    # the pinyin tables these checks read (pypinyin's, tens of MB) are imported only where the file sets a
+    # value to check: a service-backed engine stays small
     if key == "fuzzy":
         names = [value] if isinstance(value, str) else value
         if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
             raise bad
+        if not names:
+            return ()
+        from pinyin_hanzi.text.fuzzy import fuzzy_pairs
+
         return tuple(sorted(_with_source(lambda: fuzzy_pairs(names), where)))
     if key == "shuangpin":
         if value in (None, ""):
             return ""
         if not isinstance(value, str):
             raise bad
+        from pinyin_hanzi.text.shuangpin import layout_named
+
         return _with_source(lambda: layout_named(value), where).name
+    if key == "service":
+        return _service_url(value, where)
     if value is None:
         return ""
     if not isinstance(value, str):
         raise ConfigError(f"{where}: {key} must be a path (a string), got {value!r}")
     return value
+
+
+def _service_url(value, where: str) -> str:
+    """The service's base URL without a trailing slash ("" for none): http, a host, at most a port."""
+    if value in (None, ""):
+        return ""
+    parts = urlsplit(value) if isinstance(value, str) else None
+    try:
+        port_ok = parts is not None and (parts.port is None or parts.port > 0)
+    except ValueError:  # a port that is no number or out of range
+        port_ok = False
+    if not port_ok or parts.scheme != "http" or not parts.hostname or parts.query or parts.fragment:
+        raise ConfigError(f"{where}: service must be the URL of serve.py, like http://127.0.0.1:8000, got {value!r}")
+    return value.rstrip("/")
 
 
 def _with_source(check, where: str):

@@ -31,7 +31,7 @@ class _Job:
 
     lines: list[str]
     costs: list[float]
-    options: tuple  # (beam, nbest, chinese_punctuation)
+    options: tuple  # (beam, nbest, chinese_punctuation[, typing options]): worker.convert's arguments
     future: asyncio.Future
     taken: int = 0  # lines handed to a model so far
     results: list = field(default_factory=list)  # candidate lists of the lines decoded so far
@@ -199,9 +199,10 @@ class DynamicBatcher:
                 self._reap_idle()
 
     async def convert(self, lines: list[str], *, beam: int, nbest: int, chinese_punctuation: bool = False,
-                      costs: Sequence[float] | None = None) -> list[list]:
+                      costs: Sequence[float] | None = None, typing: tuple = ()) -> list[list]:
         """Up to ``nbest`` Candidates per line, best first (``Converter.convert_lines``); ``costs``: each
-        line's estimated cost (default 1), which decides how the lines are sliced."""
+        line's estimated cost (default 1), which decides how the lines are sliced; ``typing``: the request's
+        typing options as keyword pairs (worker.convert), () for the model's own."""
         reason = self.unavailable()
         if reason:
             raise RequestError(503, reason)
@@ -209,7 +210,8 @@ class DynamicBatcher:
             return []
         future = asyncio.get_running_loop().create_future()
         costs = list(costs) if costs is not None else [1.0] * len(lines)
-        self._pending.append(_Job(list(lines), costs, (beam, nbest, chinese_punctuation), future))
+        options = (beam, nbest, chinese_punctuation) + ((typing,) if typing else ())
+        self._pending.append(_Job(list(lines), costs, options, future))
         self._arrived.set()
         return await future
 

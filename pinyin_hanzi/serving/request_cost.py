@@ -18,7 +18,7 @@ server process never loads the model.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 from pinyin_hanzi.text.typed_input import (
@@ -50,13 +50,28 @@ class CostModel:
     prefixes: bool = False
     fuzzy: tuple[str, ...] = ()
     shuangpin: str | None = None
+    trained_with_prefixes: bool = False  # what prefixes "auto" means for this model
 
     @classmethod
     def for_model(cls, info: dict) -> CostModel:
         """The cost model of a model described by ``model_worker.describe`` (defaults for what it lacks)."""
         return cls(window=max(1, info.get("window") or cls.window), prefix_beam=info.get("prefix_beam") or 1,
                    prefixes=bool(info.get("prefixes")), fuzzy=tuple(info.get("fuzzy") or ()),
-                   shuangpin=info.get("shuangpin") or None)
+                   shuangpin=info.get("shuangpin") or None,
+                   trained_with_prefixes=bool(info.get("trained_with_prefixes")))
+
+    def for_request(self, typing: dict) -> CostModel:
+        """This model read with a request's own typing options (``prefixes``, ``fuzzy``, ``shuangpin``: those
+        given replace the model's, as ``Converter.convert_lines`` takes them)."""
+        changes: dict = {}
+        if "prefixes" in typing:
+            prefixes = typing["prefixes"]
+            changes["prefixes"] = self.trained_with_prefixes if prefixes == "auto" else prefixes in (True, "on")
+        if "fuzzy" in typing:
+            changes["fuzzy"] = tuple(typing["fuzzy"])
+        if "shuangpin" in typing:
+            changes["shuangpin"] = typing["shuangpin"] or None
+        return replace(self, **changes)
 
     def line_costs(self, lines: Sequence[str], beam: int, budget: float = float("inf")) -> list[float]:
         """The cost of each line at ``beam`` (the search's width: the larger of beam and nbest), in order;

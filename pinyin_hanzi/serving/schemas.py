@@ -4,12 +4,15 @@ the JSON of one conversion (:func:`conversion_body`)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Sequence
+from typing import Annotated, Literal, Sequence
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
+from pinyin_hanzi.errors import DataError
+from pinyin_hanzi.text.fuzzy import fuzzy_pairs
 from pinyin_hanzi.text.pieces import split_key
 from pinyin_hanzi.text.pinyin import syllables as known_syllables
+from pinyin_hanzi.text.shuangpin import layout_named
 
 MAX_BEAM = 16  # beyond this a request costs seconds of the shared worker for no gain in accuracy
 # A service limit, below the Converter's MAX_NBEST (config.py): a request's candidates widen the shared
@@ -39,6 +42,13 @@ class ConvertRequest(_Strict):
     beam: int | None = Field(None, ge=1, le=MAX_BEAM, description="beam size; default: the model's decode.beam")
     nbest: int = Field(5, ge=1, le=MAX_REQUEST_NBEST, description="how many distinct candidates to return per text")
     chinese_punctuation: bool = Field(False, description="ASCII , . ? ! after a hanzi become ，。？！")
+    prefixes: bool | Literal["auto", "on", "off"] | None = Field(
+        None, description="read letters that begin a syllable as any syllable they begin (bei j, wxqbj): "
+                          "auto (on for a model trained with abbreviations), on, off; default: the model's")
+    fuzzy: list[str] | None = Field(None, description="fuzzy pinyin pairs (z-zh, n-l, an-ang, ...); [] none; "
+                                                      "default: the model's")
+    shuangpin: str | None = Field(None, description="a double-pinyin layout (microsoft, xiaohe, ...); '' full "
+                                                    "pinyin; default: the model's")
 
     @field_validator("text")
     @classmethod
@@ -46,6 +56,31 @@ class ConvertRequest(_Strict):
         for line in [text] if isinstance(text, str) else text:
             _check_unicode(line)
         return text
+
+    @field_validator("fuzzy")
+    @classmethod
+    def _pairs(cls, fuzzy: list[str] | None) -> list[str] | None:
+        return None if fuzzy is None else sorted(_known(fuzzy_pairs, fuzzy))
+
+    @field_validator("shuangpin")
+    @classmethod
+    def _layout(cls, shuangpin: str | None) -> str | None:
+        return _known(layout_named, shuangpin).name if shuangpin else shuangpin
+
+    def typing(self) -> tuple[tuple[str, object], ...]:
+        """The typing options the request sets, as ``convert_lines`` keywords (hashable: jobs with equal
+        options share a decoding call); () where it sets none."""
+        given = (("prefixes", self.prefixes), ("fuzzy", None if self.fuzzy is None else tuple(self.fuzzy)),
+                 ("shuangpin", self.shuangpin))
+        return tuple((name, value) for name, value in given if value is not None)
+
+
+def _known(check, value):
+    """``check(value)``; its DataError (an unknown fuzzy pair or layout) as the ValueError pydantic makes a 422."""
+    try:
+        return check(value)
+    except DataError as error:
+        raise ValueError(str(error)) from None
 
 
 class AttentionRequest(_Strict):

@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -52,6 +53,7 @@ from pinyin_hanzi.serving.batcher import DynamicBatcher
 from pinyin_hanzi.serving.limits import Limits, RequestError, check_attention, check_cost, check_lines
 from pinyin_hanzi.serving.middleware import LOCAL_HOSTS, BodyCheck, HostCheck, InternalErrors, error_response
 from pinyin_hanzi.serving.request_cost import CostModel
+from pinyin_hanzi.serving.worker import WARM_UP
 from pinyin_hanzi.serving.schemas import (
     Attention,
     AttentionRequest,
@@ -142,6 +144,9 @@ def _add_error_handlers(app: FastAPI) -> None:
 
 def _add_conversion_routes(app: FastAPI, batcher: DynamicBatcher, limits: Limits) -> None:
     info, cost_model = batcher.info, CostModel.for_model(batcher.info)
+    # reading typed text first builds pypinyin's and the syllables' tables (seconds): on a thread now, so that a
+    # first request (an input method's first key) does not wait for them
+    threading.Thread(target=cost_model.line_costs, args=(WARM_UP, 1), name="cost-warm-up", daemon=True).start()
 
     @app.post("/convert", response_model=Conversion | BatchConversion,
               responses={413: {"description": "body, text or batch over the limits, or over the work budget"},
@@ -153,10 +158,12 @@ def _add_conversion_routes(app: FastAPI, batcher: DynamicBatcher, limits: Limits
         lines = [request.text] if isinstance(request.text, str) else request.text
         check_lines(lines, limits)
         beam = search_beam(request.beam, request.nbest, info["beam"])  # as the converter resolves it
-        costs = cost_model.line_costs(lines, beam, limits.max_request_cost)
+        typing = request.typing()
+        reading = cost_model.for_request(dict(typing)) if typing else cost_model
+        costs = reading.line_costs(lines, beam, limits.max_request_cost)
         check_cost(costs, lines, limits)
         found = await batcher.convert(lines, beam=beam, nbest=request.nbest,
-                                      chinese_punctuation=request.chinese_punctuation, costs=costs)
+                                      chinese_punctuation=request.chinese_punctuation, costs=costs, typing=typing)
         results = [conversion_body(line, candidates) for line, candidates in zip(lines, found)]
         return results[0] if isinstance(request.text, str) else {"results": results}
 
@@ -212,6 +219,7 @@ def _field(error: dict) -> str:
     location is a character offset)."""
     if error.get("type") == "json_invalid":
         return "body"
-    # pydantic names the member of a union it tried (text: str | list[str] -> "str", "list[str]"): not a field
-    parts = [str(part) for part in error["loc"] if part not in ("body", "str") and "[" not in str(part)]
+    # pydantic names the member of a union it tried (text: str | list[str] -> "str", "list[str]"; prefixes: "bool"):
+    # not a field
+    parts = [str(part) for part in error["loc"] if part not in ("body", "str", "bool") and "[" not in str(part)]
     return ".".join(parts) or "body"

@@ -28,12 +28,18 @@ START_TIMEOUT_S = 600  # loading a large model on a busy machine
 STOP_TIMEOUT_S = 10
 
 
+WARM_UP = ["ni hao", "nh"]  # a line of full syllables and one of abbreviations, converted before "ready"
+
+
 class WorkerDied(Exception):
     """The model process ended while a call was waiting for it (a crash, a kill, out of memory)."""
 
 
-def convert(converter, lines: list[str], beam: int, nbest: int, chinese_punctuation: bool) -> list[list]:
-    return converter.convert_lines(lines, beam=beam, nbest=nbest, chinese_punctuation=chinese_punctuation)
+def convert(converter, lines: list[str], beam: int, nbest: int, chinese_punctuation: bool,
+            typing: tuple[tuple[str, object], ...] = ()) -> list[list]:
+    """``typing``: the request's typing options (prefixes, fuzzy, shuangpin) as keyword pairs; () the model's."""
+    return converter.convert_lines(lines, beam=beam, nbest=nbest, chinese_punctuation=chinese_punctuation,
+                                   **dict(typing))
 
 
 def attention_layers(converter, text: str, syllables: Sequence[str]) -> list[list[list[float]]]:
@@ -88,6 +94,7 @@ def describe(converter) -> dict:
     reads = hasattr(converter, "typing_options")  # a stand-in converter in the tests has no settings of its own
     typing = converter.typing_options() if reads else None
     return {"beam": converter.beam, "constrained": converter.constrained,
+            "trained_with_prefixes": bool(getattr(converter, "trained_with_prefixes", False)),
             "checkpoint": str(checkpoint) if checkpoint else None,
             "window": converter.planner.window if reads else None,
             "prefix_beam": converter.decode.prefix_beam if reads else None,
@@ -270,6 +277,9 @@ def _worker(conn, checkpoint: str | None, device: str, threads: int, user_words:
     try:
         converter = Converter.from_checkpoint(checkpoint, device=device, user_words=user_words, history="",
                                               log=lambda note: print(note, file=sys.stderr, flush=True))
+        # first use builds the reading tables and kernels (seconds): here, so that "ready" means a first request
+        # (an input method's first key) is answered as fast as any later one
+        converter.convert_lines(WARM_UP, nbest=2)
         message = ("ready", describe(converter))
     except PinyinHanziError as error:
         converter, message = None, ("failed", str(error))
