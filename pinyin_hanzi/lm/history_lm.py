@@ -177,7 +177,7 @@ class HistoryLM:
         followed the context's last character in the history ((n, c) bool; None where no row's last character
         was committed)."""
         size, rows = self.vocab_size, len(candidates)
-        probs, continued = np.zeros(candidates.shape), None
+        probs, continued, committed = np.zeros(candidates.shape), None, None
         key, seen = np.zeros(rows, dtype=np.int64), np.ones(rows, dtype=bool)
         for k in range(1, self.order):
             index = context[:, -k]
@@ -188,8 +188,12 @@ class HistoryLM:
             if not len(live):
                 break  # a longer context holds a shorter one: none seen either
             distinct = np.array([self.distinct[k][x] for x in key[live].tolist()], dtype=np.float64)
-            grams, table = (key[live, None] * size + candidates[live]).tolist(), self.grams[k]
-            counts = np.array([[table.get(gram, 0) for gram in row] for row in grams], dtype=np.float64)
+            if committed is None:  # only a committed character can have followed anything: the rest count 0
+                committed = self.unigrams.take(candidates.clip(0, size - 1)) > 0
+            at, column = np.nonzero(committed[live])
+            table, counts = self.grams[k], np.zeros((len(live), candidates.shape[1]))
+            grams = (key[live][at] * size + candidates[live][at, column]).tolist()
+            counts[at, column] = [table.get(gram, 0) for gram in grams]
             probs[live] = (probs[live] * distinct[:, None] + counts) / (totals[live] + distinct)[:, None]
             if k == 1:
                 continued = np.zeros(candidates.shape, dtype=bool)
