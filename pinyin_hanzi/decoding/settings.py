@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from pinyin_hanzi.config import DecodeConfig
+from pinyin_hanzi.config import DecodeConfig, prefixes_on
 from pinyin_hanzi.decoding.search import LanguageModel, NgramFusion
 from pinyin_hanzi.text.shuangpin import layout_named
 from pinyin_hanzi.text.typed_input import fuzzy_pairs, is_prefix_key
@@ -70,6 +70,6 @@ class TypingOptions:
     def from_config(cls, decode: DecodeConfig, *, trained_with_prefixes: bool) -> TypingOptions:
         """The reading ``decode`` asks for: decode.prefixes "auto" is on exactly for a model trained with
         abbreviations. DataError (one line) for an unknown fuzzy pair or shuangpin layout."""
-        prefixes = trained_with_prefixes if decode.prefixes == "auto" else decode.prefixes == "on"
+        prefixes = prefixes_on(decode.prefixes, trained_with_prefixes)
         return cls(prefixes=prefixes, fuzzy=fuzzy_pairs(decode.fuzzy),
                    shuangpin=layout_named(decode.shuangpin).name if decode.shuangpin else None)

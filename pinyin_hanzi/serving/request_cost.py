@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Sequence
 
+from pinyin_hanzi.config import prefixes_on
 from pinyin_hanzi.text.typed_input import (
     Piece,
     is_pass_through,
@@ -65,8 +66,7 @@ class CostModel:
         given replace the model's, as ``Converter.convert_lines`` takes them)."""
         changes: dict = {}
         if "prefixes" in typing:
-            prefixes = typing["prefixes"]
-            changes["prefixes"] = self.trained_with_prefixes if prefixes == "auto" else prefixes in (True, "on")
+            changes["prefixes"] = prefixes_on(typing["prefixes"], self.trained_with_prefixes)
         if "fuzzy" in typing:
             changes["fuzzy"] = tuple(typing["fuzzy"])
         if "shuangpin" in typing:
