@@ -141,9 +141,13 @@ class Conversions:
         self._ready.wait(timeout)
         return self.ready
 
+    def _key(self, typed: str, words: bool) -> tuple[str, bool]:
+        """Where the table of ``typed`` is kept: with the first syllables' words only where the settings want them."""
+        return typed, words and self.settings.words
+
     def cached(self, typed: str, words: bool = False) -> Table | None:
         """The table of ``typed`` if it was made already, else None; never waits."""
-        key = (typed, words and self.settings.words)
+        key = self._key(typed, words)
         with self._tables_lock:
             table = self._tables.get(key)
             if table is not None:
@@ -155,7 +159,7 @@ class Conversions:
         (its letters are no longer those typed). ``converted`` is called when the table is there."""
         if typed and self.cached(typed, words) is None and not (self.down and time.monotonic() < self._retry_at):
             with self._wanted:
-                self._request = (typed, words and self.settings.words)
+                self._request = self._key(typed, words)
                 self._wanted.notify()
 
     def table(self, typed: str, words: bool = False) -> Table | None:
@@ -165,7 +169,7 @@ class Conversions:
         conversions, and with ``words`` (and the setting words) then those of its first syllables."""
         if not typed or not self.wait():
             return None
-        key = (typed, words and self.settings.words)
+        key = self._key(typed, words)
         with self._wanted:  # this thread makes it: the conversions' thread is not to start anything else meanwhile
             self._request = None
         return self.cached(*key) or self._make(key)
