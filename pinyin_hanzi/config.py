@@ -112,10 +112,8 @@ PREFIX_MODES = ("auto", "on", "off")  # decode.prefixes
 
 
 def prefixes_on(mode: str | bool, trained_with_prefixes: bool) -> bool:
-    """Whether letters that begin a syllable stand for any syllable they begin, for decode.prefixes' ``mode``
-    ("auto": exactly for a model trained with abbreviations; True and False read as "on" and "off"). Kept here,
-    where no torch is imported, so that the service's server process reads a request's mode as its model
-    processes do."""
+    """Whether abbreviations are read, for decode.prefixes' ``mode`` (True/False as "on"/"off"); torch-free, so
+    that the service's server process reads a request's mode as its model processes do."""
     return trained_with_prefixes if mode == "auto" else mode in (True, "on")
 COMPILE_SETTINGS = ("auto", "on", "off", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 PRECISIONS = ("auto", "fp32", "bf16", "int8")  # decode.precision
