@@ -14,10 +14,13 @@ out.png --dims 0 1 20 40 --d-model 256``.
 from __future__ import annotations
 
 import functools
+import os
+import tempfile
 import unicodedata
 from pathlib import Path
 from typing import Sequence
 
+import numpy as np
 import torch
 
 from pinyin_hanzi.models.transformer import Transformer, sinusoidal_table
@@ -182,6 +185,49 @@ def positional_encoding_figure(d_model: int = 256, positions: int = 100, dims: S
     figure.colorbar(image, ax=matrix)
     figure.tight_layout()
     return figure
+
+
+def positional_encoding_pixels(d_model: int, positions: int) -> np.ndarray:
+    """:func:`positional_encoding_figure` for TensorBoard, as RGB pixels (height, width, 3). Drawn once per
+    (d_model, positions) and kept as a PNG in the cache folder (lm/lookup_cache.py), because importing
+    matplotlib and drawing take about 1.6 s of every training start (docs/benchmarks.md); where there is no
+    cache folder, or the file cannot be read or written, it is drawn each time."""
+    from PIL import Image  # matplotlib's own dependency, which TensorBoard's images need too
+
+    from pinyin_hanzi.lm.lookup_cache import cache_folder
+
+    folder = cache_folder()
+    path = folder / "figures" / f"positional_encoding_{d_model}x{positions}.png" if folder is not None else None
+    if path is not None and path.is_file():
+        try:
+            with Image.open(path) as image:
+                return np.asarray(image.convert("RGB"))
+        except (OSError, ValueError):  # damaged (a disk error, another program): drawn again below
+            pass
+    figure = positional_encoding_figure(d_model, positions)
+    figure.canvas.draw()
+    pixels = np.asarray(figure.canvas.buffer_rgba())[:, :, :3].copy()
+    _pyplot().close(figure)
+    if path is not None:
+        _keep_png(pixels, path)
+    return pixels
+
+
+def _keep_png(pixels: np.ndarray, path: Path) -> None:
+    """Write ``pixels`` to ``path`` whole or not at all (aside, then renamed: two runs may write at once);
+    where the folder is read-only or full, nothing is kept and the next run draws the picture again."""
+    from PIL import Image
+
+    temporary = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".png.tmp", delete=False) as handle:
+            temporary = Path(handle.name)
+            Image.fromarray(pixels).save(handle, format="PNG")
+        os.replace(temporary, path)
+    except OSError:
+        if temporary is not None:
+            temporary.unlink(missing_ok=True)
 
 
 def flops_per_token(model: Transformer, length: float) -> dict[str, float]:

@@ -150,10 +150,18 @@ def plain_pypinyin_tokens(text):
 # The files whose tests take longest (most of their time waiting on child processes), first: with the README's
 # `pytest -n 2 --dist loadfile` a test process takes a whole file at a time, in this order, so that the short
 # files fill the end and both processes finish together instead of one running a long file alone.
-LONGEST_FIRST = ("test_bad_input.py", "test_training_cli.py", "test_distributed.py", "test_ime.py", "test_cli.py",
-                 "test_training_run.py", "test_training.py", "test_service.py", "test_converter.py",
-                 "test_packaging.py", "test_history.py", "test_service_learning.py", "test_user_words.py",
-                 "test_connections.py", "test_validation.py", "test_visualize.py", "test_checkpoint.py")
+LONGEST_FIRST = ("test_cli.py", "test_training_cli.py", "test_bad_input.py", "test_service.py", "test_distributed.py",
+                 "test_training.py", "test_ime_remote.py", "test_converter.py", "test_browser.py", "test_connections.py",
+                 "test_packaging.py", "test_history.py", "test_ime.py", "test_user_words.py", "test_checkpoint.py",
+                 "test_validation.py", "test_training_run.py", "test_visualize.py", "test_service_learning.py",
+                 "test_char_ngram.py", "test_pinyin.py")
+
+
+def pytest_configure(config):
+    # pytest-xdist (3.6 on) hands out files by their number of tests, most first, unless told to keep the order
+    # of collection: a file of three long tests would then come last and run alone.
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
 
 
 def pytest_collection_modifyitems(items):

@@ -51,6 +51,27 @@ def test_positional_encoding_plot(tmp_path):
         positional_encoding.main([str(first), "--dims", "300"])
 
 
+def test_the_training_runs_positional_encoding_picture_is_drawn_once_and_kept(tmp_path, monkeypatch):
+    monkeypatch.setenv("PINYIN_HANZI_CACHE", str(tmp_path / "cache"))
+    drawn = visualize.positional_encoding_pixels(32, 20)
+    kept = tmp_path / "cache" / "figures" / "positional_encoding_32x20.png"
+    assert drawn.shape[2] == 3 and drawn.shape[1] >= 600 and kept.is_file()
+
+    def not_again(*args):
+        raise AssertionError("drawn again")
+
+    monkeypatch.setattr(visualize, "positional_encoding_figure", not_again)
+    assert (visualize.positional_encoding_pixels(32, 20) == drawn).all()  # read back, not drawn
+    monkeypatch.undo()
+    monkeypatch.setenv("PINYIN_HANZI_CACHE", str(tmp_path / "cache"))
+    kept.write_bytes(b"not a png")  # damaged: drawn again and kept anew
+    assert (visualize.positional_encoding_pixels(32, 20) == drawn).all() and _image(kept)[0] == drawn.shape[1::-1]
+    assert visualize.positional_encoding_pixels(32, 21).shape[0] == drawn.shape[0]  # another size, another file
+    assert sorted(path.name for path in kept.parent.iterdir()) == [kept.name, "positional_encoding_32x21.png"]
+    monkeypatch.setenv("PINYIN_HANZI_CACHE", "off")
+    assert (visualize.positional_encoding_pixels(32, 20) == drawn).all()
+
+
 def test_romanised_labels_without_a_cjk_font(monkeypatch):
     monkeypatch.setattr(visualize, "cjk_font", lambda: None)
     labels, note = visualize.hanzi_labels("你好,", ["ni", "hao", ","])

@@ -161,8 +161,8 @@ def log_setup(run: Run, parts: Parts, logs: Logs) -> None:
     mean_length = parts.stream.mean_length()
     run.log(visualize.model_summary(model, t.batch_tokens, mean_length))
     if run.step == 0 and logs.writer is not None:  # once per run: the positional-encoding matrix the embeddings add
-        logs.writer.add_figure("model/positional_encoding", visualize.positional_encoding_figure(
-            config.model.d_model, min(config.model.max_positions, 2 * config.data.max_len)), 0)
+        logs.writer.add_image("model/positional_encoding", visualize.positional_encoding_pixels(
+            config.model.d_model, min(config.model.max_positions, 2 * config.data.max_len)), 0, dataformats="HWC")
 
 
 def log_pictures(writer, model, examples, pinyin_vocab, hanzi_vocab, step: int) -> None:
