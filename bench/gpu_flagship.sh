@@ -8,7 +8,9 @@
 #   OUT=/tmp/out FLAGSHIP_SECONDS=30 BENCH_ARGS="--rounds 1 --steps 2 model.d_model=64 model.n_heads=2" \
 #     FLAGSHIP_ARGS="model.d_model=64 model.n_heads=2 train.batch_tokens=2048" bash bench/gpu_flagship.sh  # CPU check
 #
-# The benchmark runs eager, then compiled (which crashed on an H200 with torch 2.11: docs/benchmarks.md). The
+# The benchmark runs eager, then compiled (which crashed on an H200 with torch 2.11, with dynamic shapes:
+# docs/benchmarks.md) with lengths in buckets of LENGTH_BUCKET (default 8: static shapes, a compilation a
+# bucket; 0: dynamic shapes, one compilation, as on that lease), and the flagship compiled the same way. The
 # flagship trains compiled where the compiled benchmark ran, else eager; its steps come from the throughput just
 # measured (at base's batch, which trains no faster a token than the flagship's 4x larger batch), so that its
 # schedule ends when the time is up; train.max_minutes stops it in any case. If compiled training fails before
@@ -20,6 +22,7 @@ FLAGSHIP_SECONDS=${FLAGSHIP_SECONDS:-240}  # training time, compilation and the 
 TOTAL_SECONDS=${TOTAL_SECONDS:-540}  # the whole script: everything is cut to end by then
 BENCH_SECONDS=${BENCH_SECONDS:-200}
 BENCH_ARGS=${BENCH_ARGS:---rounds 3 --steps 20}
+LENGTH_BUCKET=${LENGTH_BUCKET:-8}  # compiled runs only (train.length_bucket)
 FLAGSHIP_ARGS=${FLAGSHIP_ARGS:-}
 export PYTHONUNBUFFERED=1
 mkdir -p "$OUT" /tmp/flagship
@@ -44,11 +47,12 @@ if [ "${RUN_CUDA_TESTS:-1}" = 1 ]; then  # the CUDA path's tests (tests/test_cud
     say "CUDA tests exit $?: $(tail -n 1 /tmp/flagship/cuda_tests.log)"
 fi
 
+bucket_of() { [ "$1" = off ] && echo 0 || echo "$LENGTH_BUCKET"; }  # $1: train.compile
 bench() {  # $1: --compile setting, $2: seconds, $3: log. Ours vs stock nn.Transformer on base.yaml, bf16.
-    say "throughput: base.yaml, compile $1"
+    say "throughput: base.yaml, compile $1, length buckets of $(bucket_of "$1")"
     # shellcheck disable=SC2086  # BENCH_ARGS holds several arguments
     timeout "$2" python3 bench/train_throughput.py --config configs/base.yaml --compile "$1" $BENCH_ARGS \
-        train.precision="${BENCH_PRECISION:-bf16}" > "/tmp/flagship/$3" 2>&1
+        train.precision="${BENCH_PRECISION:-bf16}" train.length_bucket="$(bucket_of "$1")" > "/tmp/flagship/$3" 2>&1
     say "throughput exit $?: $(tail -n 1 "/tmp/flagship/$3" | cut -c1-2000)"
 }
 rate_of() {  # the tokens/s of ours in a benchmark's JSON line ($1: log, $2: key), 0 without one
@@ -63,7 +67,7 @@ bench off $(( BENCH_SECONDS / 3 )) throughput_eager.log
 bench on $(( BENCH_SECONDS * 2 / 3 )) throughput.log
 rate=$(rate_of throughput.log ours_compiled_tokens_per_s)
 if [ "$rate" = 0 ]; then  # the pair crashed: ours compiled alone (the stock model's masked attention may be why)
-    BENCH_ARGS="$BENCH_ARGS --reference-precision none" bench on $(( BENCH_SECONDS / 2 )) throughput_ours.log
+    BENCH_ARGS="--reference-precision none $BENCH_ARGS" bench on $(( BENCH_SECONDS / 2 )) throughput_ours.log
     rate=$(rate_of throughput_ours.log ours_compiled_tokens_per_s)
 fi
 compile=on  # compiled training where the compiled benchmark ran; eager where it failed
@@ -86,7 +90,8 @@ train() {  # $1: train.compile. Bounded by the deadline, less the time the expor
     say "flagship: $steps steps of $batch_tokens tokens (measured $rate tok/s), compile=$1, max_minutes=$minutes"
     # shellcheck disable=SC2086
     timeout "$left" python3 train.py --config configs/flagship.yaml --overwrite train.max_steps="$steps" \
-        train.max_minutes="$minutes" train.compile="$1" train.checkpoint_dir=/tmp/flagship/checkpoints \
+        train.max_minutes="$minutes" train.compile="$1" train.length_bucket="$(bucket_of "$1")" \
+        train.checkpoint_dir=/tmp/flagship/checkpoints \
         train.runs_dir=/tmp/flagship/runs $FLAGSHIP_ARGS >> /tmp/flagship/train.log 2>&1
     local status=$?
     say "flagship exit $status: $(grep -E 'step [0-9]+: valid|best valid|error' /tmp/flagship/train.log | tail -n 3)"

@@ -177,7 +177,7 @@ def main() -> int:
                         "reduce-overhead, max-autotune; on: reduce-overhead on a GPU, default elsewhere), beside "
                         "ours eager: compiled_vs_eager and vs_stock (compiled against compiled) in the JSON")
     parser.add_argument("overrides", nargs="*", metavar="section.key=value", help="config overrides, e.g. train.loss=full")
-    args = parser.parse_args()
+    args = parser.parse_intermixed_args()  # overrides before, between or after the flags, as train.py takes them
     check_bounds(parser, [("--rounds", args.rounds, 1, 1000), ("--steps", args.steps, 1, 100_000),
                           ("--threads", args.threads, 0, max_threads())])
     args.reference_precision = [] if args.reference_precision == "none" else args.reference_precision.split(",")
@@ -204,7 +204,8 @@ def benchmark(args) -> int:
     peaks = matmul_peaks(device)
     print(f"ours in {precision}; matmul peak fp32 {peaks['fp32'] / 1e9:,.1f}, bf16 {peaks['bf16'] / 1e9:,.1f} GFLOP/s",
           flush=True)
-    rates, lengths, candidate_counts = run_rounds(args.rounds, args.steps, runners, stream, candidates, device)
+    warm = config.train.length_bucket > 0 and args.compile != "off"  # every bucket's graph compiled in round 0
+    rates, lengths, candidate_counts = run_rounds(args.rounds, args.steps, runners, stream, candidates, device, warm)
     medians = {name: statistics.median(values) for name, values in rates.items()}
     report(args, config, device, precision, ours, medians, peaks, lengths, candidate_counts)
     return 0
@@ -222,6 +223,7 @@ def batch_stream(config, data: str, device: torch.device):
     candidates = tuple(part.to(device) for part in Lexicon(hanzi_vocab).for_vocab(pinyin_vocab))
     split = encode_split(examples, pinyin_vocab, hanzi_vocab)
     stream = iter(BatchStream(split, config.train.batch_tokens, seed=0, abbreviate=abbreviate,
+                              bucket=config.train.length_bucket,
                               prefix_of=prefix_ids(pinyin_vocab) if abbreviate > 0 else None,
                               hanzi_target=hanzi_ids(hanzi_vocab) if abbreviate > 0 else None))
     return stream, candidates, (len(pinyin_vocab), len(hanzi_vocab))
@@ -237,6 +239,8 @@ def make_runners(config, reference_precisions: list[str], device: torch.device, 
     fused = device.type == "cuda" or None
     use_candidates = config.train.loss == "candidates"
     label_smoothing = config.train.label_smoothing
+    bucket = config.train.length_bucket  # > 0: static shapes, a compilation per bucket (as train.py compiles)
+    buckets = -(-config.data.max_len // bucket) if bucket else 0
 
     def new_ours() -> Transformer:
         torch.manual_seed(0)
@@ -244,7 +248,7 @@ def make_runners(config, reference_precisions: list[str], device: torch.device, 
 
     def ours_runner(model: Transformer, model_mode: str | None):
         loss = BatchLoss(model, label_smoothing, candidates if use_candidates else None, mode=model_mode,
-                         device=device)  # as train.py's step computes it
+                         device=device, buckets=buckets)  # as train.py's step computes it
         return model, torch.optim.AdamW(model.parameters(), lr=1e-4, fused=fused), loss, precision
 
     ours = new_ours()
@@ -255,16 +259,17 @@ def make_runners(config, reference_precisions: list[str], device: torch.device, 
         reference = Reference(config.model, *vocab_sizes).to(device)
         runners[f"reference {reference_precision}"] = (
             reference, torch.optim.AdamW(reference.parameters(), lr=1e-4, fused=fused),
-            reference_loss(reference, label_smoothing, mode), reference_precision)
+            reference_loss(reference, label_smoothing, mode, static=buckets > 0), reference_precision)
     return ours, runners
 
 
-def reference_loss(model: Reference, label_smoothing: float, mode: str | None):
-    """The reference's summed loss of a batch (full softmax), compiled in ``mode`` (None: eager)."""
+def reference_loss(model: Reference, label_smoothing: float, mode: str | None, static: bool = False):
+    """The reference's summed loss of a batch (full softmax), compiled in ``mode`` (None: eager), with static
+    shapes where the batches come in length buckets (``static``), as ours are then."""
     def loss(source, target):
         return summed_loss(model(source, target), target, label_smoothing)
 
-    compiled = loss if mode is None else torch.compile(loss, mode=mode, dynamic=True)
+    compiled = loss if mode is None else torch.compile(loss, mode=mode, dynamic=not static)
     graphs = mode is not None and "reduce-overhead" in mode
 
     def call(batch, padded=True):  # (the stock model takes its padding masks whatever they hold)
@@ -283,15 +288,20 @@ def matmul_peaks(device: torch.device) -> dict[str, float]:
 
 
 def run_rounds(rounds: int, steps: int, runners: dict, stream, candidates: tuple[torch.Tensor, ...],
-               device: torch.device) -> tuple[dict[str, list[float]], list[float], list[float]]:
+               device: torch.device, warm: bool = False) -> tuple[dict[str, list[float]], list[float], list[float]]:
     """Each model's tokens/s in each of ``rounds`` rounds of ``steps`` steps over the same batches, the models
-    taking turns; and each batch's mean target length and number of characters in the candidate softmax."""
+    taking turns; and each batch's mean target length and number of characters in the candidate softmax.
+    ``warm``: round 0 also trains on a batch of each shape the next 100 batches hold (length buckets: each
+    bucket's compilation then happens there, not in a measured round)."""
     rates: dict[str, list[float]] = {name: [] for name in runners}
     lengths, candidate_counts = [], []
     for round_index in range(rounds + 1):  # round 0 warms up every model and is not counted
+        drawn = [next(stream) for _ in range(steps)]
+        if warm and round_index == 0:
+            shapes = {tuple(batch.source.shape): batch for batch in [next(stream) for _ in range(100)]}
+            drawn += [batch for shape, batch in shapes.items() if shape not in {tuple(b.source.shape) for b in drawn}]
         batches = []
-        for _ in range(steps):
-            batch = next(stream)
+        for batch in drawn:
             n_tokens, padded = batch.n_target_tokens, padded_rows(batch)  # on the CPU, as train_step asks
             batch = batch.to(device)
             batches.append((batch, n_tokens, padded))

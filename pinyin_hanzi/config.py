@@ -83,17 +83,17 @@ class TrainConfig:
     label_smoothing: float = 0.1  # share of the target probability spread over the other classes of the loss
     loss: str = "full"  # "full" softmax over all hanzi, or "candidates": over the syllable's candidates only
     grad_clip: float = 1.0  # largest gradient norm; 0 = no clipping
-    log_every: int = 20  # steps between TensorBoard records of the training loss, lr and gradient norm, and,
-    # off a terminal, a plain progress line on stderr
+    log_every: int = 20  # steps between TensorBoard records of loss, lr, gradient norm (and stderr lines off a tty)
     eval_every: int = 500  # steps between evaluations; each writes last.pt, and best.pt when accuracy improves
     eval_sentences: int = 400  # validation clauses decoded (constrained greedy) at each evaluation
     attention_sentences: int = 2  # validation clauses whose cross-attention goes to TensorBoard (0 = none)
     checkpoint_dir: str = "checkpoints"  # last.pt and best.pt go to <checkpoint_dir>/<name>/
     runs_dir: str = "runs"  # TensorBoard events, config.yaml and the JSONL logs go to <runs_dir>/<name>/
-    compile: str = "auto"  # torch.compile the step's forward pass and loss (its backward pass with them): "on"
-    # (reduce-overhead, i.e. CUDA graphs, on a GPU; default on a CPU), "off", a torch.compile mode (default,
-    # reduce-overhead, max-autotune), or "auto" = off for now: it crashed on an H200 with torch 2.11 and measured
-    # no faster on a 2-core CPU (docs/benchmarks.md, "Compiled training")
+    compile: str = "auto"  # torch.compile the step's forward pass and loss (and so its backward pass): "on" (reduce-
+    # overhead, i.e. CUDA graphs, on a GPU; default on a CPU), "off", a torch.compile mode, or "auto" = off for now:
+    # it crashed on an H200 (torch 2.11), was no faster on a 2-core CPU (docs/benchmarks.md, "Compiled training")
+    length_bucket: int = 0  # 0: batches of one length each; N: lengths padded up to multiples of N, fixed rows a
+    # bucket, so that a compiled step meets one shape a bucket and compiles them static (train.compile)
     prefetch: int = -1  # global batches built ahead on a thread (pinned on a GPU); -1 = 4 on a GPU, 0 on a CPU
     precision: str = "auto"  # "fp32", "bf16" (autocast; weights and optimizer stay fp32) or "auto": bf16 on CPUs
     # with native bf16 matrix units (AVX512-BF16 or AMX), fp32 elsewhere (GPUs too: faster there at these sizes)

@@ -14,7 +14,7 @@ LIMITS: dict[str, tuple[float, float]] = {
     "model.max_positions": (1, 16384),
     "train.seed": (0, 2**32 - 1), "train.threads": (0, 256), "train.max_steps": (1, 10**9),
     "train.max_minutes": (0, 10**7), "train.batch_tokens": (1, 10**7), "train.grad_accum_steps": (1, 4096),
-    "train.prefetch": (-1, 64),
+    "train.prefetch": (-1, 64), "train.length_bucket": (0, 4096),
     "train.max_bad_steps": (1, 10**6), "train.lr": (0, 1e30), "train.warmup_steps": (0, 10**9),
     "train.min_lr_ratio": (0, 1), "train.weight_decay": (0, 1000), "train.beta1": (0, 1), "train.beta2": (0, 1),
     "train.label_smoothing": (0, 1), "train.grad_clip": (0, 10**6), "train.log_every": (1, 10**9),

@@ -82,6 +82,26 @@ def test_token_budget_batches_cover_everything_once_within_budget():
     assert batches != _epoch(lengths, None, seed=4)
 
 
+def test_length_buckets_give_one_shape_a_bucket_and_train_on_every_example():
+    lengths = [1 + (i * 7) % 30 for i in range(500)]
+    positions, bounds = token_budget_batches(np.array(lengths), None, 120, 3, 0, bucket=8)
+    batches = [positions[start:end].tolist() for start, end in bounds]
+    assert set(index for batch in batches for index in batch) == set(range(500))  # each at least once
+    assert sum(map(len, batches)) - 500 < 4 * 15  # the fill-up: under one batch a bucket (4 buckets, <= 15 rows)
+    for batch in batches:
+        width = -(-max(lengths[i] for i in batch) // 8) * 8
+        assert {-(-lengths[i] // 8) * 8 for i in batch} == {width} and len(batch) == 120 // width
+    stream = BatchStream(_split(lengths), batch_tokens=120, seed=3, bucket=8)
+    shapes = set()
+    for _ in range(len(batches) + 5):  # into the next epoch
+        epoch, indices = stream.next_indices()
+        batch = stream.batch(epoch, indices)
+        shapes.add(tuple(batch.source.shape))
+        assert batch.n_target_tokens == stream.n_target_tokens(indices) == sum(lengths[i] for i in indices)
+    assert shapes == {(15, 8), (7, 16), (5, 24), (3, 32)}
+    assert _epoch(lengths, None) != batches  # bucket 0: one length a batch, as before
+
+
 def test_an_epoch_trains_on_each_example_as_often_as_its_copies_say():
     lengths = [1 + (i * 5) % 9 for i in range(200)]
     copies = [i % 4 for i in range(200)]  # 0: never (a weight below one), up to 3

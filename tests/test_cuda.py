@@ -63,3 +63,40 @@ def test_the_compiled_batch_loss_equals_the_eager_one():
     """)
     result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-3000:]
+
+
+STATIC_SCRIPT = textwrap.dedent("""
+    import sys
+    import torch
+    from torch._dynamo.utils import counters
+    from pinyin_hanzi.config import ModelConfig
+    from pinyin_hanzi.data.batches import Batch
+    from pinyin_hanzi.data.vocab import PAD_ID
+    from pinyin_hanzi.models.transformer import Transformer
+    from pinyin_hanzi.training.speed import BatchLoss, compile_mode
+    device = torch.device(sys.argv[1])
+    torch.manual_seed(0)
+    config = ModelConfig(d_model=64, n_heads=2, n_encoder_layers=2, n_decoder_layers=1, d_ff=128, dropout=0.0)
+    model = Transformer(config, source_vocab_size=50, target_vocab_size=80).to(device)
+    ids = torch.randint(4, 80, (50, 6), device=device)
+    candidates = (ids, torch.ones_like(ids, dtype=torch.bool))
+    eager = BatchLoss(model, 0.1, candidates, device=device)
+    compiled = BatchLoss(model, 0.1, candidates, mode=compile_mode("on", device), device=device, buckets=2)
+    for rows, width, real in ((16, 8, 8), (8, 16, 11), (16, 8, 5), (8, 16, 16), (16, 8, 8)):
+        source, target = torch.randint(4, 50, (rows, width)), torch.randint(4, 80, (rows, width))
+        source[1:, real:] = target[1:, real:] = PAD_ID  # padded to its bucket's width, as length buckets are
+        batch = Batch(source.to(device), target.to(device))
+        expected = eager(batch, True)
+        got = compiled(batch, real < width)
+        got.backward()
+        got, expected = float(got.detach()), float(expected)
+        assert abs(got - expected) <= 1e-3 * abs(expected), (got, expected)
+    assert counters["stats"]["unique_graphs"] <= 2, dict(counters["stats"])  # one graph a bucket
+    print("ok")
+""")
+
+
+def test_the_compiled_batch_loss_with_length_buckets_compiles_once_a_bucket():
+    result = subprocess.run([sys.executable, "-c", STATIC_SCRIPT, "cuda"], cwd=ROOT, capture_output=True, text=True,
+                            timeout=600)
+    assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-3000:]

@@ -9,6 +9,11 @@ typed as initials (``bj``, ``wxqbj``). The choice is drawn from (seed, epoch, ex
 resumed run abbreviates exactly as the uninterrupted one did, and an example is abbreviated differently in
 every epoch. Only syllables are replaced: punctuation, digits and Latin letters stay, also a letter whose
 token is a syllable too (the ``o`` and ``n`` of ``Python``), which its target character tells apart.
+
+Length buckets (train.length_bucket N > 0), for a compiled training step: instead of one length a batch, each
+example's length is rounded up to a multiple of N and a batch holds examples of one such bucket, padded to
+its length, in budget // length rows; a bucket's last batch is filled up with examples from its start. Every
+batch of a bucket then has one shape, so torch.compile meets a few shapes in a run, not one per length.
 """
 
 from __future__ import annotations
@@ -52,25 +57,34 @@ class Batch:
         return Batch(self.source.to(device, non_blocking=True), self.target.to(device, non_blocking=True))
 
 
-def pad(sequences: Sequence[Sequence[int]]) -> torch.Tensor:
-    """(b, max length) long tensor, right-padded with PAD_ID; the sequences are lists or arrays of ids."""
+def pad(sequences: Sequence[Sequence[int]], width: int = 0) -> torch.Tensor:
+    """(b, max(width, max length)) long tensor, right-padded with PAD_ID; the sequences are lists or arrays of
+    ids."""
     lengths = [len(sequence) for sequence in sequences]
-    if min(lengths) == max(lengths) > 0:  # a training batch: examples of one length, no padding to place
+    if min(lengths) == max(lengths) >= max(width, 1):  # a training batch of one length: no padding to place
         return torch.from_numpy(np.stack(sequences).astype(np.int64, copy=False))
-    out = np.full((len(sequences), max(lengths)), PAD_ID, dtype=np.int64)
+    out = np.full((len(sequences), max(width, *lengths)), PAD_ID, dtype=np.int64)
     for row, sequence in enumerate(sequences):
         out[row, : len(sequence)] = sequence
     return torch.from_numpy(out)
 
 
-def split_batch(split: StoredSplit, indices: Iterable[int]) -> Batch:
-    """The examples ``indices`` of a split (stored or :func:`encode_split`), padded into one batch."""
+def split_batch(split: StoredSplit, indices: Iterable[int], width: int = 0) -> Batch:
+    """The examples ``indices`` of a split (stored or :func:`encode_split`), padded into one batch (to at least
+    ``width`` tokens)."""
     pairs = split.examples(int(index) for index in indices)
-    return Batch(pad([source for source, _ in pairs]), pad([target for _, target in pairs]))
+    return Batch(pad([source for source, _ in pairs], width), pad([target for _, target in pairs], width))
 
 
-def token_budget_batches(lengths: np.ndarray, copies: np.ndarray | None, batch_tokens: int, seed: int, epoch: int
-                         ) -> tuple[np.ndarray, np.ndarray]:
+def bucketed(lengths: np.ndarray, bucket: int) -> np.ndarray:
+    """Each length rounded up to a multiple of ``bucket`` (0: the lengths themselves)."""
+    if bucket <= 0:
+        return lengths
+    return -(-np.asarray(lengths, dtype=np.int64) // bucket) * bucket
+
+
+def token_budget_batches(lengths: np.ndarray, copies: np.ndarray | None, batch_tokens: int, seed: int, epoch: int,
+                         bucket: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """One epoch's batches of examples of similar length, each (rows x longest) <= batch_tokens:
     ``(positions, bounds)``, batch j being ``positions[bounds[j, 0] : bounds[j, 1]]``.
 
@@ -78,15 +92,18 @@ def token_budget_batches(lengths: np.ndarray, copies: np.ndarray | None, batch_t
     each (None: once); a position p stands for one of those times, counted over the examples in order
     (:meth:`BatchStream.example_of`). The examples of each length are shuffled and cut into batches of as
     many rows as fit, and the batches shuffled: a different order every epoch, the same for the same
-    (seed, epoch). Memory: four bytes per position (and, while one length's positions are drawn, eight per
-    example of that length), so that an epoch over a corpus of any size fits."""
+    (seed, epoch). With ``bucket`` > 0 the examples are grouped by :func:`bucketed` length instead, and each
+    group's last batch is filled up to the same rows with positions from the group's start. Memory: four bytes
+    per position (and, while one length's positions are drawn, eight per example of that length), so that an
+    epoch over a corpus of any size fits."""
     generator = np.random.default_rng([seed, epoch])
     ends = copy_ends(copies) if copies is not None else None
     epoch_positions = len(lengths) if ends is None else int(ends[-1]) if len(ends) else 0
     dtype = np.int32 if epoch_positions < 2**31 else np.int64
     pieces, bounds, total = [], [], 0
-    for length in np.unique(lengths):
-        examples = np.flatnonzero(lengths == length)
+    grouped = bucketed(lengths, bucket)
+    for length in np.unique(grouped):
+        examples = np.flatnonzero(grouped == length)
         if ends is not None:  # each time an example is trained on is a position of its own
             times = copies[examples].astype(np.int64)
             starts = np.repeat(ends[examples] - times, times)
@@ -95,6 +112,8 @@ def token_budget_batches(lengths: np.ndarray, copies: np.ndarray | None, batch_t
         positions = examples.astype(dtype)
         generator.shuffle(positions)  # in place: the order generator.permutation(examples) gives, without a copy
         rows = max(1, batch_tokens // max(int(length), 1))
+        if bucket > 0 and len(positions) % rows:  # one shape a bucket: its last batch filled up from its start
+            positions = np.resize(positions, -(-len(positions) // rows) * rows)
         starts = np.arange(0, len(positions), rows)
         bounds.append(np.stack([starts, np.minimum(starts + rows, len(positions))], axis=1) + total)
         pieces.append(positions)
@@ -179,10 +198,11 @@ class BatchStream:
 
     With ``abbreviate`` > 0, ``prefix_of`` (:func:`prefix_ids` of the pinyin vocabulary) and ``hanzi_target``
     (:func:`hanzi_ids` of the hanzi vocabulary), that share of the examples of each batch is typed
-    abbreviated (see the module docstring and :func:`training_abbreviations`)."""
+    abbreviated (see the module docstring and :func:`training_abbreviations`). ``bucket`` > 0: batches of
+    length buckets (the module docstring), each padded to its bucket's length."""
 
     def __init__(self, split, batch_tokens: int, seed: int, *, abbreviate: float = 0.0,
-                 prefix_of: torch.Tensor | None = None, hanzi_target: torch.Tensor | None = None):
+                 prefix_of: torch.Tensor | None = None, hanzi_target: torch.Tensor | None = None, bucket: int = 0):
         if abbreviate > 0 and (prefix_of is None or hanzi_target is None):
             raise ValueError("abbreviating needs prefix_of and hanzi_target (prefix_ids, hanzi_ids)")
         self.split = split
@@ -190,14 +210,14 @@ class BatchStream:
         self.copies = split.read_copies()
         # position -> example: the example whose times trained on end after it
         self._ends = None if self.copies is None else copy_ends(self.copies)
-        self.batch_tokens, self.seed = batch_tokens, seed
+        self.batch_tokens, self.seed, self.bucket = batch_tokens, seed, bucket
         self.abbreviate, self.prefix_of, self.hanzi_target = abbreviate, prefix_of, hanzi_target
         self.epoch, self.position = 0, 0
         self._epoch_batches()
 
     def _epoch_batches(self) -> None:
         self._positions, self._bounds = token_budget_batches(self.lengths, self.copies, self.batch_tokens, self.seed,
-                                                             self.epoch)
+                                                             self.epoch, self.bucket)
 
     def mean_length(self) -> float:
         """Mean tokens per trained example (each as often as its copies say)."""
@@ -233,7 +253,8 @@ class BatchStream:
     def batch(self, epoch: int, positions) -> Batch:
         """The batch of these positions as drawn in ``epoch`` (which decides their abbreviations)."""
         examples = self.example_of(positions)
-        batch = split_batch(self.split, examples)
+        width = int(bucketed(self.lengths[examples].max(initial=0), self.bucket))
+        batch = split_batch(self.split, examples, width)
         if self.abbreviate <= 0:
             return batch
         typed = torch.from_numpy(abbreviated(self.lengths[examples], batch.source.shape[1], self.abbreviate,

@@ -44,10 +44,11 @@ def candidate_logits(hidden: torch.Tensor, weight: torch.Tensor, candidates: tor
     multiplied with its g rows in one small matrix product. ValueError if g n rows cannot share n lists.
 
     On a GPU the full product is taken and the candidates' columns picked: there it is one matrix product
-    near peak, where the chunks read their widths back from the device, a stall each."""
+    near peak, where the chunks read their widths back from the device, a stall each. So it is in a compiled
+    step (train.compile), whose graph a width read back would break and each new width recompile."""
     if candidates.shape[0] != hidden.shape[0]:  # rows sharing lists: decoding's case
         return shared_candidate_logits(hidden, weight, candidates)
-    if hidden.is_cuda:  # one product near a GPU's peak; the chunks below would each wait for the device
+    if hidden.is_cuda or torch.compiler.is_compiling():  # one product, no width read back (see above)
         return F.linear(hidden, weight).gather(-1, candidates)
     if candidates.shape[:-1].numel() <= POSITIONS_PER_CHUNK:  # a few positions (decoding): all at once
         return _gathered_logits(hidden, weight, candidates)

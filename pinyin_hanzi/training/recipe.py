@@ -155,7 +155,7 @@ def _train(run: Run, *, resume: bool, workers: int | None = None) -> Path:
     teacher_state = None  # the teacher's model holds its weights: the checkpoint's copy is not kept for the run
     trained_model = _wrap_for_training(model, run)
     batch_loss = BatchLoss(trained_model, t.label_smoothing, candidates, teacher, compile_mode(t.compile, run.device),
-                           run.device)
+                           run.device, -(-config.data.max_len // t.length_bucket) if t.length_bucket else 0)
     parts = Parts(model, trained_model, pinyin_vocab, hanzi_vocab, optimizer, scheduler, stream,
                   syllable_lm, char_lm_state, word_lm_state, lexicon, candidates, valid, splits.valid_sample,
                   teacher, batch_loss, _prefetcher(stream, run))
@@ -223,7 +223,8 @@ def _setup_batches(config: Config, splits: Splits, pinyin_vocab: Vocab, hanzi_vo
     abbreviate = config.data.abbreviate  # training batches only: validation measures full pinyin
     stream = BatchStream(train, config.train.batch_tokens, config.train.seed, abbreviate=abbreviate,
                          prefix_of=prefix_ids(pinyin_vocab) if abbreviate > 0 else None,
-                         hanzi_target=hanzi_ids(hanzi_vocab) if abbreviate > 0 else None)
+                         hanzi_target=hanzi_ids(hanzi_vocab) if abbreviate > 0 else None,
+                         bucket=config.train.length_bucket)
     return stream, valid
 
 

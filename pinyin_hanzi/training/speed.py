@@ -52,17 +52,26 @@ class BatchLoss:
 
     The candidate columns are gathered outside the compiled part: on a CPU their width is the batch's
     longest list (read back, free there); on a GPU it is the table's, so that no step reads back from the
-    device. Shapes are left dynamic (rows and length vary by batch): one compilation serves every batch."""
+    device. Shapes are left dynamic (rows and length vary by batch): one compilation serves every batch;
+    with ``buckets`` (the number of length buckets the batches come in, train.length_bucket) they are static,
+    one compilation a bucket, and the columns take the table's width on a CPU too."""
 
     def __init__(self, model: torch.nn.Module, label_smoothing: float, candidates=None, teacher=None,
-                 mode: str | None = None, device: torch.device | None = None):
+                 mode: str | None = None, device: torch.device | None = None, buckets: int = 0):
         self.candidates = candidates
-        self.whole_lists = device is not None and device.type == "cuda"
+        self.whole_lists = device is not None and device.type == "cuda" or (mode is not None and buckets > 0)
 
         def loss(source, target, columns, allowed, padded):
             return columns_loss_sum(model, source, target, columns, allowed, label_smoothing, teacher, padded)
 
-        self._loss = loss if mode is None else torch.compile(loss, mode=mode, dynamic=True)
+        self.static = mode is not None and buckets > 0
+        if self.static:  # each bucket's shape compiled on its own: none left to eager by dynamo's limit
+            import torch._dynamo
+
+            config = torch._dynamo.config
+            limit = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
+            setattr(config, limit, max(getattr(config, limit), buckets + 2))
+        self._loss = loss if mode is None else torch.compile(loss, mode=mode, dynamic=not self.static)
         self._graphs = mode is not None and "reduce-overhead" in mode
 
     def __call__(self, batch: Batch, padded: bool = True) -> torch.Tensor:
@@ -74,7 +83,8 @@ class BatchLoss:
                                                  whole_lists=self.whole_lists)
         if self._graphs:  # a new forward pass: the last one's graph outputs may be overwritten
             torch.compiler.cudagraph_mark_step_begin()
-        return self._loss(batch.source, batch.target, columns, allowed, padded)
+        # static shapes: a bucket's batches all take the padding mask, one graph whether or not a row is padded
+        return self._loss(batch.source, batch.target, columns, allowed, padded or self.static)
 
 
 def padded_rows(batch: Batch) -> bool:
