@@ -22,8 +22,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-PRELOAD = ("torch", "pinyin_hanzi.cli.translate", "pinyin_hanzi.cli.train", "pinyin_hanzi.decoding.converter",
-           "pinyin_hanzi.training.recipe", "pinyin_hanzi.checkpoint")  # imports only: no torch op runs before a fork
+# Imports only: no torch op runs before a fork. torch._dynamo too: torch's optimizers import it on first use
+# (about 2 s), so every training run forked would otherwise import it again.
+PRELOAD = ("torch", "torch._dynamo", "pinyin_hanzi.cli.translate", "pinyin_hanzi.cli.train",
+           "pinyin_hanzi.decoding.converter", "pinyin_hanzi.training.recipe", "pinyin_hanzi.checkpoint")
 
 
 class Server:
