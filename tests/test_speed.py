@@ -115,6 +115,23 @@ def test_compile_settings_map_to_modes():
     assert compile_mode("max-autotune", CPU) == "max-autotune"
 
 
+def test_length_buckets_make_a_compiled_loss_static_and_keep_every_buckets_graph(monkeypatch):
+    import torch._dynamo
+
+    config = torch._dynamo.config
+    limit = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
+    monkeypatch.setattr(config, limit, 8)
+    compiled = []
+    monkeypatch.setattr(torch, "compile", lambda fn, **options: compiled.append(options) or fn)
+    model = torch.nn.Linear(2, 2)
+    dynamic = BatchLoss(model, 0.1, mode="default", device=CPU)
+    assert compiled[-1]["dynamic"] is True and not dynamic.whole_lists and getattr(config, limit) == 8
+    static = BatchLoss(model, 0.1, mode="default", device=CPU, buckets=12)
+    assert compiled[-1]["dynamic"] is False and static.whole_lists and getattr(config, limit) == 14
+    eager = BatchLoss(model, 0.1, device=CPU, buckets=12)  # buckets without compiling: nothing changes
+    assert len(compiled) == 2 and not eager.whole_lists and not eager.static
+
+
 def test_train_compile_reads_yaml_booleans_and_refuses_other_words(tmp_path, tiny_corpus):
     config = tiny_config_dict(tmp_path, tiny_corpus)
     for value, expected in ((False, "off"), (True, "on"), ("reduce-overhead", "reduce-overhead")):

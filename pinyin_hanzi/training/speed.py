@@ -59,16 +59,15 @@ class BatchLoss:
     def __init__(self, model: torch.nn.Module, label_smoothing: float, candidates=None, teacher=None,
                  mode: str | None = None, device: torch.device | None = None, buckets: int = 0):
         self.candidates = candidates
-        self.whole_lists = device is not None and device.type == "cuda" or (mode is not None and buckets > 0)
+        self.static = mode is not None and buckets > 0
+        self.whole_lists = device is not None and device.type == "cuda" or self.static
 
         def loss(source, target, columns, allowed, padded):
             return columns_loss_sum(model, source, target, columns, allowed, label_smoothing, teacher, padded)
 
-        self.static = mode is not None and buckets > 0
         if self.static:  # each bucket's shape compiled on its own: none left to eager by dynamo's limit
-            import torch._dynamo
+            from torch._dynamo import config  # (not `import torch._dynamo`: that would make torch local here)
 
-            config = torch._dynamo.config
             limit = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
             setattr(config, limit, max(getattr(config, limit), buckets + 2))
         self._loss = loss if mode is None else torch.compile(loss, mode=mode, dynamic=not self.static)
