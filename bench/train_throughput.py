@@ -48,7 +48,7 @@ sys.path.insert(0, str(ROOT))
 from pinyin_hanzi.checkpoint import HANZI_VOCAB_KEY, PINYIN_VOCAB_KEY, load_checkpoint
 from pinyin_hanzi.cli import check_bounds, max_threads
 from pinyin_hanzi.config import DataConfig, load_config
-from pinyin_hanzi.data.batches import BatchStream, encode_split, hanzi_ids, prefix_ids
+from pinyin_hanzi.data.batches import BatchStream, bucket_count, encode_split, hanzi_ids, prefix_ids
 from pinyin_hanzi.data.corpus import prepare, read_split
 from pinyin_hanzi.data.examples import Example, chunk
 from pinyin_hanzi.data.vocab import PAD_ID, Vocab, grown, load_vocab
@@ -204,7 +204,7 @@ def benchmark(args) -> int:
     peaks = matmul_peaks(device)
     print(f"ours in {precision}; matmul peak fp32 {peaks['fp32'] / 1e9:,.1f}, bf16 {peaks['bf16'] / 1e9:,.1f} GFLOP/s",
           flush=True)
-    warm = config.train.length_bucket > 0 and args.compile != "off"  # every bucket's graph compiled in round 0
+    warm = config.train.length_bucket > 0 and "ours compiled" in runners  # every bucket compiled in round 0
     rates, lengths, candidate_counts = run_rounds(args.rounds, args.steps, runners, stream, candidates, device, warm)
     medians = {name: statistics.median(values) for name, values in rates.items()}
     report(args, config, device, precision, ours, medians, peaks, lengths, candidate_counts)
@@ -239,8 +239,7 @@ def make_runners(config, reference_precisions: list[str], device: torch.device, 
     fused = device.type == "cuda" or None
     use_candidates = config.train.loss == "candidates"
     label_smoothing = config.train.label_smoothing
-    bucket = config.train.length_bucket  # > 0: static shapes, a compilation per bucket (as train.py compiles)
-    buckets = -(-config.data.max_len // bucket) if bucket else 0
+    buckets = bucket_count(config.data.max_len, config.train.length_bucket)  # > 0: static shapes, as train.py's
 
     def new_ours() -> Transformer:
         torch.manual_seed(0)
@@ -299,7 +298,9 @@ def run_rounds(rounds: int, steps: int, runners: dict, stream, candidates: tuple
         drawn = [next(stream) for _ in range(steps)]
         if warm and round_index == 0:
             shapes = {tuple(batch.source.shape): batch for batch in [next(stream) for _ in range(100)]}
-            drawn += [batch for shape, batch in shapes.items() if shape not in {tuple(b.source.shape) for b in drawn}]
+            for batch in drawn:
+                shapes.pop(tuple(batch.source.shape), None)  # already in the round
+            drawn += shapes.values()
         batches = []
         for batch in drawn:
             n_tokens, padded = batch.n_target_tokens, padded_rows(batch)  # on the CPU, as train_step asks

@@ -3,6 +3,7 @@ import pytest
 
 from pinyin_hanzi.data.batches import (
     BatchStream,
+    bucket_count,
     encode_split,
     hanzi_ids,
     prefix_ids,
@@ -98,7 +99,7 @@ def test_length_buckets_give_one_shape_a_bucket_and_train_on_every_example():
         batch = stream.batch(epoch, indices)
         shapes.add(tuple(batch.source.shape))
         assert batch.n_target_tokens == stream.n_target_tokens(indices) == sum(lengths[i] for i in indices)
-    assert shapes == {(15, 8), (7, 16), (5, 24), (3, 32)}
+    assert shapes == {(15, 8), (7, 16), (5, 24), (3, 32)} and bucket_count(max(lengths), 8) == len(shapes)
     assert _epoch(lengths, None) != batches  # bucket 0: one length a batch, as before
 
 

@@ -83,6 +83,11 @@ def bucketed(lengths: np.ndarray, bucket: int) -> np.ndarray:
     return -(-np.asarray(lengths, dtype=np.int64) // bucket) * bucket
 
 
+def bucket_count(max_len: int, bucket: int) -> int:
+    """How many length buckets of ``bucket`` examples of up to ``max_len`` tokens fall into (0: no buckets)."""
+    return int(bucketed(max_len, bucket)) // bucket if bucket > 0 else 0
+
+
 def token_budget_batches(lengths: np.ndarray, copies: np.ndarray | None, batch_tokens: int, seed: int, epoch: int,
                          bucket: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """One epoch's batches of examples of similar length, each (rows x longest) <= batch_tokens:

@@ -40,7 +40,7 @@ import torch
 
 from pinyin_hanzi import checkpoint
 from pinyin_hanzi.config import Config, TrainConfig
-from pinyin_hanzi.data.batches import BatchStream, encode_split, hanzi_ids, prefix_ids
+from pinyin_hanzi.data.batches import BatchStream, bucket_count, encode_split, hanzi_ids, prefix_ids
 from pinyin_hanzi.data.corpus import prepared_data
 from pinyin_hanzi.data.store import StoredSplit
 from pinyin_hanzi.data.vocab import Vocab
@@ -155,7 +155,7 @@ def _train(run: Run, *, resume: bool, workers: int | None = None) -> Path:
     teacher_state = None  # the teacher's model holds its weights: the checkpoint's copy is not kept for the run
     trained_model = _wrap_for_training(model, run)
     batch_loss = BatchLoss(trained_model, t.label_smoothing, candidates, teacher, compile_mode(t.compile, run.device),
-                           run.device, -(-config.data.max_len // t.length_bucket) if t.length_bucket else 0)
+                           run.device, bucket_count(config.data.max_len, t.length_bucket))
     parts = Parts(model, trained_model, pinyin_vocab, hanzi_vocab, optimizer, scheduler, stream,
                   syllable_lm, char_lm_state, word_lm_state, lexicon, candidates, valid, splits.valid_sample,
                   teacher, batch_loss, _prefetcher(stream, run))
