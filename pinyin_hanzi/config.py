@@ -109,14 +109,14 @@ class TrainConfig:
 
 
 PREFIX_MODES = ("auto", "on", "off")  # decode.prefixes
+COMPILE_SETTINGS = ("auto", "on", "off", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+PRECISIONS = ("auto", "fp32", "bf16", "int8")  # decode.precision
 
 
 def prefixes_on(mode: str | bool, trained_with_prefixes: bool) -> bool:
     """Whether abbreviations are read, for decode.prefixes' ``mode`` (True/False as "on"/"off"); torch-free, so
     that the service's server process reads a request's mode as its model processes do."""
     return trained_with_prefixes if mode == "auto" else mode in (True, "on")
-COMPILE_SETTINGS = ("auto", "on", "off", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-PRECISIONS = ("auto", "fp32", "bf16", "int8")  # decode.precision
 
 
 @dataclass
